@@ -1,0 +1,51 @@
+# The front door: `make demo` and `make test` work on a fresh machine from a clean clone.
+# Every install step lives here; nothing installed by hand exists in CI.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.installed
+# torch is pinned to the CPU wheel this machine kind ships; a range would pull a multi-GB CUDA build.
+TORCH_VERSION    ?= 2.13.0
+TORCHREC_VERSION ?= 1.8.0
+FBGEMM_VERSION   ?= 1.8.0
+# On a CUDA machine the same target installs the CUDA fbgemm build instead of the CPU one.
+HAS_CUDA := $(shell command -v nvidia-smi >/dev/null 2>&1 && echo 1 || echo 0)
+ifeq ($(HAS_CUDA),1)
+FBGEMM_PKG := fbgemm-gpu==$(FBGEMM_VERSION)
+else
+FBGEMM_PKG := fbgemm-gpu-cpu==$(FBGEMM_VERSION)
+endif
+CHROMIUM ?= /usr/bin/chromium
+
+.PHONY: install demo collect-demo site test test-fast clean-venv clean browser
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet torch==$(TORCH_VERSION)
+	# fbgemm first, then torchrec without its deps (its metadata names the CUDA fbgemm-gpu),
+	# then torchrec's remaining requirements by hand.
+	$(PIP) install --quiet $(FBGEMM_PKG)
+	$(PIP) install --quiet --no-deps torchrec==$(TORCHREC_VERSION)
+	$(PIP) install --quiet tensordict torchmetrics==1.0.3 tqdm pyre-extensions iopath
+	$(PIP) install --quiet -e '.[dev,site]'
+	touch $(STAMP)
+
+# Debian's chromium drives the real-browser tests; never a downloaded browser build.
+browser:
+	@test -x $(CHROMIUM) || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || echo "chromium could not be installed: browser tests will be skipped"
+
+collect-demo: install
+	$(VENV)/bin/cbsite demo --collect-only
+
+demo: install
+	$(VENV)/bin/cbsite demo
+
+test: install browser
+	$(PY) -m pytest -q
+
+clean-venv:
+	rm -rf $(VENV)

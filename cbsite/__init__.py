@@ -1,0 +1,24 @@
+"""cbsite: component-level profiling of PyTorch models, and a versioned offline site of the results.
+
+Public API:
+    profile(model, *args, **kwargs) -> Run     (needs torch; imported lazily)
+    Run, read_run, list_runs, resolve_run     (archive; no torch)
+    CbsiteError
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cbsite.archive import Run, list_runs, read_run, resolve_run
+from cbsite.errors import CbsiteError
+
+__version__ = "0.1.0"
+__all__ = ["CbsiteError", "Run", "list_runs", "profile", "read_run", "resolve_run", "__version__"]
+
+
+def profile(model: Any, *args: Any, **kwargs: Any) -> Run:
+    """Profile every submodule of `model` on the example inputs `args`/`kwargs`; see collector.profile."""
+    from cbsite.collector import profile as _profile  # torch is imported only when profiling
+
+    return _profile(model, *args, **kwargs)

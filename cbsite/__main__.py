@@ -1,0 +1,3 @@
+from cbsite.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,130 @@
+"""The data contract: the single source of column names, their Arrow types and the run metadata.
+
+Everything that reads or writes `components.parquet` or `run.json` takes names from here.
+This module imports neither torch nor any site library.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pyarrow as pa
+
+from cbsite.errors import CbsiteError
+
+SCHEMA_VERSION = 1
+
+# Key under which run.json is embedded in the Parquet key-value metadata.
+PARQUET_META_KEY = b"cbsite.run"
+
+PHASES = ("forward", "backward")
+STATUSES = ("measured", "estimated", "failed", "skipped")
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+RUN_ID_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
+
+# Identity of a row: which component, in which run, in which phase.
+IDENTITY_FIELDS: list[pa.Field] = [
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("model", pa.string(), nullable=False),
+    pa.field("version", pa.string(), nullable=False),
+    pa.field("path", pa.string(), nullable=False),  # torch FQN; root is ""
+    pa.field("parent", pa.string()),  # null for the root
+    pa.field("name", pa.string(), nullable=False),  # last path segment; "" for the root
+    pa.field("depth", pa.int32(), nullable=False),
+    pa.field("module_type", pa.string(), nullable=False),  # qualified class name
+    pa.field("is_leaf", pa.bool_(), nullable=False),
+    pa.field("order", pa.int32(), nullable=False),  # pre-order index
+    pa.field("call_count", pa.int32(), nullable=False),  # calls per forward of the whole model
+    pa.field("phase", pa.string(), nullable=False),
+    pa.field("status", pa.string(), nullable=False),
+    pa.field("error", pa.string()),
+]
+
+# Metrics are per call; null where not applicable or not measured.
+METRIC_FIELDS: list[pa.Field] = [
+    pa.field("latency_ms", pa.float64()),  # median
+    pa.field("latency_p25_ms", pa.float64()),
+    pa.field("latency_p75_ms", pa.float64()),
+    pa.field("samples", pa.int64()),  # timed runs behind the median
+    pa.field("cpu_time_ms", pa.float64()),
+    pa.field("device_time_ms", pa.float64()),
+    pa.field("flops", pa.int64()),
+    pa.field("tflops_per_s", pa.float64()),
+    pa.field("mfu", pa.float64()),
+    pa.field("bytes_moved", pa.int64()),  # roofline estimate: inputs + outputs of every aten op
+    pa.field("bandwidth_gbps", pa.float64()),
+    pa.field("bandwidth_util", pa.float64()),
+    pa.field("arithmetic_intensity", pa.float64()),  # flops / bytes_moved
+    pa.field("param_bytes", pa.int64()),  # unique parameters and buffers of the subtree
+    pa.field("param_count", pa.int64()),
+    pa.field("peak_memory_bytes", pa.int64()),
+    pa.field("unsupported_ops", pa.list_(pa.string())),  # ops without a FLOP formula
+    # Free-text labels an expert needs to read a number right, e.g. that a dense embedding
+    # gradient writes the whole table in backward. Added beside the design's columns.
+    pa.field("notes", pa.list_(pa.string())),
+    pa.field("input_shapes", pa.string()),  # compact description of the replayed inputs
+]
+
+LINK_FIELDS: list[pa.Field] = [
+    pa.field("trace_file", pa.string()),
+    pa.field("memory_file", pa.string()),
+    pa.field("log_file", pa.string()),
+]
+
+COMPONENTS_SCHEMA = pa.schema(IDENTITY_FIELDS + METRIC_FIELDS + LINK_FIELDS)
+COLUMNS: list[str] = COMPONENTS_SCHEMA.names
+
+# Metrics that add up across children (per call x call_count); the rest are ratios or maxima.
+ADDITIVE_METRICS = ("latency_ms", "cpu_time_ms", "device_time_ms", "flops", "bytes_moved")
+# Static metrics are exact for every module, callable or not, and are never estimated.
+STATIC_METRICS = ("param_bytes", "param_count")
+
+# Metadata keys every run.json has.
+REQUIRED_META_KEYS = (
+    "schema_version",
+    "run_id",
+    "model",
+    "version",
+    "created_at",
+    "versions",
+    "device",
+    "dtype",
+    "provider",
+    "config",
+    "preprocessing",
+    "inputs",
+    "git",
+    "tags",
+    "notes",
+    "wall_time_s",
+    "counts",
+)
+
+
+def check_name(kind: str, value: str) -> str:
+    """Refuse a model or version name that is not safe as one path segment on any file system."""
+    if not isinstance(value, str) or not NAME_RE.match(value):
+        raise CbsiteError(
+            f"invalid {kind} name {value!r}: use 1-64 characters from letters, digits, '.', '_' "
+            f"and '-', starting with a letter or digit (e.g. 'dlrm' or 'v2.1')"
+        )
+    return value
+
+
+def check_meta(meta: dict[str, Any]) -> dict[str, Any]:
+    """Check that run metadata has every required key and valid names."""
+    missing = [k for k in REQUIRED_META_KEYS if k not in meta]
+    if missing:
+        raise CbsiteError(f"run metadata is missing {', '.join(missing)}; was it written by cbsite?")
+    check_name("model", meta["model"])
+    check_name("version", meta["version"])
+    if not RUN_ID_RE.match(meta["run_id"]):
+        raise CbsiteError(f"invalid run id {meta['run_id']!r}: expected YYYYMMDDTHHMMSSZ-xxxxxx")
+    return meta
+
+
+def empty_row() -> dict[str, Any]:
+    """A row with every column present and null, so writers fill in only what they know."""
+    return {name: None for name in COLUMNS}
