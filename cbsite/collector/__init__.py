@@ -1,0 +1,28 @@
+"""The collector: the only package that imports torch. `profile()` is the notebook entry point."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from cbsite.archive import Run
+from cbsite.collector.profiler import CollectConfig, profile_model
+
+__all__ = ["CollectConfig", "profile", "profile_model"]
+
+
+def profile(
+    model: nn.Module,
+    *args: Any,
+    model_name: str = "model",
+    version: str = "v0",
+    config: CollectConfig | None = None,
+    **kwargs: Any,
+) -> Run:
+    """Profile every submodule of `model` on one example call `model(*args, **kwargs)`.
+
+    Returns a `Run`: `run.table()` gives the rows as a polars DataFrame, `run.save("runs")` archives it.
+    Keyword arguments named model_name, version and config are cbsite's; every other one goes to the model.
+    """
+    return profile_model(model, [(args, kwargs)], config or CollectConfig(progress=False), model_name=model_name, version=version)

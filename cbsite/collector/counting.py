@@ -1,0 +1,210 @@
+"""Count what a component does, outside any timed region: FLOPs, bytes moved, tensor memory, and the
+ops we have no FLOP formula for.
+
+Definitions (experts check these):
+- FLOPs are `torch.utils.flop_counter.FlopCounterMode` counts (matmul, conv, attention: 2 per
+  multiply-accumulate) plus formulas added here for ops it counts as 0 on CPU: CPU flash attention
+  and embedding-bag pooling (one add per gathered element, two with per-sample weights).
+- Element-wise, normalisation, reduction and data-movement ops are *not* FLOP-counted by definition
+  (they are bandwidth-bound; see bytes moved). Any other op without a formula is listed in
+  `unsupported_ops`, never silently counted as zero.
+- Bytes moved is a roofline estimate: for every aten op, the bytes of its distinct input tensors plus
+  its output tensors (numel x itemsize). View ops move nothing.
+- Tensor memory is the peak of live bytes of tensors created by the component's ops, above what
+  existed before (inputs, parameters). It does not see allocator caching or kernel workspaces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode, flop_registry, sdpa_backward_flop_count, sdpa_flop_count
+
+aten = torch.ops.aten
+
+
+def _embedding_bag_flop(weight, indices, offsets, *args, per_sample_weights=None, out_shape=None, **kwargs) -> int:
+    # Positional per_sample_weights is the 7th argument of aten._embedding_bag.
+    weighted = per_sample_weights is not None or (len(args) >= 4 and args[3] is not None)
+    return indices[0] * weight[1] * (2 if weighted else 1)
+
+
+def _embedding_bag_backward_flop(grad, indices, *args, out_shape=None, **kwargs) -> int:
+    # Scatter-add of one gathered row per index into the gradient table.
+    return indices[0] * grad[1]
+
+
+def _sdpa_cpu_flop(query, key, value, *args, out_shape=None, **kwargs) -> int:
+    return sdpa_flop_count(query, key, value)
+
+
+def _sdpa_cpu_backward_flop(grad_out, query, key, value, *args, out_shape=None, **kwargs) -> int:
+    return sdpa_backward_flop_count(grad_out, query, key, value)
+
+
+EXTRA_FLOP_FORMULAS: dict[Any, Callable[..., int]] = {
+    aten._embedding_bag: _embedding_bag_flop,
+    aten._embedding_bag_forward_only: _embedding_bag_flop,
+    aten._embedding_bag_dense_backward: _embedding_bag_backward_flop,
+    aten._scaled_dot_product_flash_attention_for_cpu: _sdpa_cpu_flop,
+    aten._scaled_dot_product_flash_attention_for_cpu_backward: _sdpa_cpu_backward_flop,
+}
+
+# Ops that do no multiply-accumulate work by definition (see module docstring). Pointwise ops are
+# recognised by their aten tag, views by their schema; this list covers the rest we have met.
+NON_FLOP_OPS = {
+    # reductions and normalisations
+    "sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "prod", "var", "std", "var_mean",
+    "norm", "linalg_vector_norm", "cumsum", "_softmax", "_log_softmax", "_softmax_backward_data",
+    "_log_softmax_backward_data", "native_layer_norm", "native_layer_norm_backward", "native_batch_norm",
+    "native_batch_norm_backward", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
+    "native_group_norm", "native_group_norm_backward", "_fused_rms_norm", "_fused_rms_norm_backward",
+    "nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward", "topk", "sort",
+    # data movement, creation, indexing
+    "clone", "copy_", "_to_copy", "contiguous", "cat", "stack", "split_with_sizes", "index_select",
+    "gather", "scatter", "scatter_add", "scatter_add_", "index", "index_put", "index_put_",
+    "_index_put_impl_", "index_add", "index_add_", "embedding", "embedding_dense_backward",
+    "masked_fill", "masked_fill_", "where", "empty", "empty_like", "empty_strided", "zeros", "zeros_like",
+    "ones", "ones_like", "full", "full_like", "fill_", "zero_", "new_empty", "new_empty_strided",
+    "new_zeros", "new_ones", "new_full", "arange", "repeat", "repeat_interleave", "tril", "triu",
+    "constant_pad_nd", "flip", "roll", "bernoulli_", "native_dropout", "native_dropout_backward",
+    "lift_fresh", "detach", "set_", "resize_", "_local_scalar_dense", "item", "nonzero", "bincount",
+    "searchsorted", "_unique2", "unique_dim", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset",
+    "one_hot", "unbind", "split", "chunk", "tensor_split", "narrow", "slice_scatter", "select_scatter",
+    "index_fill", "index_fill_", "masked_select", "masked_scatter", "_embedding_bag_backward",
+    "_pin_memory", "is_pinned", "as_strided_scatter", "_unsafe_view",
+    # fbgemm / torchrec jagged-data plumbing
+    "permute_2D_sparse_data", "permute_1D_sparse_data", "asynchronous_complete_cumsum",
+    "asynchronous_exclusive_cumsum", "asynchronous_inclusive_cumsum", "offsets_range",
+    "segment_sum_csr", "jagged_to_padded_dense", "dense_to_jagged", "expand_into_jagged_permute",
+    "bounds_check_indices", "block_bucketize_sparse_features", "permute_pooled_embs_auto_grad",
+    "permute_pooled_embs", "permute_multi_embedding", "regroup_keyed_tensor", "split_embedding_codegen_lookup_sgd_function",
+}
+
+
+def _is_view(func: Any) -> bool:
+    return bool(getattr(func, "is_view", False)) or any(
+        r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns
+    )
+
+
+def op_name(func: Any) -> str:
+    """`namespace::name` of an op overload, without the overload suffix."""
+    packet = func.overloadpacket
+    ns = packet.__module__.rsplit(".", 1)[-1] if hasattr(packet, "__module__") else "aten"
+    ns = getattr(func, "namespace", ns)
+    return f"{ns}::{packet.__name__}"
+
+
+def _tensor_bytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _gathered_rows_bytes(table: torch.Tensor, index: torch.Tensor) -> int:
+    """A lookup reads the rows it gathers, not the whole table."""
+    row = table.numel() // max(table.shape[0], 1)
+    return index.numel() * row * table.element_size()
+
+
+# Ops whose first input is a table they only gather from: (op packet, position of the index tensor).
+GATHER_OPS = {
+    aten._embedding_bag: 1,
+    aten._embedding_bag_forward_only: 1,
+    aten.embedding: 1,
+}
+
+
+@dataclass
+class Census:
+    """What the counting pass saw."""
+
+    bytes_moved: int = 0
+    peak_bytes: int = 0
+    unsupported: set[str] = field(default_factory=set)
+    ops: dict[str, int] = field(default_factory=dict)  # op name -> calls
+
+
+class _CensusMode(TorchDispatchMode):
+    """Counts bytes moved, live tensor memory and ops without a FLOP formula, op by op."""
+
+    def __init__(self, census: Census, known: list[torch.Tensor], formulas: set[Any]) -> None:
+        super().__init__()
+        self.census = census
+        self.formulas = formulas
+        # Storages that existed before the component ran (inputs, parameters) are not its allocations.
+        self.preexisting = {t.untyped_storage().data_ptr() for t in known if t.device.type != "meta"}
+        self.live: dict[int, tuple[StorageWeakRef, int]] = {}
+        self.live_bytes = 0
+
+    def _sweep(self) -> None:
+        dead = [ptr for ptr, (ref, _) in self.live.items() if ref.expired()]
+        for ptr in dead:
+            self.live_bytes -= self.live.pop(ptr)[1]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = op_name(func)
+        self.census.ops[name] = self.census.ops.get(name, 0) + 1
+        packet = func.overloadpacket
+        if not (
+            packet in self.formulas
+            or torch.Tag.pointwise in func.tags
+            or _is_view(func)
+            or packet.__name__.rstrip("_") in NON_FLOP_OPS
+            or packet.__name__ in NON_FLOP_OPS
+        ):
+            self.census.unsupported.add(name)
+        if _is_view(func):
+            return out
+        inputs = {id(t): t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        outputs = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+        if packet in GATHER_OPS and isinstance(args[0], torch.Tensor):
+            table, index = args[0], args[GATHER_OPS[packet]]
+            inputs.pop(id(table), None)
+            self.census.bytes_moved += _gathered_rows_bytes(table, index)
+        self.census.bytes_moved += sum(_tensor_bytes(t) for t in inputs.values())
+        self.census.bytes_moved += sum(_tensor_bytes(t) for t in outputs)
+        self._sweep()
+        for t in outputs:
+            storage = t.untyped_storage()
+            ptr = storage.data_ptr()
+            if ptr in self.preexisting or ptr in self.live or storage.nbytes() == 0:
+                continue
+            self.live[ptr] = (StorageWeakRef(storage), storage.nbytes())
+            self.live_bytes += storage.nbytes()
+        self.census.peak_bytes = max(self.census.peak_bytes, self.live_bytes)
+        return out
+
+
+@dataclass
+class Counts:
+    flops: int
+    bytes_moved: int
+    peak_bytes: int
+    unsupported_ops: list[str]
+    flops_by_op: dict[str, int]
+    op_calls: dict[str, int]
+
+
+def count(fn: Callable[[], Any], known: list[torch.Tensor]) -> tuple[Any, Counts]:
+    """Run `fn` once under FLOP counting and the census; return its result and the counts."""
+    census = Census()
+    formulas = set(flop_registry) | set(EXTRA_FLOP_FORMULAS)
+    counter = FlopCounterMode(display=False, custom_mapping=dict(EXTRA_FLOP_FORMULAS))
+    with counter, _CensusMode(census, known, formulas):
+        result = fn()
+    by_op = {str(k): int(v) for k, v in counter.get_flop_counts().get("Global", {}).items()}
+    return result, Counts(
+        flops=int(counter.get_total_flops()),
+        bytes_moved=census.bytes_moved,
+        peak_bytes=census.peak_bytes,
+        unsupported_ops=sorted(census.unsupported),
+        flops_by_op=by_op,
+        op_calls=dict(sorted(census.ops.items())),
+    )

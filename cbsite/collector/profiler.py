@@ -1,0 +1,306 @@
+"""The collector's driver: capture -> plan -> measure every component -> a `Run`.
+
+One bad component never aborts a run: its error is recorded (`failed`), its children are still
+measured (even beyond --max-depth: that is the fallback), and its additive metrics are estimated
+from them (`estimated`).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+import polars as pl
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+from cbsite import archive, schema, tree
+from cbsite.collector.capture import Capture, capture, tensors_in
+from cbsite.collector.device import describe_device
+from cbsite.collector.measure import ComponentMeasurement, NothingToDifferentiate, PhaseResult, TimingConfig
+from cbsite.collector.plan import Component, PlanConfig, breadth_first, component_tree, selected
+from cbsite.errors import CbsiteError
+from cbsite.provenance import git_state, package_versions
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class CollectConfig:
+    """Everything that shapes a collection; recorded in run.json's `config`."""
+
+    max_depth: int | None = None
+    include: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+    phases: tuple[str, ...] = ("forward", "backward")
+    min_run_time: float = 0.1  # seconds of timed runs per component and phase (the time budget)
+    warmup: int = 3
+    device: str = "cpu"
+    dtype: str = "float32"
+    peak_flops: float | None = None
+    peak_bandwidth: float | None = None
+    calibrate: bool = True
+    num_threads: int | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        problems = []
+        bad_phases = [p for p in self.phases if p not in schema.PHASES]
+        if bad_phases or not self.phases:
+            problems.append(f"phases must be a non-empty subset of {schema.PHASES}, got {self.phases}")
+        if self.dtype not in DTYPES:
+            problems.append(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if self.min_run_time <= 0:
+            problems.append(f"the time budget must be positive, got {self.min_run_time}")
+        if not (self.device == "cpu" or self.device.startswith("cuda")):
+            problems.append(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
+        elif self.device.startswith("cuda") and not torch.cuda.is_available():
+            problems.append("device 'cuda' was asked for but torch sees no CUDA device; use --device cpu")
+        if problems:
+            raise CbsiteError("; ".join(problems))
+        PlanConfig(self.max_depth, self.include, self.exclude)  # validates the plan part
+
+
+Inputs = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+def _to(obj: Any, device: torch.device, dtype: torch.dtype) -> Any:
+    def move(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor):
+            return x
+        x = x.to(device)
+        return x.to(dtype) if x.is_floating_point() else x
+
+    return pytree.tree_map(move, obj)
+
+
+def _static_size(module: nn.Module) -> tuple[int, int]:
+    """Bytes and element count of the unique parameters and buffers of a subtree (tied weights once)."""
+    seen: dict[int, torch.Tensor] = {}
+    for t in list(module.parameters()) + list(module.buffers()):
+        seen.setdefault(id(t), t)
+    return sum(t.numel() * t.element_size() for t in seen.values()), sum(t.numel() for t in seen.values())
+
+
+def _error_text(exc: BaseException) -> str:
+    last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
+    where = f" (at {last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno})" if last else ""
+    return f"{type(exc).__name__}: {exc}{where}"[:2000]
+
+
+@dataclass
+class _Outcome:
+    status: str
+    result: PhaseResult | None = None
+    error: str | None = None
+    input_shapes: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _measure(module: nn.Module, batches: list[list[Any]], phases: Sequence[str], cfg: TimingConfig) -> dict[str, _Outcome]:
+    outcomes: dict[str, _Outcome] = {}
+    try:
+        measurement = ComponentMeasurement(module, batches, cfg)
+        shapes = measurement.input_shapes()
+    except Exception as exc:  # noqa: BLE001 - any failure of user code is recorded, never fatal
+        return {p: _Outcome("failed", error=_error_text(exc)) for p in phases}
+    forward_failed = None
+    for phase in phases:
+        if forward_failed is not None:
+            outcomes[phase] = _Outcome("failed", error=forward_failed, input_shapes=shapes)
+            continue
+        try:
+            result = measurement.forward() if phase == "forward" else measurement.backward()
+            outcomes[phase] = _Outcome("measured", result=result, input_shapes=shapes, notes=result.notes)
+        except NothingToDifferentiate as exc:
+            outcomes[phase] = _Outcome("skipped", error=f"backward not applicable: {exc}", input_shapes=shapes)
+        except Exception as exc:  # noqa: BLE001
+            if cfg.device.startswith("cuda"):
+                torch.cuda.empty_cache()  # an out-of-memory component must not starve the next one
+            outcomes[phase] = _Outcome("failed", error=_error_text(exc), input_shapes=shapes)
+            if phase == "forward":
+                forward_failed = outcomes[phase].error
+    return outcomes
+
+
+def profile_model(
+    model: nn.Module,
+    batches: Sequence[Inputs],
+    config: CollectConfig = CollectConfig(),
+    *,
+    model_name: str = "model",
+    version: str = "v0",
+    provider: dict[str, Any] | None = None,
+    preprocessing: Sequence[dict[str, Any]] = (),
+    inputs_description: dict[str, Any] | None = None,
+    tags: Sequence[str] = (),
+    notes: str = "",
+) -> archive.Run:
+    """Profile every submodule of `model` independently on the captured inputs of `batches`.
+
+    Several batches are captured and replayed in rotation so that repeated ids do not stay hot in
+    cache; a module called several times per forward is timed over all its calls, per call.
+    """
+    schema.check_name("model", model_name)
+    schema.check_name("version", version)
+    if not batches:
+        raise CbsiteError("no example inputs: give at least one batch of (args, kwargs)")
+    started = time.perf_counter()
+    device = torch.device(config.device)
+    dtype = DTYPES[config.dtype]
+    if config.num_threads:
+        torch.set_num_threads(config.num_threads)
+    num_threads = torch.get_num_threads()
+    model = model.to(device)
+    if dtype != torch.float32:
+        model = model.to(dtype)
+    batches = [_to(b, device, dtype) for b in batches]
+
+    grad = "backward" in config.phases
+    captures: list[Capture] = [capture(model, args, kwargs, grad=grad) for args, kwargs in batches]
+    components = component_tree(model)
+    modules = dict(model.named_modules())
+    plan = PlanConfig(config.max_depth, config.include, config.exclude)
+    timing = TimingConfig(config.min_run_time, config.warmup, num_threads, config.device)
+    device_info = describe_device(
+        device, dtype, peak_flops=config.peak_flops, peak_bandwidth=config.peak_bandwidth, calibrate=config.calibrate
+    )
+    peak_flops = next(iter(device_info["peak_flops"].values()), None)
+    peak_bw = device_info["peak_bandwidth"]
+
+    # Which components get rows: those within --max-depth, plus (fallback) the children of any
+    # component that could not be measured as a whole, however deep.
+    outcomes: dict[str, dict[str, _Outcome]] = {}
+    in_run: set[str] = set()
+    order = breadth_first(components)
+    progress = _progress(config.progress, len(order))
+    with progress:
+        task = progress.add_task("collecting", total=len(order))
+        for comp in order:
+            progress.update(task, advance=1)
+            parent_fell_back = comp.parent in in_run and any(
+                o.status != "measured" for o in outcomes.get(comp.parent, {}).values()
+            ) and outcomes.get(comp.parent, {}).get("forward", _Outcome("measured")).status != "skipped"
+            within = config.max_depth is None or comp.depth <= config.max_depth
+            if comp.path != "" and (comp.parent not in in_run or not (within or parent_fell_back)):
+                continue
+            in_run.add(comp.path)
+            calls = captures[0].call_count(comp.path)
+            reason = selected(comp, plan)
+            if calls == 0:
+                why = "container: never called on its own" if not comp.is_leaf else "never called during the forward pass"
+                outcomes[comp.path] = {p: _Outcome("estimated" if not comp.is_leaf else "skipped", error=None if not comp.is_leaf else why, notes=[why]) for p in config.phases}
+                continue
+            if reason:
+                outcomes[comp.path] = {p: _Outcome("skipped", error=reason) for p in config.phases}
+                continue
+            progress.update(task, description=f"{comp.path or model_name}")
+            per_batch = [cap.calls.get(comp.path, []) for cap in captures]
+            outcomes[comp.path] = _measure(modules[comp.path], per_batch, config.phases, timing)
+
+    rows = _rows(components, in_run, outcomes, captures[0], modules, config.phases, model_name, version)
+    run_id = archive.new_run_id()
+    for row in rows:
+        row["run_id"] = run_id
+    rows = _estimate(rows, config.phases, peak_flops, peak_bw)
+    counts = {s: sum(1 for r in rows if r["phase"] == config.phases[0] and r["status"] == s) for s in schema.STATUSES}
+    meta = {
+        "schema_version": schema.SCHEMA_VERSION,
+        "run_id": run_id,
+        "model": model_name,
+        "version": version,
+        "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "versions": package_versions(),
+        "device": device_info,
+        "dtype": config.dtype,
+        "provider": provider or {"name": "python", "options": {}},
+        "config": {**asdict(config), "batches": len(batches), "training": model.training, "num_threads": num_threads},
+        "preprocessing": list(preprocessing),
+        "inputs": inputs_description or {"batches": len(batches)},
+        "rotation": {
+            "batches": len(batches),
+            "rule": "timed runs cycle through the captured batches in order; FLOPs, bytes and memory are counted on batch 0",
+        },
+        "git": git_state(),
+        "tags": list(tags),
+        "notes": notes,
+        "wall_time_s": round(time.perf_counter() - started, 3),
+        "counts": counts,
+        "counts_phase": config.phases[0],
+    }
+    table = pl.from_arrow(archive.rows_to_table(rows))
+    return archive.Run(meta=meta, rows=table)
+
+
+def _progress(enabled: bool, total: int):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("[bold]{task.description}", justify="left"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        disable=not enabled,
+        transient=False,
+    )
+
+
+def _rows(
+    components: list[Component],
+    in_run: set[str],
+    outcomes: dict[str, dict[str, _Outcome]],
+    cap: Capture,
+    modules: dict[str, nn.Module],
+    phases: Sequence[str],
+    model_name: str,
+    version: str,
+) -> list[dict[str, Any]]:
+    rows = []
+    for comp in components:  # pre-order
+        if comp.path not in in_run:
+            continue
+        param_bytes, param_count = _static_size(modules[comp.path])
+        for phase in phases:
+            outcome = outcomes[comp.path][phase]
+            row = schema.empty_row()
+            row.update(
+                model=model_name, version=version, path=comp.path, parent=comp.parent, name=comp.name,
+                depth=comp.depth, module_type=comp.module_type, is_leaf=comp.is_leaf, order=comp.order,
+                call_count=cap.call_count(comp.path), phase=phase, status=outcome.status, error=outcome.error,
+                param_bytes=param_bytes, param_count=param_count, input_shapes=outcome.input_shapes,
+                notes=list(outcome.notes), unsupported_ops=[],
+            )
+            res = outcome.result
+            if res is not None:
+                row.update(
+                    latency_ms=res.timing.median_ms, latency_p25_ms=res.timing.p25_ms,
+                    latency_p75_ms=res.timing.p75_ms, samples=res.timing.samples,
+                    cpu_time_ms=res.timing.cpu_time_ms, device_time_ms=res.timing.device_time_ms,
+                    flops=res.counts.flops, bytes_moved=res.counts.bytes_moved,
+                    peak_memory_bytes=res.peak_memory_bytes, unsupported_ops=res.counts.unsupported_ops,
+                )
+            rows.append(row)
+    return rows
+
+
+def _estimate(rows: list[dict[str, Any]], phases: Sequence[str], peak_flops: float | None, peak_bw: float | None) -> list[dict[str, Any]]:
+    """Ratios for measured rows; sums of children for every non-leaf that has no number of its own."""
+    for phase in phases:
+        t = tree.build_tree(r for r in rows if r["phase"] == phase)
+        for node in t:
+            row = node.row
+            if row["status"] == "measured":
+                tree.derive_ratios(row, peak_flops, peak_bw)
+            elif node.children and row["status"] in ("failed", "skipped"):
+                if row["error"]:
+                    row["notes"] = list(row["notes"] or []) + [f"not measured as a whole ({row['error']})"]
+                row["status"] = "estimated"
+        tree.estimate_containers(t, peak_flops, peak_bw)
+    return rows

@@ -1,0 +1,96 @@
+"""The archive as the site sees it: models, their versions in order, the newest run of each, the pairs to diff.
+
+Reading is forgiving: a run whose files are broken is skipped with a warning (the build goes on), while a
+user's mistake in what they asked for (an unknown run in `extra_diffs`) raises CbsiteError.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from cbsite import archive
+from cbsite.archive import Run
+from cbsite.errors import CbsiteError
+
+
+@dataclass
+class ModelEntry:
+    """One model: its versions oldest first (by their first run) and every run of each version."""
+
+    name: str
+    versions: list[str] = field(default_factory=list)
+    runs: dict[str, list[Run]] = field(default_factory=dict)  # version -> runs, oldest first
+
+    def newest(self, version: str) -> Run:
+        """The run that stands for a version in trends and diffs: its newest, as `model@version` resolves."""
+        return self.runs[version][-1]
+
+    def all_runs(self) -> list[Run]:
+        return [r for v in self.versions for r in self.runs[v]]
+
+
+@dataclass
+class Catalog:
+    models: dict[str, ModelEntry]
+    warnings: list[str]
+    diff_pairs: list[tuple[Run, Run]]  # (base, head), consecutive versions first, then extra pairs
+
+    def runs(self) -> list[Run]:
+        return [r for m in self.models.values() for r in m.all_runs()]
+
+    def newest_run_time(self) -> str | None:
+        """The newest `created_at` in the archive: the site's date, so the same archive gives the same site."""
+        times = [str(r.meta.get("created_at")) for r in self.runs() if r.meta.get("created_at")]
+        return max(times) if times else None
+
+
+def _read_all(root: Path, warnings: list[str]) -> list[Run]:
+    runs: list[Run] = []
+    for ref in archive.list_runs(root):
+        try:
+            run = archive.read_run(ref.path)
+        except CbsiteError as exc:  # a broken run is reported and skipped; the rest still builds
+            warnings.append(f"skipped run {ref.path}: {exc}")
+            continue
+        if (run.model, run.version, run.run_id) != (ref.model, ref.version, ref.run_id):
+            warnings.append(
+                f"skipped run {ref.path}: its run.json says {run.model}/{run.version}/{run.run_id}, "
+                "which does not match its folder"
+            )
+            continue
+        runs.append(run)
+    return runs
+
+
+def load_catalog(root: Path, extra_diffs: Sequence[tuple[str, str]] = ()) -> Catalog:
+    """Read every run under `root` and decide the diff pairs."""
+    warnings: list[str] = []
+    models: dict[str, ModelEntry] = {}
+    for run in sorted(_read_all(root, warnings), key=lambda r: (r.model, r.run_id)):
+        entry = models.setdefault(run.model, ModelEntry(run.model))
+        if run.version not in entry.runs:
+            # Versions are ordered by when they were first collected: "v10" after "v9", unlike a string sort.
+            entry.versions.append(run.version)
+            entry.runs[run.version] = []
+        entry.runs[run.version].append(run)
+    pairs: list[tuple[Run, Run]] = []
+    for entry in models.values():
+        for old, new in zip(entry.versions, entry.versions[1:]):
+            pairs.append((entry.newest(old), entry.newest(new)))
+    by_id = {r.run_id: r for m in models.values() for r in m.all_runs()}
+    for base_spec, head_spec in extra_diffs:
+        pair = (_resolve(base_spec, root, by_id), _resolve(head_spec, root, by_id))
+        if pair[0].run_id == pair[1].run_id:
+            raise CbsiteError(f"extra diff {base_spec} .. {head_spec} compares a run with itself; name two runs")
+        if all((pair[0].run_id, pair[1].run_id) != (a.run_id, b.run_id) for a, b in pairs):
+            pairs.append(pair)
+    return Catalog(models=dict(sorted(models.items())), warnings=warnings, diff_pairs=pairs)
+
+
+def _resolve(spec: str, root: Path, by_id: dict[str, Run]) -> Run:
+    ref = archive.resolve_run(spec, root)  # raises CbsiteError naming the known runs
+    if ref.run_id not in by_id:
+        raise CbsiteError(f"run {spec!r} ({ref.path}) is broken and was skipped; it cannot be diffed")
+    return by_id[ref.run_id]

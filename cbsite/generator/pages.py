@@ -1,0 +1,113 @@
+"""The Jinja2 environment for `site_templates/`: autoescaping, number formats, and where pages live.
+
+Templates produce the HTML of every page; this module only provides values and plain-text formats.
+Pages are `<folder>/index.md`, so a page's relative links are the same with or without directory URLs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import jinja2
+
+from cbsite.archive import Run
+
+TEMPLATES = Path(__file__).resolve().parents[2] / "site_templates"
+
+
+def run_url(run: Run) -> str:
+    return f"runs/{run.model}/{run.version}/{run.run_id}/"
+
+
+def model_url(model: str) -> str:
+    return f"models/{model}/"
+
+
+def diff_url(base: Run, head: Run, consecutive: bool) -> str:
+    """Consecutive versions get a readable address; any other pair is named by its two run ids."""
+    if consecutive:
+        return f"diffs/{head.model}/{base.version}/{head.version}/"
+    return f"diffs/runs/{base.run_id}/{head.run_id}/"
+
+
+def root_of(url: str) -> str:
+    """The relative prefix from a page folder back to the site root ('' for the home page)."""
+    depth = len(PurePosixPath(url).parts)
+    return "../" * depth
+
+
+# Plain-text number formats for templates; None (not measured) is an en dash everywhere.
+DASH = "\u2013"
+
+
+def _si(value: float | None, unit: str, base: float = 1000.0) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return DASH
+    prefixes = ["", "k", "M", "G", "T", "P", "E"]
+    v, i = float(value), 0
+    while abs(v) >= base and i < len(prefixes) - 1:
+        v /= base
+        i += 1
+    text = f"{v:.3g}" if abs(v) >= 1 or v == 0 else f"{v:.2g}"
+    return f"{text} {prefixes[i]}{unit}"
+
+
+def fmt_ms(value: float | None) -> str:
+    if value is None:
+        return DASH
+    return f"{value:.3g} ms" if abs(value) < 1000 else f"{value / 1000:.3g} s"
+
+
+def fmt_bytes(value: float | None) -> str:
+    return _si(value, "B")
+
+
+def fmt_flops(value: float | None) -> str:
+    return _si(value, "FLOP")
+
+
+def fmt_pct(value: float | None) -> str:
+    return DASH if value is None else f"{value * 100:.3g}%"
+
+
+def fmt_num(value: Any) -> str:
+    if value is None:
+        return DASH
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def fmt_signed(value: float | None, kind: str) -> str:
+    """A delta with its sign, in the metric's unit."""
+    if value is None:
+        return DASH
+    body = {"ms": fmt_ms, "bytes": fmt_bytes, "flops": fmt_flops}[kind](abs(value))
+    return ("+" if value > 0 else "\u2212" if value < 0 else "\u00b1") + body
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=True,  # every page is HTML inside Markdown: escape every value, whatever the file suffix
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters.update(
+        ms=fmt_ms, bytes=fmt_bytes, flops=fmt_flops, pct=fmt_pct, num=fmt_num, signed=fmt_signed,
+        # YAML front matter: a JSON string is a valid YAML scalar, and tojson escapes <, >, & and '.
+        yaml_str=lambda s: jinja2.filters.do_tojson(env, str(s)),
+    )
+    env.globals.update(run_url=run_url, model_url=model_url, DASH=DASH)
+    return env
+
+
+def dump_json(data: Any, path: Path) -> None:
+    """Data files for the browser: sorted keys and no whitespace, so the same archive gives the same bytes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False))

@@ -1,0 +1,192 @@
+"""One run -> the data its page needs: a summary context for the template and JSON/CSV files for the browser.
+
+The table, the icicle and the component details all read one columnar `components.json` per run (columns,
+not row objects, because a 10,000-component run must stay a few MB), fetched by the page, never inlined.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import polars as pl
+
+from cbsite import archive, schema
+from cbsite.archive import Run
+
+# Per-phase columns the browser needs; the rest of the schema is in the Parquet/CSV downloads.
+PHASE_COLUMNS = (
+    "status", "error", "latency_ms", "latency_p25_ms", "latency_p75_ms", "samples", "cpu_time_ms",
+    "device_time_ms", "flops", "tflops_per_s", "mfu", "bytes_moved", "bandwidth_gbps", "bandwidth_util",
+    "arithmetic_intensity", "peak_memory_bytes", "unsupported_ops", "notes", "input_shapes",
+    "trace_file", "memory_file", "log_file",
+)
+LINK_COLUMNS = ("trace_file", "memory_file", "log_file")
+TOP_COMPONENTS = 15  # listed in the page's HTML so that search finds a run by its hottest paths
+
+
+def _compact(value: Any) -> Any:
+    """Round floats to 4 significant digits for display data (the downloads keep full precision)."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None  # JSON has no NaN/inf; a missing number is shown as a dash
+        return float(f"{value:.4g}")
+    if isinstance(value, list):
+        return [_compact(v) for v in value]
+    return value
+
+
+@dataclass
+class RunData:
+    """What a run page shows, ready for the template, and the files it writes beside the page."""
+
+    run: Run
+    totals: dict[str, dict[str, Any]]  # phase -> metric -> per-forward total of the whole model
+    top: list[dict[str, Any]]  # hottest leaves by forward latency per forward
+    phases: list[str]
+    has_ops: bool
+    warnings: list[str] = field(default_factory=list)
+
+
+def _safe_link(run: Run, link: str | None, warnings: list[str]) -> str | None:
+    """A run-relative link that stays inside the run folder and exists; anything else is dropped."""
+    if not link:
+        return None
+    rel = PurePosixPath(link)
+    if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+        warnings.append(f"run {run.run_id}: ignored link {link!r} that points outside the run folder")
+        return None
+    assert run.path is not None
+    if not (run.path / rel).is_file():
+        warnings.append(f"run {run.run_id}: ignored link {link!r}: the file is missing")
+        return None
+    return rel.as_posix()
+
+
+def components_json(run: Run, warnings: list[str]) -> dict[str, Any]:
+    """The columnar per-component data of a run: identity once, then each phase's metrics."""
+    rows = run.rows.sort(["order", "phase"]).to_dicts()
+    paths: list[str] = []
+    first: dict[str, dict[str, Any]] = {}
+    by_phase: dict[str, dict[str, dict[str, Any]]] = {p: {} for p in schema.PHASES}
+    for row in rows:
+        if row["path"] not in first:
+            first[row["path"]] = row
+            paths.append(row["path"])
+        if row["phase"] in by_phase:
+            by_phase[row["phase"]][row["path"]] = row
+    index = {p: i for i, p in enumerate(paths)}
+    data: dict[str, Any] = {
+        "model": run.model,
+        "version": run.version,
+        "run_id": run.run_id,
+        "phases": [p for p in schema.PHASES if by_phase[p]],
+        "path": paths,
+        # Parent as an index into these arrays (-1 for the root); pre-order, so a parent precedes its children.
+        "parent": [index.get(first[p]["parent"], -1) if first[p]["parent"] is not None else -1 for p in paths],
+    }
+    for col in ("name", "depth", "module_type", "call_count", "is_leaf", "param_bytes", "param_count"):
+        data[col] = [_compact(first[p][col]) for p in paths]
+    for phase in data["phases"]:
+        cols: dict[str, list[Any]] = {}
+        for col in PHASE_COLUMNS:
+            values = []
+            for p in paths:
+                row = by_phase[phase].get(p)
+                value = row.get(col) if row else None
+                if col in LINK_COLUMNS:
+                    value = _safe_link(run, value, warnings) if row else None
+                values.append(_compact(value))
+            cols[col] = values
+        data[phase] = cols
+    return data
+
+
+def ops_json(run: Run) -> dict[str, Any] | None:
+    """Top ops per component and phase, grouped for lazy lookup; None when the run has no ops.parquet.
+
+    The ops table's columns are the collector's; only `path` and `phase` are required here.
+    """
+    ops = run.ops
+    if ops is None or ops.is_empty() or not {"path", "phase"} <= set(ops.columns):
+        return None
+    keep = [c for c in ops.columns if c not in ("run_id", "model", "version", "path", "phase")]
+    grouped: dict[str, dict[str, list[list[Any]]]] = {}
+    for row in ops.sort(["path", "phase"], maintain_order=True).iter_rows(named=True):
+        grouped.setdefault(row["path"], {}).setdefault(row["phase"], []).append([_compact(row[c]) for c in keep])
+    return {"columns": keep, "components": grouped}
+
+
+def totals(run: Run) -> dict[str, dict[str, Any]]:
+    """Whole-model figures per phase from the root row (per forward: the root is called once)."""
+    out: dict[str, dict[str, Any]] = {}
+    for row in run.rows.filter(pl.col("path") == "").sort("phase").to_dicts():
+        calls = max(row["call_count"] or 1, 1)
+        out[row["phase"]] = {
+            "status": row["status"],
+            "latency_ms": row["latency_ms"] * calls if row["latency_ms"] is not None else None,
+            "latency_p25_ms": row["latency_p25_ms"],
+            "latency_p75_ms": row["latency_p75_ms"],
+            "flops": row["flops"] * calls if row["flops"] is not None else None,
+            "tflops_per_s": row["tflops_per_s"],
+            "mfu": row["mfu"],
+            "bytes_moved": row["bytes_moved"],
+            "bandwidth_util": row["bandwidth_util"],
+            "param_bytes": row["param_bytes"],
+            "param_count": row["param_count"],
+            "peak_memory_bytes": row["peak_memory_bytes"],
+        }
+    return out
+
+
+def hottest(run: Run, n: int = TOP_COMPONENTS) -> list[dict[str, Any]]:
+    """Leaves with the largest forward latency per forward of the model."""
+    fwd = run.rows.filter((pl.col("phase") == "forward") & pl.col("is_leaf") & pl.col("latency_ms").is_not_null())
+    fwd = fwd.with_columns((pl.col("latency_ms") * pl.col("call_count")).alias("latency_per_forward"))
+    fwd = fwd.sort(["latency_per_forward", "order"], descending=[True, False]).head(n)
+    return fwd.select(["path", "module_type", "call_count", "latency_per_forward", "status"]).to_dicts()
+
+
+def csv_table(run: Run) -> pl.DataFrame:
+    """The rows with list columns joined by ';' (CSV has no lists), in pre-order."""
+    df = run.rows.sort(["order", "phase"])
+    lists = [c for c, t in df.schema.items() if isinstance(t, pl.List)]
+    return df.with_columns([pl.col(c).list.join(";") for c in lists])
+
+
+def write_run_files(run: Run, folder: Path, data: dict[str, Any], ops: dict[str, Any] | None, dump) -> None:
+    """Write the run's data files for the browser and its downloads into `folder` (in the docs tree)."""
+    assert run.path is not None
+    folder.mkdir(parents=True, exist_ok=True)
+    dump(data, folder / "components.json")
+    if ops is not None:
+        dump(ops, folder / "ops.json")
+    shutil.copyfile(run.path / archive.COMPONENTS_FILE, folder / "components.parquet")
+    csv_table(run).write_csv(folder / "components.csv")
+
+
+def copy_artifacts(run: Run, folder: Path) -> int:
+    """Copy the run's artifacts into the built site (after mkdocs, which would take a `.md` artifact for a page)."""
+    assert run.path is not None
+    count = 0
+    src = run.path / archive.ARTIFACTS_DIR
+    if src.is_dir():
+        for f in sorted(src.rglob("*")):
+            if f.is_file() and not f.is_symlink():  # a symlink could reach outside the archive
+                dest = folder / archive.ARTIFACTS_DIR / f.relative_to(src)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(f, dest)  # a copy, not a hard link: editing the site must never edit the archive
+                count += 1
+    return count
+
+
+def run_data(run: Run, warnings: list[str]) -> tuple[RunData, dict[str, Any], dict[str, Any] | None]:
+    comps = components_json(run, warnings)
+    ops = ops_json(run)
+    rd = RunData(
+        run=run, totals=totals(run), top=hottest(run), phases=comps["phases"], has_ops=ops is not None,
+    )
+    return rd, comps, ops
