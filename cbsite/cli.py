@@ -1,0 +1,329 @@
+"""The command line: verbs over the archive. `CbsiteError` is caught here, once, and printed as one line.
+
+collect  profile a model into the archive        ls       list runs
+show     print one run                            diff     compare two runs
+build    build the site from the archive          serve    serve a built or published site
+publish  publish a site version (mike layout)     export   write a run as CSV / Parquet / JSON
+demo     collect the demo models and build the site
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from cbsite.errors import CbsiteError
+
+DEFAULT_RUNS = Path(os.environ.get("CBSITE_RUNS", "runs"))
+
+# The demo: two versions of DLRM that differ the way model revisions do (a wider over arch and a bigger
+# embedding dim), plus DeepFM and nanoGPT, on CPU-friendly sizes.
+DEMO = (
+    ("dlrm", "dlrm", "v1", {}),
+    ("dlrm", "dlrm", "v2", {"embedding_dim": 32, "over_arch_layer_sizes": [256, 128, 1]}),
+    ("deepfm", "deepfm", "v1", {}),
+    ("nanogpt", "nanogpt", "v1", {}),
+)
+
+
+def _parse_options(pairs: Sequence[str]) -> dict[str, Any]:
+    """`key=value` pairs; values are read as JSON when they parse (numbers, lists), else as strings."""
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        if "=" not in pair:
+            raise CbsiteError(f"option {pair!r} is not key=value; e.g. -o embedding_dim=32 -o 'over_arch_layer_sizes=[64,1]'")
+        key, value = pair.split("=", 1)
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return options
+
+
+def _add_collect_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--runs", type=Path, default=DEFAULT_RUNS, help="archive folder (default: runs)")
+    p.add_argument("--max-depth", type=int, default=None, help="deepest component level to measure")
+    p.add_argument("--include", action="append", default=[], help="glob on path or module type; repeatable")
+    p.add_argument("--exclude", action="append", default=[], help="glob on path or module type; repeatable")
+    p.add_argument("--phases", default="forward,backward", help="forward,backward (default both)")
+    p.add_argument("--budget", type=float, default=0.1, help="seconds of timed runs per component and phase")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--peak-flops", type=float, default=None, help="override the peak FLOP/s used for MFU")
+    p.add_argument("--peak-bandwidth", type=float, default=None, help="override the peak bytes/s")
+    p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: torch's)")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def _collect_config(args: argparse.Namespace):
+    from cbsite.collector import CollectConfig
+
+    return CollectConfig(
+        max_depth=args.max_depth,
+        include=tuple(args.include),
+        exclude=tuple(args.exclude),
+        phases=tuple(p.strip() for p in args.phases.split(",") if p.strip()),
+        min_run_time=args.budget,
+        device=args.device,
+        dtype=args.dtype,
+        peak_flops=args.peak_flops,
+        peak_bandwidth=args.peak_bandwidth,
+        num_threads=args.threads,
+        progress=not args.no_progress and sys.stderr.isatty(),
+    )
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    from cbsite.collector.collect import CollectRequest, Preprocessing, collect
+    from cbsite.provenance import git_state
+
+    version = args.version
+    if version == "auto":
+        git = git_state()
+        if git is None:
+            raise CbsiteError("--version auto needs a git work tree here; give a version name instead")
+        version = git["short"] + ("-dirty" if git["dirty"] else "")
+    request = CollectRequest(
+        provider=args.provider,
+        options=_parse_options(args.option),
+        model_name=args.model,
+        version=version,
+        batches=args.batches,
+        seed=args.seed,
+        preprocessing=Preprocessing(args.shrink_factor, args.shrink_cap, args.batch_size),
+        config=_collect_config(args),
+        tags=tuple(args.tag),
+        notes=args.notes,
+    )
+    run = collect(request)
+    path = run.save(args.runs)
+    _print_run(run, top=args.top)
+    print(f"saved {path}")
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from cbsite.archive import list_runs, read_run
+
+    refs = list_runs(args.runs)
+    if not refs:
+        print(f"no runs in {args.runs}; collect one with: cbsite collect dlrm --version v1")
+        return 0
+    table = Table("model", "version", "run id", "device", "components", "failed", "wall s")
+    for ref in refs:
+        if args.model and ref.model != args.model:
+            continue
+        try:
+            meta = read_run(ref.path).meta
+        except CbsiteError as exc:
+            table.add_row(ref.model, ref.version, ref.run_id, f"[red]unreadable: {exc}[/red]", "", "", "")
+            continue
+        counts = meta.get("counts", {})
+        table.add_row(
+            ref.model, ref.version, ref.run_id, str(meta["device"].get("name", "?")),
+            str(sum(counts.values())), str(counts.get("failed", 0)), f"{meta.get('wall_time_s', 0):.1f}",
+        )
+    Console().print(table)
+    return 0
+
+
+def _fmt(value: Any, scale: float = 1.0, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    return f"{value * scale:.{digits}g}"
+
+
+def _print_run(run: Any, top: int = 15) -> None:
+    """Summary and the components that cost the most forward+backward time, as a terminal table."""
+    from rich.console import Console
+    from rich.table import Table
+
+    import polars as pl
+
+    meta = run.meta
+    console = Console()
+    dev = meta["device"]
+    peak = next(iter(dev.get("peak_flops", {}).values()), None)
+    console.print(
+        f"[bold]{meta['model']}@{meta['version']}[/bold]  {meta['run_id']}  {dev.get('name')} ({dev.get('kind')}, "
+        f"{dev.get('num_threads')} threads)  dtype {meta['dtype']}  peak {_fmt(peak, 1e-12)} TFLOP/s "
+        f"({dev.get('peak_source', {}).get('flops')})  wall {meta['wall_time_s']:.1f}s  counts {meta['counts']}"
+    )
+    rows = run.table()
+    wide = rows.pivot(on="phase", index=["order", "path", "depth", "module_type", "status", "call_count", "param_bytes"],
+                      values=["latency_ms", "flops", "mfu", "bandwidth_util"], aggregate_function="first")
+    fwd_col = "latency_ms_forward" if "latency_ms_forward" in wide.columns else "latency_ms"
+    wide = wide.filter(pl.col("path") != "").sort(pl.col(fwd_col).fill_null(0) * pl.col("call_count").clip(1), descending=True).head(top)
+    table = Table("component", "type", "status", "calls", "fwd ms", "bwd ms", "GFLOP fwd", "MFU fwd", "BW util fwd", "MB")
+    for r in wide.sort("order").to_dicts():
+        table.add_row(
+            "  " * (r["depth"] - 1) + r["path"], r["module_type"].rsplit(".", 1)[-1], r["status"], str(r["call_count"]),
+            _fmt(r.get("latency_ms_forward")), _fmt(r.get("latency_ms_backward")), _fmt(r.get("flops_forward"), 1e-9),
+            _fmt(r.get("mfu_forward")), _fmt(r.get("bandwidth_util_forward")), _fmt(r["param_bytes"], 1e-6),
+        )
+    console.print(table)
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from cbsite.archive import read_run, resolve_run
+
+    run = read_run(resolve_run(args.run, args.runs).path)
+    _print_run(run, top=args.top)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from cbsite.archive import read_run, resolve_run
+
+    run = read_run(resolve_run(args.run, args.runs).path)
+    table = run.table()
+    out = args.out or Path(f"{run.model}-{run.version}-{run.run_id}.{args.format}")
+    if args.format == "csv":
+        table.with_columns(table["unsupported_ops"].list.join(";"), table["notes"].list.join("; ")).write_csv(out)
+    elif args.format == "parquet":
+        table.write_parquet(out)
+    else:
+        out.write_text(json.dumps({"run": run.meta, "rows": table.to_dicts()}, indent=1, default=str))
+    print(f"wrote {out}")
+    return 0
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from cbsite.generator import build_site
+
+    pairs = [tuple(p.split("..", 1)) for p in args.diff]
+    if any(len(p) != 2 for p in pairs):
+        raise CbsiteError("--diff takes BASE..HEAD, e.g. --diff dlrm@v1..dlrm@v3")
+    out = build_site(args.runs, args.out, config=args.config, perfetto_origin=args.perfetto_origin, extra_diffs=pairs)
+    print(f"site built in {out}")
+    return 0
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    from cbsite.generator import publish_site
+
+    out = publish_site(
+        args.runs, args.out, args.site_version, aliases=args.alias, set_default=args.set_default,
+        title=args.title, config=args.config, perfetto_origin=args.perfetto_origin,
+    )
+    print(f"published version {args.site_version} into {out} (serve it over HTTP: cbsite serve {args.out})")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from cbsite.generator import serve
+
+    serve(args.dir, host=args.host, port=args.port)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from cbsite.collector.collect import CollectRequest, collect
+
+    config = _collect_config(args)
+    for provider, name, version, options in DEMO:
+        print(f"collecting {name}@{version} ...", flush=True)
+        run = collect(CollectRequest(provider=provider, options=options, model_name=name, version=version,
+                                     config=config, tags=("demo",)))
+        print(f"  saved {run.save(args.runs)}  ({run.meta['wall_time_s']:.1f}s, {run.meta['counts']})", flush=True)
+    if args.collect_only:
+        return 0
+    return cmd_build(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cbsite", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("collect", help="profile every submodule of a model into the archive")
+    p.add_argument("provider", help="dlrm | deepfm | dlrm-synthetic | nanogpt | package.module:function")
+    p.add_argument("--version", default="v0", help="version name, or 'auto' for the git short hash (+ -dirty)")
+    p.add_argument("--model", default=None, help="model name in the archive (default: the provider's)")
+    p.add_argument("-o", "--option", action="append", default=[], help="provider option key=value; repeatable")
+    p.add_argument("--batches", type=int, default=3, help="distinct example batches replayed in rotation")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--shrink-factor", type=float, default=None, help="divide embedding hash sizes by this")
+    p.add_argument("--shrink-cap", type=int, default=None, help="cap embedding hash sizes at this many rows")
+    p.add_argument("--batch-size", type=int, default=None, help="replicate the example batch to this size")
+    p.add_argument("--tag", action="append", default=[])
+    p.add_argument("--notes", default="")
+    p.add_argument("--top", type=int, default=15, help="components shown in the summary table")
+    _add_collect_args(p)
+    p.set_defaults(func=cmd_collect)
+
+    p = sub.add_parser("ls", help="list runs")
+    p.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
+    p.add_argument("--model", default=None)
+    p.set_defaults(func=cmd_ls)
+
+    p = sub.add_parser("show", help="print one run: RUN is a run id, model@version, model or a run folder")
+    p.add_argument("run")
+    p.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
+    p.add_argument("--top", type=int, default=25)
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("export", help="write one run as csv, parquet or json")
+    p.add_argument("run")
+    p.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
+    p.add_argument("--format", choices=("csv", "parquet", "json"), default="csv")
+    p.add_argument("--out", type=Path, default=None)
+    p.set_defaults(func=cmd_export)
+
+    def site_args(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--config", type=Path, default=None, help="base mkdocs.yml (default: ./mkdocs.yml)")
+        q.add_argument("--perfetto-origin", default="https://ui.perfetto.dev", help="Perfetto UI origin (self-hosted too)")
+
+    p = sub.add_parser("build", help="build the site from the archive")
+    p.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
+    p.add_argument("--out", type=Path, default=Path("site"))
+    p.add_argument("--diff", action="append", default=[], help="extra diff page BASE..HEAD; repeatable")
+    site_args(p)
+    p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("publish", help="publish the site as a version in mike's layout")
+    p.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--site-version", required=True)
+    p.add_argument("--alias", action="append", default=[])
+    p.add_argument("--set-default", action="store_true", help="make the root redirect to this version/alias")
+    p.add_argument("--title", default=None)
+    site_args(p)
+    p.set_defaults(func=cmd_publish)
+
+    p = sub.add_parser("serve", help="serve a built or published site on localhost")
+    p.add_argument("dir", type=Path, nargs="?", default=Path("site"))
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("demo", help="collect the demo models on CPU and build the site")
+    p.add_argument("--out", type=Path, default=Path("site"))
+    p.add_argument("--collect-only", action="store_true")
+    p.add_argument("--diff", action="append", default=[])
+    site_args(p)
+    _add_collect_args(p)
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except CbsiteError as exc:
+        print(f"cbsite: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("cbsite: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

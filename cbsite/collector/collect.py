@@ -1,0 +1,61 @@
+"""provider -> preprocess -> profile: what `cbsite collect` and `cbsite demo` run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from cbsite.archive import Run
+from cbsite.collector.preprocess import describe_inputs, replicate_batch, shrink_hash_sizes
+from cbsite.collector.profiler import CollectConfig, profile_model
+from cbsite.collector.providers import provide
+from cbsite.errors import CbsiteError
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    shrink_factor: float | None = None
+    shrink_cap: int | None = None
+    batch_size: int | None = None  # replicate the captured example batch up to this size
+
+
+@dataclass(frozen=True)
+class CollectRequest:
+    provider: str
+    options: dict[str, Any] = field(default_factory=dict)
+    model_name: str | None = None
+    version: str = "v0"
+    batches: int = 3
+    seed: int = 0
+    preprocessing: Preprocessing = Preprocessing()
+    config: CollectConfig = CollectConfig()
+    tags: tuple[str, ...] = ()
+    notes: str = ""
+
+
+def collect(request: CollectRequest) -> Run:
+    if request.batches < 1:
+        raise CbsiteError(f"--batches must be at least 1, got {request.batches}")
+    provided = provide(request.provider, dict(request.options), batches=request.batches, seed=request.seed)
+    model, inputs = provided.model, list(provided.inputs)
+    steps: list[dict[str, Any]] = []
+    pre = request.preprocessing
+    if pre.shrink_factor is not None or pre.shrink_cap is not None:
+        model, inputs, record = shrink_hash_sizes(model, inputs, factor=pre.shrink_factor, cap=pre.shrink_cap)
+        steps.append(record)
+    if pre.batch_size is not None:
+        inputs, record = replicate_batch(inputs, pre.batch_size)
+        steps.append(record)
+    name = request.model_name or provided.name.replace(":", "-").replace("/", "-")[-64:]
+    return profile_model(
+        model,
+        [(i.args, i.kwargs) for i in inputs],
+        request.config,
+        model_name=name,
+        version=request.version,
+        provider={"name": provided.name, "options": provided.options, "description": provided.description},
+        preprocessing=steps,
+        inputs_description=describe_inputs(inputs[0]),
+        tags=request.tags,
+        notes=request.notes,
+    )

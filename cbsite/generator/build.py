@@ -1,0 +1,236 @@
+"""Archive -> generated MkDocs project -> built site.
+
+1. read the archive (broken runs become warnings), 2. render every page from `site_templates/` into a
+project's `docs/` and write the browser's data files beside them, 3. `mkdocs build` (strict), 4. copy
+artifacts into the site. The same archive gives the same bytes: sorted inputs, no clock (SOURCE_DATE_EPOCH
+is the newest run's time), sorted JSON.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+import warnings as pywarnings
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import jinja2
+
+from cbsite import diff as cdiff
+from cbsite.archive import Run
+from cbsite.errors import CbsiteError
+from cbsite.generator import charts, diffdata, pages, rundata
+from cbsite.generator.catalog import Catalog, load_catalog
+from cbsite.generator.config import SiteConfig, dump_yaml, load_site_config, project_config
+
+ASSETS_DIR = "assets/cbsite"
+MAX_NEWEST = 10
+
+
+class SiteWarning(UserWarning):
+    """A run or setting the build had to skip or change; the build still completes."""
+
+
+@dataclass
+class BuildResult:
+    site: Path
+    project: Path | None
+    warnings: list[str] = field(default_factory=list)
+    pages: int = 0
+
+
+@dataclass
+class _DiffEntry:
+    base: Run
+    head: Run
+    url: str
+    diff: cdiff.RunDiff | None
+    error: str | None = None
+
+
+def _epoch(created_at: str | None) -> int:
+    if not created_at:
+        return 0
+    try:
+        dt = datetime.fromisoformat(created_at.replace("Z", "+00:00"))
+    except ValueError:
+        return 0
+    return int(dt.replace(tzinfo=dt.tzinfo or timezone.utc).timestamp())
+
+
+@contextlib.contextmanager
+def _source_date(epoch: int) -> Iterator[None]:
+    """MkDocs stamps the sitemap (and its gzip header) with the build date unless SOURCE_DATE_EPOCH is set."""
+    old = os.environ.get("SOURCE_DATE_EPOCH")
+    os.environ["SOURCE_DATE_EPOCH"] = str(epoch)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("SOURCE_DATE_EPOCH", None)
+        else:
+            os.environ["SOURCE_DATE_EPOCH"] = old
+
+
+class _Writer:
+    """Renders templates into the project's docs folder and counts pages."""
+
+    def __init__(self, docs: Path, env: jinja2.Environment) -> None:
+        self.docs, self.env, self.pages = docs, env, 0
+
+    def page(self, url: str, template: str, **context: Any) -> None:
+        target = self.docs / url / "index.md"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        text = self.env.get_template(template).render(root=pages.root_of(url), url=url, assets=pages.root_of(url) + ASSETS_DIR + "/", **context)
+        target.write_text(text)
+        self.pages += 1
+
+
+def _render_diffs(catalog: Catalog, writer: _Writer, warnings: list[str]) -> list[_DiffEntry]:
+    consecutive = {(a.run_id, b.run_id) for m in catalog.models.values()
+                   for a, b in zip([m.newest(v) for v in m.versions], [m.newest(v) for v in m.versions][1:])}
+    entries: list[_DiffEntry] = []
+    for base, head in catalog.diff_pairs:
+        is_consecutive = (base.run_id, head.run_id) in consecutive
+        url = pages.diff_url(base, head, is_consecutive)
+        entry = _DiffEntry(base, head, url, None)
+        try:
+            entry.diff = cdiff.diff_runs(base, head)
+        except CbsiteError as exc:  # e.g. no phase in common: a page that says so, not a crashed build
+            entry.error = str(exc)
+            warnings.append(f"diff {base.model}@{base.version} .. {head.model}@{head.version}: {exc}")
+        entries.append(entry)
+        ctx: dict[str, Any] = {"base": base, "head": head, "entry": entry}
+        if entry.diff is not None:
+            tops = diffdata.top_rows(entry.diff, head.model)
+            pages.dump_json(diffdata.diff_json(entry.diff), writer.docs / url / "diff.json")
+            specs = diffdata.chart_specs(tops)
+            if specs:
+                pages.dump_json(specs, writer.docs / url / "charts.json")
+            ctx.update(
+                rd=entry.diff, summary=entry.diff.summary(), totals=diffdata.totals_rows(entry.diff),
+                tops=tops, chart_metrics=list(specs), labels=cdiff.LABELS,
+                counts={p: entry.diff.counts(p) for p in entry.diff.phases},
+                head_data=pages.root_of(url) + pages.run_url(head) + "components.json",
+            )
+        writer.page(url, "pages/diff.md.j2", **ctx)
+    return entries
+
+
+def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str]) -> tuple[int, list[Any]]:
+    env = pages.environment()
+    writer = _Writer(docs, env)
+    totals: dict[str, dict[str, dict[str, Any]]] = {}
+    run_info: dict[str, rundata.RunData] = {}
+    for run in catalog.runs():
+        url = pages.run_url(run)
+        rd, comps, ops = rundata.run_data(run, warnings)
+        rundata.write_run_files(run, docs / url, comps, ops, pages.dump_json)
+        totals[run.run_id] = rd.totals
+        run_info[run.run_id] = rd
+    diffs = _render_diffs(catalog, writer, warnings)
+    diffs_of: dict[str, list[_DiffEntry]] = {}
+    for e in diffs:
+        for model in sorted({e.base.model, e.head.model}):
+            diffs_of.setdefault(model, []).append(e)
+    for run in catalog.runs():
+        url = pages.run_url(run)
+        entry = catalog.models[run.model]
+        related = [e for e in diffs_of.get(run.model, []) if run.run_id in (e.base.run_id, e.head.run_id)]
+        writer.page(url, "pages/run.md.j2", run=run, rd=run_info[run.run_id], meta=run.meta,
+                    versions=entry.versions, diffs=related, perfetto_origin=site.perfetto_origin)
+    for name, entry in catalog.models.items():
+        url = pages.model_url(name)
+        newest_ids = {entry.newest(v).run_id for v in entry.versions}
+        specs = charts.trend_specs(entry.versions, entry.all_runs(), newest_ids, totals)
+        pages.dump_json(specs, docs / url / "trends.json")
+        writer.page(url, "pages/model.md.j2", model=entry, totals=totals, chart_metrics=list(specs),
+                    chart_titles=dict(charts.TREND_METRICS), diffs=diffs_of.get(name, []))
+    newest = sorted(catalog.runs(), key=lambda r: r.run_id, reverse=True)[:MAX_NEWEST]
+    latest_change = {}
+    for e in diffs:  # the last consecutive diff of each model is "what changed most" on the home page
+        if e.base.model == e.head.model and e.url.startswith("diffs/" + e.head.model + "/"):
+            latest_change[e.head.model] = e
+    writer.page("", "pages/home.md.j2", catalog=catalog, newest=newest, latest_change=latest_change,
+                totals=totals, warnings=warnings)
+    nav: list[Any] = [{"Home": "index.md"}]
+    if catalog.models:
+        nav.append({"Models": [{name: f"models/{name}/index.md"} for name in catalog.models]})
+    return writer.pages, nav
+
+
+def _write_assets(docs: Path) -> None:
+    target = docs / ASSETS_DIR
+    target.mkdir(parents=True, exist_ok=True)
+    for src in sorted((pages.TEMPLATES / "assets").iterdir()):
+        if src.is_file():
+            shutil.copyfile(src, target / src.name)
+    (target / "vega.js").write_text(charts.vega_bundle())
+
+
+def _mkdocs_build(project: Path, out: Path, strict: bool, quiet: bool, epoch: int) -> None:
+    from mkdocs.commands.build import build as mkdocs_build
+    from mkdocs.config import load_config
+    from mkdocs.exceptions import Abort, ConfigurationError
+
+    logger = logging.getLogger("mkdocs")
+    old_level = logger.level
+    logger.setLevel(logging.WARNING if quiet else logging.INFO)
+    try:
+        with _source_date(epoch):
+            cfg = load_config(config_file=str(project / "mkdocs.yml"), site_dir=str(out), strict=strict)
+            mkdocs_build(cfg)
+    except ConfigurationError as exc:
+        raise CbsiteError(f"the MkDocs configuration is invalid: {exc}; fix the base mkdocs.yml") from exc
+    except Abort as exc:
+        raise CbsiteError(f"mkdocs build failed: {exc} (see the warnings above)") from exc
+    finally:
+        logger.setLevel(old_level)
+
+
+def _check_out(out: Path, runs: Path) -> None:
+    """Refuse to wipe a folder that is not a site: mkdocs empties its site_dir before building."""
+    if out.resolve() == runs.resolve() or runs.resolve() in out.resolve().parents:
+        raise CbsiteError(f"the site folder {out} is inside the archive {runs}; choose another --out")
+    if out.exists() and not out.is_dir():
+        raise CbsiteError(f"{out} exists and is not a folder; choose another --out")
+    if out.is_dir() and any(out.iterdir()) and not (out / "sitemap.xml").exists() and not (out / "index.html").exists():
+        raise CbsiteError(f"{out} is not empty and does not look like a built site; choose an empty or new --out")
+
+
+def build(
+    runs: Path, out: Path, *, config: Path | None = None, perfetto_origin: str = "https://ui.perfetto.dev",
+    extra_diffs: Sequence[tuple[str, str]] = (), strict: bool = True, quiet: bool = False,
+    versioned: bool = False, project_dir: Path | None = None,
+) -> BuildResult:
+    """Build the site for the archive `runs` into `out`; keep the generated project in `project_dir` if given."""
+    runs, out = Path(runs), Path(out)
+    _check_out(out, runs)
+    site = load_site_config(Path(config) if config is not None else None, perfetto_origin)
+    catalog = load_catalog(runs, extra_diffs)
+    warnings = list(catalog.warnings)
+    with contextlib.ExitStack() as stack:
+        if project_dir is None:
+            project = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cbsite-project-")))
+        else:
+            project = Path(project_dir)
+            if project.exists():
+                shutil.rmtree(project)
+        docs = project / "docs"
+        docs.mkdir(parents=True)
+        n_pages, nav = _render(catalog, site, docs, warnings)
+        _write_assets(docs)
+        cfg, notes = project_config(site, nav, versioned=versioned)
+        warnings.extend(notes)
+        (project / "mkdocs.yml").write_text(dump_yaml(cfg))
+        _mkdocs_build(project, out, strict, quiet, _epoch(catalog.newest_run_time()))
+    for run in catalog.runs():
+        rundata.copy_artifacts(run, out / pages.run_url(run))
+    for w in warnings:
+        pywarnings.warn(w, SiteWarning, stacklevel=3)
+    return BuildResult(site=out, project=project_dir, warnings=warnings, pages=n_pages)

@@ -1,0 +1,270 @@
+/* cbsite icicle.
+   `layout` is pure (no DOM): the hypothesis tests run this very file with node.
+   `Icicle` draws a layout as SVG, with a tooltip, click-to-zoom and ancestors to back out. */
+(function (global) {
+  "use strict";
+
+  var EPS = 1e-9;
+
+  /* Lay out the subtree of `root` in [0, 1].
+     parent: parent index per node (-1 for the root), in pre-order (parent[i] < i).
+     value:  the width metric per node; null/undefined/negative/NaN means "not known".
+     A node's size is its value, or the sum of its children's sizes when its value is not known.
+     Children sit left to right inside their parent, each as wide as its share of the parent's size, so a
+     parent larger than its children keeps a self share at its right end. Children that sum to more than
+     a known parent (replay noise; peaks that do not add up) are scaled down together to fit, and the
+     parent's `overflow` records by how much. */
+  function layout(parent, value, root) {
+    var n = parent.length;
+    var size = new Float64Array(n), childSum = new Float64Array(n);
+    var first = new Int32Array(n).fill(-1), next = new Int32Array(n).fill(-1), last = new Int32Array(n).fill(-1);
+    for (var i = 0; i < n; i++) {
+      var p = parent[i];
+      if (p >= i) throw new Error("layout: parents must precede children (node " + i + ")");
+      if (p >= 0) {
+        if (first[p] < 0) first[p] = i; else next[last[p]] = i;
+        last[p] = i;
+      }
+    }
+    for (i = n - 1; i >= 0; i--) {  // children before parents
+      var v = value[i];
+      var known = typeof v === "number" && isFinite(v) && v >= 0;
+      size[i] = known ? v : childSum[i];
+      if (parent[i] >= 0) childSum[parent[i]] += size[i];
+    }
+    var x0 = new Float64Array(n).fill(NaN), x1 = new Float64Array(n).fill(NaN);
+    var depth = new Int32Array(n).fill(-1), selfStart = new Float64Array(n).fill(NaN);
+    var overflow = new Float64Array(n).fill(0);
+    var nodes = [];
+    var maxDepth = 0;
+    x0[root] = 0; x1[root] = 1; depth[root] = 0;
+    var stack = [root];
+    while (stack.length) {
+      var a = stack.pop();
+      nodes.push(a);
+      if (depth[a] > maxDepth) maxDepth = depth[a];
+      if (first[a] < 0) continue;
+      var width = x1[a] - x0[a];
+      var total = Math.max(size[a], childSum[a]);
+      if (childSum[a] > size[a] * (1 + EPS)) overflow[a] = size[a] > 0 ? childSum[a] / size[a] : Infinity;
+      var k = total > 0 ? width / total : 0;
+      var cursor = x0[a];
+      var kids = [];
+      for (var c = first[a]; c >= 0; c = next[c]) {
+        x0[c] = cursor;
+        x1[c] = Math.min(cursor + size[c] * k, x1[a]);
+        cursor = x1[c];
+        depth[c] = depth[a] + 1;
+        kids.push(c);
+      }
+      selfStart[a] = cursor;
+      for (var j = kids.length - 1; j >= 0; j--) stack.push(kids[j]);
+    }
+    return { x0: x0, x1: x1, depth: depth, size: size, childSum: childSum, overflow: overflow,
+             selfStart: selfStart, nodes: nodes, maxDepth: maxDepth };
+  }
+
+  /* The chain root -> ... -> parent of `node`, for the breadcrumb rows above a zoomed subtree. */
+  function ancestors(parent, node) {
+    var out = [];
+    for (var p = parent[node]; p >= 0; p = parent[p]) out.unshift(p);
+    return out;
+  }
+
+  /* ----- colour ----- */
+  var SEQ = ["#f7fcf5", "#d9f0d3", "#a6dba0", "#5aae61", "#1b7837", "#00441b"];
+  var DIV = ["#2166ac", "#67a9cf", "#d1e5f0", "#f7f7f7", "#fddbc7", "#ef8a62", "#b2182b"];
+
+  function mix(stops, t) {
+    t = Math.max(0, Math.min(1, t));
+    var pos = t * (stops.length - 1), i = Math.min(Math.floor(pos), stops.length - 2), f = pos - i;
+    var a = parseInt(stops[i].slice(1), 16), b = parseInt(stops[i + 1].slice(1), 16);
+    var r = Math.round(((a >> 16) & 255) * (1 - f) + ((b >> 16) & 255) * f);
+    var g = Math.round(((a >> 8) & 255) * (1 - f) + ((b >> 8) & 255) * f);
+    var bl = Math.round((a & 255) * (1 - f) + (b & 255) * f);
+    return "rgb(" + r + "," + g + "," + bl + ")";
+  }
+
+  /* A colour scale over the values shown: linear from 0 for ratios, log for magnitudes,
+     symmetric around 0 for deltas. */
+  function scale(values, kind) {
+    var lo = Infinity, hi = -Infinity;
+    for (var i = 0; i < values.length; i++) {
+      var v = values[i];
+      if (typeof v !== "number" || !isFinite(v)) continue;
+      if (kind === "log" && v <= 0) continue;
+      if (kind === "diverging") v = Math.abs(v);
+      if (v < lo) lo = v;
+      if (v > hi) hi = v;
+    }
+    if (!(hi > -Infinity)) return { colour: function () { return "#cccccc"; }, lo: null, hi: null, kind: kind };
+    if (kind === "diverging") {
+      var m = hi || 1;
+      return { lo: -m, hi: m, kind: kind, colour: function (v) {
+        return typeof v === "number" && isFinite(v) ? mix(DIV, 0.5 + v / (2 * m)) : "#cccccc"; } };
+    }
+    if (kind === "log") {
+      var l0 = Math.log(lo), l1 = Math.log(hi);
+      return { lo: lo, hi: hi, kind: kind, colour: function (v) {
+        if (typeof v !== "number" || !(v > 0)) return "#cccccc";
+        return mix(SEQ, l1 > l0 ? (Math.log(v) - l0) / (l1 - l0) : 1); } };
+    }
+    var top = hi > 0 ? hi : 1;
+    return { lo: 0, hi: top, kind: kind, colour: function (v) {
+      return typeof v === "number" && isFinite(v) ? mix(SEQ, v / top) : "#cccccc"; } };
+  }
+
+  /* ----- renderer ----- */
+  var SVGNS = "http://www.w3.org/2000/svg";
+  var ROW = 22;
+
+  function el(name, attrs, parentNode) {
+    var e = document.createElementNS(SVGNS, name);
+    for (var k in attrs) if (Object.prototype.hasOwnProperty.call(attrs, k)) e.setAttribute(k, attrs[k]);
+    if (parentNode) parentNode.appendChild(e);
+    return e;
+  }
+
+  /* opts: { parent, label(i), status(i), width(i) -> value, colour(i) -> value, colourKind,
+             tooltip(i, info) -> array of [name, text], onZoom(i) } */
+  function Icicle(container, opts) {
+    this.container = container;
+    this.opts = opts;
+    this.zoom = 0;
+    this.svg = null;
+    this.tip = document.createElement("div");
+    this.tip.className = "cbsite-tip";
+    this.tip.hidden = true;
+    container.appendChild(this.tip);
+    var self = this;
+    if (typeof ResizeObserver !== "undefined") {
+      var lastWidth = 0;
+      new ResizeObserver(function () {
+        var w = container.clientWidth;
+        if (w && Math.abs(w - lastWidth) > 2) { lastWidth = w; self.render(); }
+      }).observe(container);
+    }
+  }
+
+  Icicle.prototype.setOptions = function (opts) {
+    for (var k in opts) if (Object.prototype.hasOwnProperty.call(opts, k)) this.opts[k] = opts[k];
+    this.render();
+  };
+
+  Icicle.prototype.zoomTo = function (i) {
+    this.zoom = i;
+    this.render();
+    if (this.opts.onZoom) this.opts.onZoom(i);
+  };
+
+  Icicle.prototype.render = function () {
+    var o = this.opts, parent = o.parent, n = parent.length;
+    var values = new Array(n), colours = new Array(n);
+    for (var i = 0; i < n; i++) { values[i] = o.width(i); colours[i] = o.colour(i); }
+    var L = layout(parent, values, this.zoom);
+    var shown = L.nodes.map(function (k) { return colours[k]; });
+    var sc = scale(shown, o.colourKind);
+    this.scale = sc;
+    var anc = ancestors(parent, this.zoom);
+    var W = Math.max(this.container.clientWidth, 200);
+    var H = (anc.length + L.maxDepth + 1) * ROW + 2;
+    if (this.svg) this.svg.remove();
+    var svg = el("svg", { width: W, height: H, "class": "cbsite-icicle-svg", role: "img",
+                          "aria-label": "icicle of the component tree" });
+    var defs = el("defs", {}, svg);
+    var hatch = el("pattern", { id: "cbsite-hatch", width: 6, height: 6, patternUnits: "userSpaceOnUse",
+                                patternTransform: "rotate(45)" }, defs);
+    el("rect", { width: 6, height: 6, fill: "#ffffff", "fill-opacity": "0" }, hatch);
+    el("line", { x1: 0, y1: 0, x2: 0, y2: 6, stroke: "#555", "stroke-width": 1.5, "stroke-opacity": 0.45 }, hatch);
+    var self = this;
+    var draw = function (k, x, w, row, cls, fill) {
+      var g = el("g", { "class": "cbsite-node " + cls, "data-index": k, transform: "translate(" + x + "," + row * ROW + ")" }, svg);
+      el("rect", { width: Math.max(w - 1, 0.5), height: ROW - 2, fill: fill, rx: 2 }, g);
+      if (cls.indexOf("estimated") >= 0 || cls.indexOf("failed") >= 0 || cls.indexOf("self") >= 0) {
+        el("rect", { width: Math.max(w - 1, 0.5), height: ROW - 2, fill: "url(#cbsite-hatch)", "class": "mark", rx: 2 }, g);
+      }
+      if (w > 40) {
+        var t = el("text", { x: 4, y: ROW - 8 }, g);
+        var text = (cls.indexOf("failed") >= 0 ? "\u2715 " : cls.indexOf("estimated") >= 0 ? "\u2248 " : "") +
+                   (k < 0 ? "self" : o.label(k));
+        var maxChars = Math.floor((w - 8) / 6.5);
+        t.textContent = text.length > maxChars ? text.slice(0, Math.max(maxChars - 1, 1)) + "\u2026" : text;
+      }
+      return g;
+    };
+    anc.forEach(function (k, row) {
+      var g = draw(k, 0, W, row, "ancestor status-" + o.status(k), "#e8e8e8");
+      g.addEventListener("click", function () { self.zoomTo(k); });
+      self._hover(g, k, null);
+    });
+    var top = anc.length;
+    for (var j = 0; j < L.nodes.length; j++) {
+      var k = L.nodes[j];
+      var x = L.x0[k] * W, w = (L.x1[k] - L.x0[k]) * W;
+      if (w < 0.5) continue;  // narrower than a pixel: drawn as part of its parent
+      var row = top + L.depth[k];
+      var g = draw(k, x, w, row, "status-" + o.status(k) + (k === this.zoom ? " zoom-root" : "") +
+                   (L.overflow[k] ? " overflow" : ""), sc.colour(colours[k]));
+      (function (k, g) {
+        g.addEventListener("click", function () {
+          // Clicking the zoomed node backs out one level; any other node zooms in.
+          if (k === self.zoom && parent[k] >= 0) self.zoomTo(parent[k]); else self.zoomTo(k);
+        });
+      })(k, g);
+      this._hover(g, k, L);
+      // The self share: the part of a node its children do not cover, drawn in the row of its children.
+      if (!isNaN(L.selfStart[k]) && (L.x1[k] - L.selfStart[k]) * W >= 1) {
+        var sg = draw(-1, L.selfStart[k] * W, (L.x1[k] - L.selfStart[k]) * W, row + 1, "self", "#f3f3f3");
+        this._hoverSelf(sg, k, L);
+      }
+    }
+    this.container.insertBefore(svg, this.tip);
+    this.svg = svg;
+    this.layout = L;
+    if (o.onRender) o.onRender(this);
+  };
+
+  Icicle.prototype._showTip = function (evt, rows) {
+    var tip = this.tip;
+    tip.textContent = "";
+    rows.forEach(function (r) {
+      var line = document.createElement("div");
+      if (r[0]) { var b = document.createElement("b"); b.textContent = r[0] + ": "; line.appendChild(b); }
+      line.appendChild(document.createTextNode(r[1]));
+      if (r[2]) line.className = r[2];
+      tip.appendChild(line);
+    });
+    var box = this.container.getBoundingClientRect();
+    tip.hidden = false;
+    var left = evt.clientX - box.left + 12, topPx = evt.clientY - box.top + 12;
+    if (left + tip.offsetWidth > box.width) left = Math.max(0, box.width - tip.offsetWidth);
+    tip.style.left = left + "px";
+    tip.style.top = topPx + "px";
+  };
+
+  Icicle.prototype._hover = function (g, k, L) {
+    var self = this;
+    g.addEventListener("mousemove", function (evt) {
+      var info = { layout: L, overflow: L ? L.overflow[k] : 0,
+                   share: L && self.opts.parent[k] >= 0 && L.size[self.opts.parent[k]] > 0 ?
+                     L.size[k] / Math.max(L.size[self.opts.parent[k]], L.childSum[self.opts.parent[k]]) : null,
+                   self: L && L.size[k] > L.childSum[k] && L.childSum[k] > 0 ? (L.size[k] - L.childSum[k]) / L.size[k] : null };
+      self._showTip(evt, self.opts.tooltip(k, info));
+    });
+    g.addEventListener("mouseleave", function () { self.tip.hidden = true; });
+  };
+
+  Icicle.prototype._hoverSelf = function (g, k, L) {
+    var self = this;
+    g.addEventListener("mousemove", function (evt) {
+      var share = L.size[k] > 0 ? (L.size[k] - L.childSum[k]) / L.size[k] : 0;
+      self._showTip(evt, [["", "self share of " + self.opts.label(k)],
+                          ["share", (share * 100).toPrecision(3) + "% of the node, not in any child"]]);
+    });
+    g.addEventListener("mouseleave", function () { self.tip.hidden = true; });
+  };
+
+  var api = { layout: layout, ancestors: ancestors, scale: scale, Icicle: Icicle };
+  global.CbsiteIcicle = api;
+  if (typeof module !== "undefined" && module.exports) module.exports = api;
+})(typeof window !== "undefined" ? window : globalThis);

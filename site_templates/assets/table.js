@@ -1,0 +1,164 @@
+/* cbsite table: rows filled from JSON in the browser (never in the page, so pages stay small and out of the
+   search index), sortable by any column, filterable by path text and depth, shown a page at a time. */
+(function (global) {
+  "use strict";
+
+  /* spec: { columns: [{key, label, title, numeric, value(i), cell(i, td)}], count,
+             text(i) -> string to filter on, depth(i) -> int, sort: {key, desc}, pageSize, onRow(i) } */
+  function Table(container, spec) {
+    this.c = container;
+    this.spec = spec;
+    this.sortKey = spec.sort ? spec.sort.key : null;
+    this.desc = spec.sort ? !!spec.sort.desc : false;
+    this.filter = "";
+    this.maxDepth = null;
+    this.page = 0;
+    this.pageSize = spec.pageSize || 100;
+    this._build();
+    this.refresh();
+  }
+
+  Table.prototype._build = function () {
+    var self = this, spec = this.spec;
+    this.c.textContent = "";
+    var bar = document.createElement("div");
+    bar.className = "cbsite-table-bar";
+    var input = document.createElement("input");
+    input.type = "search";
+    input.placeholder = "filter by path\u2026";
+    input.className = "cbsite-filter";
+    input.setAttribute("aria-label", "filter rows by path");
+    input.addEventListener("input", function () { self.filter = input.value.toLowerCase(); self.page = 0; self.refresh(); });
+    bar.appendChild(input);
+    var maxD = 0;
+    for (var i = 0; i < spec.count; i++) maxD = Math.max(maxD, spec.depth(i));
+    var sel = document.createElement("select");
+    sel.className = "cbsite-depth";
+    sel.setAttribute("aria-label", "maximum depth");
+    var opt = document.createElement("option");
+    opt.value = ""; opt.textContent = "all depths";
+    sel.appendChild(opt);
+    for (var d = 0; d <= maxD; d++) {
+      opt = document.createElement("option");
+      opt.value = String(d); opt.textContent = "depth \u2264 " + d;
+      sel.appendChild(opt);
+    }
+    sel.addEventListener("change", function () { self.maxDepth = sel.value === "" ? null : Number(sel.value); self.page = 0; self.refresh(); });
+    bar.appendChild(sel);
+    if (spec.extraControls) spec.extraControls(bar);
+    this.info = document.createElement("span");
+    this.info.className = "cbsite-table-info";
+    bar.appendChild(this.info);
+    this.c.appendChild(bar);
+
+    var wrap = document.createElement("div");
+    wrap.className = "cbsite-table-wrap";
+    var table = document.createElement("table");
+    table.className = "cbsite-table";
+    var thead = document.createElement("thead"), tr = document.createElement("tr");
+    this.headers = {};
+    spec.columns.forEach(function (col) {
+      var th = document.createElement("th");
+      th.textContent = col.label;
+      if (col.title) th.title = col.title;
+      if (col.numeric) th.className = "num";
+      if (col.value) {
+        th.classList.add("sortable");
+        th.tabIndex = 0;
+        th.setAttribute("data-key", col.key);
+        var go = function () {
+          if (self.sortKey === col.key) self.desc = !self.desc;
+          else { self.sortKey = col.key; self.desc = !!col.numeric; }
+          self.page = 0;
+          self.refresh();
+        };
+        th.addEventListener("click", go);
+        th.addEventListener("keydown", function (e) { if (e.key === "Enter") go(); });
+      }
+      self.headers[col.key] = th;
+      tr.appendChild(th);
+    });
+    thead.appendChild(tr);
+    table.appendChild(thead);
+    this.tbody = document.createElement("tbody");
+    table.appendChild(this.tbody);
+    wrap.appendChild(table);
+    this.c.appendChild(wrap);
+
+    var pager = document.createElement("div");
+    pager.className = "cbsite-pager";
+    this.prev = document.createElement("button");
+    this.prev.textContent = "\u2190 previous";
+    this.prev.addEventListener("click", function () { self.page--; self.refresh(); });
+    this.next = document.createElement("button");
+    this.next.textContent = "next \u2192";
+    this.next.addEventListener("click", function () { self.page++; self.refresh(); });
+    this.pageInfo = document.createElement("span");
+    pager.appendChild(this.prev); pager.appendChild(this.pageInfo); pager.appendChild(this.next);
+    this.c.appendChild(pager);
+  };
+
+  Table.prototype.rows = function () {
+    var spec = this.spec, out = [];
+    for (var i = 0; i < spec.count; i++) {
+      if (this.maxDepth !== null && spec.depth(i) > this.maxDepth) continue;
+      if (this.filter && spec.text(i).toLowerCase().indexOf(this.filter) < 0) continue;
+      out.push(i);
+    }
+    var col = null;
+    for (var c = 0; c < spec.columns.length; c++) if (spec.columns[c].key === this.sortKey) col = spec.columns[c];
+    if (col) {
+      var desc = this.desc, val = col.value;
+      var keyed = out.map(function (i) { return [val(i), i]; });
+      keyed.sort(function (a, b) {
+        var x = a[0], y = b[0];
+        var xn = x === null || x === undefined || (typeof x === "number" && !isFinite(x));
+        var yn = y === null || y === undefined || (typeof y === "number" && !isFinite(y));
+        if (xn || yn) return xn === yn ? a[1] - b[1] : (xn ? 1 : -1);  // missing values last, either way
+        var r = typeof x === "string" ? x.localeCompare(y) : x - y;
+        if (r === 0) return a[1] - b[1];
+        return desc ? -r : r;
+      });
+      out = keyed.map(function (p) { return p[1]; });
+    }
+    return out;
+  };
+
+  Table.prototype.refresh = function () {
+    var spec = this.spec, self = this;
+    var rows = this.rows();
+    var pages = Math.max(1, Math.ceil(rows.length / this.pageSize));
+    this.page = Math.max(0, Math.min(this.page, pages - 1));
+    var start = this.page * this.pageSize;
+    var frag = document.createDocumentFragment();
+    rows.slice(start, start + this.pageSize).forEach(function (i) {
+      var tr = document.createElement("tr");
+      tr.setAttribute("data-index", i);
+      spec.columns.forEach(function (col) {
+        var td = document.createElement("td");
+        if (col.numeric) td.className = "num";
+        col.cell(i, td);
+        tr.appendChild(td);
+      });
+      if (spec.onRow) tr.addEventListener("click", function (e) {
+        if (e.target.closest("a, button")) return;  // links and buttons do their own thing
+        spec.onRow(i);
+      });
+      frag.appendChild(tr);
+    });
+    this.tbody.textContent = "";
+    this.tbody.appendChild(frag);
+    for (var key in this.headers) {
+      var th = this.headers[key];
+      th.removeAttribute("aria-sort");
+      if (key === this.sortKey) th.setAttribute("aria-sort", this.desc ? "descending" : "ascending");
+    }
+    this.info.textContent = rows.length + " of " + spec.count + " rows";
+    this.pageInfo.textContent = " page " + (this.page + 1) + " of " + pages + " ";
+    this.prev.disabled = this.page === 0;
+    this.next.disabled = this.page >= pages - 1;
+    if (spec.onRefresh) spec.onRefresh(self);
+  };
+
+  global.CbsiteTable = Table;
+})(window);
