@@ -107,7 +107,6 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from cbsite.archive import list_runs, read_run
@@ -130,8 +129,15 @@ def cmd_ls(args: argparse.Namespace) -> int:
             ref.model, ref.version, ref.run_id, str(meta["device"].get("name", "?")),
             str(sum(counts.values())), str(counts.get("failed", 0)), f"{meta.get('wall_time_s', 0):.1f}",
         )
-    Console().print(table)
+    _console().print(table)
     return 0
+
+
+def _console():
+    from rich.console import Console
+
+    # Piped output (CI logs, files) gets a wide table rather than rich's 80-column default.
+    return Console() if sys.stdout.isatty() else Console(width=200)
 
 
 def _fmt(value: Any, scale: float = 1.0, digits: int = 3) -> str:
@@ -142,13 +148,11 @@ def _fmt(value: Any, scale: float = 1.0, digits: int = 3) -> str:
 
 def _print_run(run: Any, top: int = 15) -> None:
     """Summary and the components that cost the most forward+backward time, as a terminal table."""
-    from rich.console import Console
+    import polars as pl
     from rich.table import Table
 
-    import polars as pl
-
     meta = run.meta
-    console = Console()
+    console = _console()
     dev = meta["device"]
     peak = next(iter(dev.get("peak_flops", {}).values()), None)
     console.print(

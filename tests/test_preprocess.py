@@ -37,8 +37,8 @@ class SequenceModel(nn.Module):
         super().__init__()
         self.tables = EmbeddingCollection(
             tables=[
-                EmbeddingConfig(name="items", embedding_dim=4, num_embeddings=1000, feature_names=["item", "clicked"]),
-                EmbeddingConfig(name="users", embedding_dim=4, num_embeddings=60, feature_names=["user"]),
+                EmbeddingConfig(name="item_table", embedding_dim=4, num_embeddings=1000, feature_names=["item", "clicked"]),
+                EmbeddingConfig(name="user_table", embedding_dim=4, num_embeddings=60, feature_names=["user"]),
             ]
         )
         self.head = nn.Linear(4, 1)
@@ -109,9 +109,9 @@ def test_shrink_embedding_collection_with_nested_kwargs() -> None:
     model, batch = SequenceModel(), sequence_inputs()
     out_before = model(**batch.kwargs)
     model, (shrunk,), record = shrink_hash_sizes(model, [batch], cap=50)
-    assert model.get_submodule("tables.embeddings.items").num_embeddings == 50
-    assert model.get_submodule("tables.embeddings.users").num_embeddings == 50
-    assert record["changed"]["tables"]["tables.embeddings.users"] == {"before": 60, "after": 50}
+    assert model.get_submodule("tables.embeddings.item_table").num_embeddings == 50
+    assert model.get_submodule("tables.embeddings.user_table").num_embeddings == 50
+    assert record["changed"]["tables"]["tables.embeddings.user_table"] == {"before": 60, "after": 50}
     assert record["changed"]["remapped_features"] == ["clicked", "item", "user"]
     assert record["changed"]["remapped_inputs"] == ["kwargs['batch']['features'][0]"]
     assert shrunk.kwargs["batch"]["note"] == "kept"

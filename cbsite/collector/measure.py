@@ -38,6 +38,7 @@ class Timing:
     samples: int
     cpu_time_ms: float
     device_time_ms: float | None
+    timed_s: float = 0.0  # wall seconds spent inside Timer's timed blocks (the floor of any collector)
 
 
 @dataclass
@@ -99,6 +100,7 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig) -> Ti
         samples=m.number_per_run * len(times),
         cpu_time_ms=cpu_ms,
         device_time_ms=device_ms,
+        timed_s=sum(m.times) * m.number_per_run,
     )
 
 

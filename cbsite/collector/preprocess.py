@@ -207,7 +207,7 @@ def _swap_modules(model: nn.Module, replacements: dict[int, nn.Module]) -> nn.Mo
     for parent in model.modules():
         for name, child in list(parent._modules.items()):
             if child is not None and id(child) in replacements:
-                parent._modules[name] = replacements[id(child)]
+                parent._modules[name] = replacements[id(child)]; break
     return model
 
 

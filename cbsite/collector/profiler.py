@@ -232,6 +232,9 @@ def profile_model(
         "tags": list(tags),
         "notes": notes,
         "wall_time_s": round(time.perf_counter() - started, 3),
+        # Seconds inside timed regions: what no collector can avoid; the rest is capture, warm-up,
+        # counting passes and calibration.
+        "timed_s": round(sum(o.result.timing.timed_s for per in outcomes.values() for o in per.values() if o.result), 3),
         "counts": counts,
         "counts_phase": config.phases[0],
     }

@@ -48,6 +48,7 @@ class RunData:
     top: list[dict[str, Any]]  # hottest leaves by forward latency per forward
     phases: list[str]
     has_ops: bool
+    counts: dict[str, dict[str, int]] = field(default_factory=dict)  # phase -> status -> components
     warnings: list[str] = field(default_factory=list)
 
 
@@ -188,5 +189,9 @@ def run_data(run: Run, warnings: list[str]) -> tuple[RunData, dict[str, Any], di
     ops = ops_json(run)
     rd = RunData(
         run=run, totals=totals(run), top=hottest(run), phases=comps["phases"], has_ops=ops is not None,
+        counts={
+            phase: {s: sum(1 for v in comps[phase]["status"] if v == s) for s in schema.STATUSES}
+            for phase in comps["phases"]
+        },
     )
     return rd, comps, ops

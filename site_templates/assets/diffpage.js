@@ -1,0 +1,100 @@
+/* The diff page: the per-component delta table and an icicle of the newer run coloured by delta. */
+(function () {
+  "use strict";
+  var F = window.CbsiteFormat;
+  var METRICS = {
+    flops: { label: "FLOPs", fmt: F.flops },
+    param_bytes: { label: "parameters", fmt: F.bytes },
+    peak_memory_bytes: { label: "peak memory", fmt: F.bytes },
+    latency_ms: { label: "latency", fmt: F.ms },
+    bytes_moved: { label: "bytes moved", fmt: F.bytes }
+  };
+
+  function deltaText(v, fmt, noise) {
+    return F.signed(v, fmt) + (noise ? " (noise)" : "");
+  }
+
+  function mountTable(diff) {
+    var state = { phase: diff.phases[0] };
+    var cols = function () { return diff[state.phase]; };
+    var columns = [
+      { key: "path", label: "path", value: function (i) { return cols().path[i]; },
+        cell: function (i, td) {
+          var c = cols(), root = document.getElementById("cbsite-diff").getAttribute("data-model");
+          td.className = "path";
+          td.style.paddingLeft = (0.3 + 0.8 * c.depth[i]) + "em";
+          td.textContent = c.path[i] === "" ? root + " (root)" : c.path[i];
+          if (c.base_path[i] !== null && c.base_path[i] !== c.path[i]) td.title = "was " + c.base_path[i];
+        } },
+      { key: "depth", label: "depth", numeric: true, value: function (i) { return cols().depth[i]; }, cell: function (i, td) { td.textContent = cols().depth[i]; } },
+      { key: "module_type", label: "module type", value: function (i) { return cols().module_type[i]; },
+        cell: function (i, td) { td.textContent = cols().module_type[i].split(".").pop(); td.title = cols().module_type[i]; } },
+      { key: "kind", label: "change", value: function (i) { return cols().kind[i]; },
+        cell: function (i, td) { var s = document.createElement("span"); s.className = "cbsite-kind kind-" + cols().kind[i]; s.textContent = cols().kind[i]; td.appendChild(s);
+          if (cols().missing[i].length) { s.title = "no value on a side for: " + cols().missing[i].join(", "); s.textContent += " *"; } } }
+    ];
+    ["flops", "param_bytes", "peak_memory_bytes", "latency_ms"].forEach(function (m) {
+      var spec = METRICS[m];
+      columns.push({ key: "d_" + m, label: "\u0394 " + spec.label, numeric: true, title: "change per forward (head \u2212 base)",
+        value: function (i) { return cols().delta[m][i]; },
+        cell: function (i, td) { var v = cols().delta[m][i], noise = cols().noise[m][i];
+          td.textContent = deltaText(v, spec.fmt, noise);
+          if (typeof v === "number" && v !== 0 && !noise) td.classList.add(v > 0 ? "up" : "down"); } });
+      columns.push({ key: "s_" + m, label: "share", numeric: true,
+        title: "this component's own change of " + spec.label + " as a share of the whole model's change",
+        value: function (i) { return cols().share[m][i]; },
+        cell: function (i, td) { td.textContent = F.pct(cols().share[m][i]); } });
+    });
+    var t = new window.CbsiteTable(document.getElementById("cbsite-difftable"), {
+      columns: columns, count: cols().path.length, pageSize: 100, sort: { key: "s_flops", desc: true },
+      text: function (i) { return cols().path[i]; },
+      depth: function (i) { return cols().depth[i]; },
+      extraControls: function (bar) {
+        if (diff.phases.length < 2) return;
+        var s = document.createElement("select");
+        s.setAttribute("aria-label", "phase");
+        diff.phases.forEach(function (p) { var o = document.createElement("option"); o.value = p; o.textContent = p; s.appendChild(o); });
+        s.addEventListener("change", function () { state.phase = s.value; t.spec.count = cols().path.length; t.refresh(); });
+        bar.appendChild(s);
+      }
+    });
+    return t;
+  }
+
+  function start() {
+    var root = document.getElementById("cbsite-diff");
+    if (!root || !root.getAttribute("data-diff")) return;
+    var get = window.CbsiteRunPage.fetchJson;
+    Promise.all([get(root.getAttribute("data-diff")), get(root.getAttribute("data-head"))]).then(function (res) {
+      var diff = res[0], head = res[1];
+      root.querySelector(".cbsite-loading").hidden = true;
+      // Align the diff's rows with the head run's components by path, per phase.
+      var at = {};
+      diff.phases.forEach(function (p) {
+        var idx = {};
+        diff[p].path.forEach(function (path, k) { if (diff[p].kind[k] !== "removed") idx[path] = k; });
+        at[p] = head.path.map(function (path) { return idx.hasOwnProperty(path) ? idx[path] : -1; });
+      });
+      var extra = {};
+      Object.keys(METRICS).forEach(function (m) {
+        var spec = METRICS[m];
+        extra["delta_" + m] = { label: "\u0394 " + spec.label, kind: "diverging", extra: true, fmt: function (v) { return F.signed(v, spec.fmt); },
+          value: function (i, phase) {
+            if (!diff[phase]) return null;
+            var k = at[phase][i];
+            if (k < 0) return null;
+            return diff[phase].noise[m][k] ? 0 : diff[phase].delta[m][k];  // noise is not a change
+          } };
+      });
+      // The icicle shows the phases both runs have.
+      head.phases = head.phases.filter(function (p) { return diff.phases.indexOf(p) >= 0; });
+      window.cbsiteDiff = { diff: diff, head: head,
+        icicle: window.CbsiteRunPage.mountIcicle(head, "cbsite", extra, "delta_flops"), table: mountTable(diff) };
+      root.setAttribute("data-ready", "1");
+    }).catch(function (err) {
+      root.querySelector(".cbsite-loading").textContent = "Could not load the diff data (" + err.message +
+        "). Serve the site over HTTP (cbsite serve).";
+    });
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start); else start();
+})();

@@ -1,0 +1,310 @@
+/* The run page: loads components.json once and drives the icicle, the table and the details panel. */
+(function () {
+  "use strict";
+  var F = window.CbsiteFormat;
+
+  var WIDTH = {
+    latency_ms: { label: "latency per forward", fmt: F.ms },
+    flops: { label: "FLOPs per forward", fmt: F.flops },
+    param_bytes: { label: "parameter bytes", fmt: F.bytes },
+    peak_memory_bytes: { label: "peak memory", fmt: F.bytes }
+  };
+  var COLOUR = {
+    mfu: { label: "MFU", fmt: F.pct, kind: "linear" },
+    bandwidth_util: { label: "bandwidth utilisation", fmt: F.pct, kind: "linear" },
+    latency_ms: { label: "latency per forward", fmt: F.ms, kind: "log" },
+    flops: { label: "FLOPs per forward", fmt: F.flops, kind: "log" }
+  };
+
+  function calls(d, i) { return Math.max(d.call_count[i] || 0, 1); }
+
+  /* A metric as the icicle and the table show it: per forward of the whole model for per-call
+     metrics (value x calls), static or peak values as they are. */
+  function metric(d, phase, key, i) {
+    if (key === "param_bytes") return d.param_bytes[i];
+    var cols = d[phase];
+    if (!cols) return null;
+    var v = cols[key][i];
+    if (v === null || v === undefined) return null;
+    if (key === "latency_ms" || key === "flops" || key === "cpu_time_ms" || key === "device_time_ms") return v * calls(d, i);
+    return v;
+  }
+
+  function label(d, i) { return d.path[i] === "" ? d.model : d.name[i]; }
+  function fullPath(d, i) { return d.path[i] === "" ? d.model + " (root)" : d.path[i]; }
+  function status(d, phase, i) { return d[phase] ? (d[phase].status[i] || "absent") : "absent"; }
+
+  function link(href, text, cls) {
+    var a = document.createElement("a");
+    a.href = href; a.textContent = text;
+    if (cls) a.className = cls;
+    return a;
+  }
+
+  function perfettoButton(root, d, i, phase, file) {
+    var b = document.createElement("button");
+    b.type = "button";
+    b.className = "cbsite-perfetto";
+    b.textContent = "Perfetto " + (phase === "forward" ? "fwd" : "bwd");
+    b.title = "Open the " + phase + " trace of " + fullPath(d, i) + " in the Perfetto UI";
+    b.setAttribute("data-trace", file);
+    b.addEventListener("click", function () {
+      window.CbsitePerfetto.open(root.getAttribute("data-perfetto-origin"), file,
+        d.model + " " + d.version + " " + fullPath(d, i) + " (" + phase + ")");
+    });
+    return b;
+  }
+
+  /* Artifact links of component i: traces (+ Perfetto) per phase, memory snapshot, log, op breakdown. */
+  function artifacts(root, d, i, td, opsComponents, onOps) {
+    (d.phases || []).forEach(function (phase) {
+      var c = d[phase];
+      if (c.trace_file[i]) {
+        td.appendChild(link(c.trace_file[i], "trace " + (phase === "forward" ? "fwd" : "bwd")));
+        td.appendChild(perfettoButton(root, d, i, phase, c.trace_file[i]));
+      }
+    });
+    var mem = null, log = null;
+    (d.phases || []).forEach(function (phase) {
+      mem = mem || d[phase].memory_file[i];
+      log = log || d[phase].log_file[i];
+    });
+    if (mem) td.appendChild(link(mem, "memory"));
+    if (log) td.appendChild(link(log, "log"));
+    if (opsComponents && opsComponents[d.path[i]]) {
+      var b = document.createElement("button");
+      b.type = "button"; b.className = "cbsite-ops"; b.textContent = "ops";
+      b.addEventListener("click", function () { onOps(i); });
+      td.appendChild(b);
+    }
+  }
+
+  function text(td, s, title) { td.textContent = s; if (title) td.title = title; }
+
+  function details(panel, d, i, ops) {
+    panel.hidden = false;
+    panel.textContent = "";
+    var h = document.createElement("h3");
+    h.textContent = fullPath(d, i);
+    panel.appendChild(h);
+    var p = document.createElement("p");
+    p.textContent = d.module_type[i] + " \u00b7 depth " + d.depth[i] + " \u00b7 " + d.call_count[i] +
+      " call(s) per forward \u00b7 " + F.bytes(d.param_bytes[i]) + " of parameters (" + F.num(d.param_count[i]) + ")";
+    panel.appendChild(p);
+    var t = document.createElement("table");
+    t.className = "cbsite-details";
+    var rows = [["status", "status", String], ["error", "error", String],
+      ["latency (median, per call)", "latency_ms", F.ms], ["latency p25", "latency_p25_ms", F.ms],
+      ["latency p75", "latency_p75_ms", F.ms], ["samples", "samples", F.num], ["CPU time", "cpu_time_ms", F.ms],
+      ["GPU time", "device_time_ms", F.ms], ["FLOPs per call", "flops", F.flops], ["TFLOP/s", "tflops_per_s", F.num],
+      ["MFU", "mfu", F.pct], ["bytes moved (estimate)", "bytes_moved", F.bytes], ["bandwidth GB/s", "bandwidth_gbps", F.num],
+      ["bandwidth utilisation", "bandwidth_util", F.pct], ["arithmetic intensity", "arithmetic_intensity", F.num],
+      ["peak memory", "peak_memory_bytes", F.bytes], ["ops without a FLOP formula", "unsupported_ops", null],
+      ["notes", "notes", null], ["input shapes", "input_shapes", String]];
+    var head = document.createElement("tr");
+    ["", ].concat(d.phases).forEach(function (ph) { var th = document.createElement("th"); th.textContent = ph; head.appendChild(th); });
+    t.appendChild(head);
+    rows.forEach(function (r) {
+      var any = d.phases.some(function (ph) { var v = d[ph][r[1]][i]; return v !== null && v !== undefined && !(Array.isArray(v) && !v.length); });
+      if (!any) return;
+      var tr = document.createElement("tr");
+      var th = document.createElement("th"); th.textContent = r[0]; tr.appendChild(th);
+      d.phases.forEach(function (ph) {
+        var v = d[ph][r[1]][i], td = document.createElement("td");
+        td.textContent = v === null || v === undefined ? F.DASH : Array.isArray(v) ? (v.join("; ") || F.DASH) : r[2](v);
+        tr.appendChild(td);
+      });
+      t.appendChild(tr);
+    });
+    panel.appendChild(t);
+    if (ops && ops.components[d.path[i]]) {
+      d.phases.forEach(function (ph) {
+        var list = ops.components[d.path[i]][ph];
+        if (!list) return;
+        var cap = document.createElement("h4");
+        cap.textContent = "Op breakdown (" + ph + ")";
+        panel.appendChild(cap);
+        var ot = document.createElement("table");
+        ot.className = "cbsite-details";
+        var hr = document.createElement("tr");
+        ops.columns.forEach(function (c) { var th = document.createElement("th"); th.textContent = c; hr.appendChild(th); });
+        ot.appendChild(hr);
+        list.forEach(function (row) {
+          var tr = document.createElement("tr");
+          row.forEach(function (v) { var td = document.createElement("td"); td.textContent = typeof v === "number" ? F.num(v) : (v === null ? F.DASH : String(v)); tr.appendChild(td); });
+          ot.appendChild(tr);
+        });
+        panel.appendChild(ot);
+      });
+    }
+    panel.scrollIntoView({ block: "nearest" });
+  }
+
+  function select(id, options, value, onChange) {
+    var s = document.getElementById(id);
+    s.textContent = "";
+    Object.keys(options).forEach(function (k) {
+      var o = document.createElement("option");
+      o.value = k; o.textContent = options[k].label || options[k];
+      s.appendChild(o);
+    });
+    s.value = value;
+    s.addEventListener("change", function () { onChange(s.value); });
+    return s;
+  }
+
+  function tooltip(d, phase, widthKey, colourKey, colourSpec) {
+    return function (i, info) {
+      var rows = [["", fullPath(d, i)], ["type", d.module_type[i]], ["status", status(d, phase, i)],
+        ["calls per forward", String(d.call_count[i])],
+        ["latency per forward", F.ms(metric(d, phase, "latency_ms", i))],
+        ["FLOPs per forward", F.flops(metric(d, phase, "flops", i))],
+        ["parameters", F.bytes(d.param_bytes[i])],
+        ["peak memory", F.bytes(metric(d, phase, "peak_memory_bytes", i))],
+        ["MFU", F.pct(metric(d, phase, "mfu", i))],
+        ["bandwidth utilisation", F.pct(metric(d, phase, "bandwidth_util", i))]];
+      if (colourSpec && colourSpec.extra) rows.push([colourSpec.label, colourSpec.fmt(colourSpec.value(i))]);
+      if (info.share !== null && info.share !== undefined) rows.push(["share of parent", F.pct(info.share)]);
+      if (info.self !== null && info.self !== undefined) rows.push(["self share", F.pct(info.self)]);
+      if (info.overflow) rows.push(["", "children sum to " + (isFinite(info.overflow) ? info.overflow.toPrecision(3) + "\u00d7" : "more than") +
+        " this node's " + WIDTH[widthKey].label + " (replay noise, or a metric that does not add up): scaled to fit", "warn"]);
+      var st = status(d, phase, i);
+      if (st === "estimated") rows.push(["", "estimated: the sum of its children", "warn"]);
+      if (st === "failed") rows.push(["", "failed: " + (d[phase].error[i] || "no error recorded"), "warn"]);
+      return rows;
+    };
+  }
+
+  /* Mount an icicle with its phase/width/colour controls; `extraColours` adds colour metrics (diff deltas). */
+  function mountIcicle(d, prefix, extraColours, defaultColour) {
+    var box = document.getElementById(prefix + "-icicle");
+    var colours = {};
+    Object.keys(extraColours || {}).forEach(function (k) { colours[k] = extraColours[k]; });
+    Object.keys(COLOUR).forEach(function (k) { colours[k] = COLOUR[k]; });
+    var state = { phase: d.phases[0], width: "latency_ms", colour: defaultColour || "mfu" };
+    var legend = document.getElementById(prefix + "-legend");
+    var crumb = document.getElementById(prefix + "-zoom");
+    function colourFn() {
+      var c = colours[state.colour];
+      if (c.extra) return function (i) { return c.value(i, state.phase); };
+      return function (i) { return metric(d, state.phase, state.colour, i); };
+    }
+    function opts() {
+      var c = colours[state.colour];
+      var spec = c.extra ? { extra: true, label: c.label, fmt: c.fmt, value: function (i) { return c.value(i, state.phase); } } : null;
+      return {
+        parent: d.parent,
+        label: function (i) { return label(d, i); },
+        status: function (i) { return status(d, state.phase, i); },
+        width: function (i) { return metric(d, state.phase, state.width, i); },
+        colour: colourFn(), colourKind: c.kind,
+        tooltip: tooltip(d, state.phase, state.width, state.colour, spec)
+      };
+    }
+    var ic = new window.CbsiteIcicle.Icicle(box, opts());
+    var o = ic.opts;
+    o.onRender = function (icicle) {
+      var sc = icicle.scale, c = colours[state.colour];
+      legend.textContent = "colour: " + c.label + (sc.lo === null ? " (no values)" :
+        " from " + c.fmt(sc.lo) + " to " + c.fmt(sc.hi)) + " \u00b7 width: " + WIDTH[state.width].label +
+        " \u00b7 hatched = estimated or failed, \u2248 estimated, \u2715 failed, grey = no value";
+      crumb.textContent = icicle.zoom === 0 ? "" : "zoomed into " + fullPath(d, icicle.zoom) + " \u2014 click the top bars or the node to back out";
+    };
+    ic.render();
+    var phases = {};
+    d.phases.forEach(function (p) { phases[p] = p; });
+    select(prefix + "-phase", phases, state.phase, function (v) { state.phase = v; ic.setOptions(opts()); });
+    select(prefix + "-width", WIDTH, state.width, function (v) { state.width = v; ic.setOptions(opts()); });
+    select(prefix + "-colour", colours, state.colour, function (v) { state.colour = v; ic.setOptions(opts()); });
+    document.getElementById(prefix + "-reset").addEventListener("click", function () { ic.zoomTo(0); });
+    return ic;
+  }
+
+  function mountTable(root, d, ops) {
+    var state = { phase: d.phases[0] };
+    var panel = document.getElementById("cbsite-details");
+    var showDetails = function (i) { details(panel, d, i, ops); };
+    var ph = function () { return state.phase; };
+    var num = function (key, fmt, label, title, phase) {
+      return { key: key + (phase || ""), label: label, title: title, numeric: true,
+        value: function (i) { return metric(d, phase || ph(), key, i); },
+        cell: function (i, td) { text(td, fmt(metric(d, phase || ph(), key, i))); } };
+    };
+    var columns = [
+      { key: "path", label: "path", value: function (i) { return d.path[i]; },
+        cell: function (i, td) {
+          td.className = "path";
+          td.style.paddingLeft = (0.3 + 0.8 * d.depth[i]) + "em";
+          var a = document.createElement("a");
+          a.href = "#cbsite-details"; a.textContent = fullPath(d, i); a.title = "details of " + fullPath(d, i);
+          a.addEventListener("click", function (e) { e.preventDefault(); showDetails(i); });
+          td.appendChild(a);
+        } },
+      { key: "depth", label: "depth", numeric: true, value: function (i) { return d.depth[i]; }, cell: function (i, td) { text(td, String(d.depth[i])); } },
+      { key: "module_type", label: "module type", value: function (i) { return d.module_type[i]; },
+        cell: function (i, td) { text(td, d.module_type[i].split(".").pop(), d.module_type[i]); } },
+      num("latency_ms", F.ms, "fwd latency", "forward latency per forward of the model (median x calls)", "forward"),
+      num("latency_ms", F.ms, "bwd latency", "backward latency per forward of the model (median x calls)", "backward"),
+      { key: "param_bytes", label: "size MB", title: "static size: parameters and buffers of the subtree", numeric: true,
+        value: function (i) { return d.param_bytes[i]; }, cell: function (i, td) { text(td, F.mb(d.param_bytes[i])); } },
+      num("tflops_per_s", F.num, "TFLOP/s", "achieved TFLOP/s (selected phase)"),
+      num("mfu", F.pct, "MFU", "model FLOPs utilisation against the peak in the summary"),
+      num("cpu_time_ms", F.ms, "CPU time", "CPU time per forward of the model"),
+      num("device_time_ms", F.ms, "GPU time", "device time per forward of the model"),
+      num("bandwidth_gbps", F.num, "GB/s", "estimated bandwidth (roofline bytes / latency)"),
+      num("bandwidth_util", F.pct, "BW util", "estimated bandwidth against the peak in the summary"),
+      { key: "status", label: "status", value: function (i) { return status(d, ph(), i); },
+        cell: function (i, td) {
+          var s = status(d, ph(), i);
+          var span = document.createElement("span");
+          span.className = "cbsite-status status-" + s; span.textContent = s;
+          if (s === "failed" && d[ph()].error[i]) span.title = d[ph()].error[i];
+          td.appendChild(span);
+        } },
+      { key: "links", label: "artifacts", cell: function (i, td) {
+          td.className = "links";
+          artifacts(root, d, i, td, ops && ops.components, showDetails);
+        } }
+    ];
+    var t = new window.CbsiteTable(document.getElementById("cbsite-table"), {
+      columns: columns, count: d.path.length, pageSize: 100,
+      text: function (i) { return d.path[i] === "" ? d.model : d.path[i]; },
+      depth: function (i) { return d.depth[i]; },
+      extraControls: function (bar) {
+        if (d.phases.length < 2) return;
+        var s = document.createElement("select");
+        s.className = "cbsite-table-phase";
+        s.setAttribute("aria-label", "phase of the per-phase columns");
+        d.phases.forEach(function (p) { var o = document.createElement("option"); o.value = p; o.textContent = p + " columns"; s.appendChild(o); });
+        s.addEventListener("change", function () { state.phase = s.value; t.refresh(); });
+        bar.appendChild(s);
+      }
+    });
+    return t;
+  }
+
+  function fetchJson(url) {
+    return fetch(url).then(function (r) { if (!r.ok) throw new Error(url + ": " + r.status); return r.json(); });
+  }
+
+  function start() {
+    var root = document.getElementById("cbsite-run");
+    if (!root) return;
+    var opsUrl = root.getAttribute("data-ops");
+    Promise.all([fetchJson(root.getAttribute("data-components")), opsUrl ? fetchJson(opsUrl) : Promise.resolve(null)])
+      .then(function (res) {
+        var d = res[0];
+        if (!d.phases.length) { root.querySelector(".cbsite-loading").textContent = "This run has no rows."; return; }
+        root.querySelector(".cbsite-loading").hidden = true;
+        window.cbsiteRun = { data: d, icicle: mountIcicle(d, "cbsite"), table: mountTable(root, d, res[1]) };
+        root.setAttribute("data-ready", "1");
+      })
+      .catch(function (err) {
+        root.querySelector(".cbsite-loading").textContent = "Could not load the run data (" + err.message +
+          "). Serve the site over HTTP (cbsite serve) rather than opening the files directly.";
+      });
+  }
+
+  window.CbsiteRunPage = { metric: metric, mountIcicle: mountIcicle, fetchJson: fetchJson, label: label, fullPath: fullPath };
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start); else start();
+})();
