@@ -24,7 +24,7 @@ DEFAULT_RUNS = Path(os.environ.get("CBSITE_RUNS", "runs"))
 # embedding dim), plus DeepFM and nanoGPT, on CPU-friendly sizes.
 DEMO = (
     ("dlrm", "dlrm", "v1", {}),
-    ("dlrm", "dlrm", "v2", {"embedding_dim": 32, "over_arch_layer_sizes": [256, 128, 1]}),
+    ("dlrm", "dlrm", "v2", {"embedding_dim": 64, "over_arch_layer_sizes": [256, 128, 1]}),
     ("deepfm", "deepfm", "v1", {}),
     ("nanogpt", "nanogpt", "v1", {}),
 )

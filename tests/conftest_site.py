@@ -123,6 +123,10 @@ def synthetic_rows(
             r = node.row
             r["param_bytes"] = sum(c["param_bytes"] or 0 for c in node.children)
             r["param_count"] = sum(c["param_count"] or 0 for c in node.children)
+            if r["status"] == "estimated":  # sums now, so that measured ancestors include them
+                kids = [c for c in node.children if c["latency_ms"] is not None]
+                r.update(latency_ms=sum(c["latency_ms"] for c in kids), flops=sum(c["flops"] or 0 for c in kids),
+                         bytes_moved=sum(c["bytes_moved"] or 0 for c in kids))
             if r["status"] == "measured":
                 kids = [c for c in node.children if c["latency_ms"] is not None]
                 s = sum(c["latency_ms"] for c in kids)
@@ -181,3 +185,60 @@ def synthetic_run(
 
         shutil.rmtree(staging)
     return folder
+
+
+# --- small archives built with tests/runfactory.py (exact, deterministic numbers) ------------------
+
+GOLDEN_SPEC = {
+    "": {
+        "embedding": {"embedding.tables": {"embedding.tables.t_cat_0": None, "embedding.tables.t_cat_1": None}},
+        "dense": {"dense.0": None, "dense.1": None},
+        "over": None,
+    }
+}
+
+
+def golden_runs():
+    """Two versions of a small model, v2 with a bigger table (params, FLOPs, peak memory) and a new layer."""
+    from tests.runfactory import make_run
+
+    v1 = make_run(
+        GOLDEN_SPEC, model="dlrm", version="v1", run_id="20250101T000000Z-00000a",
+        metrics={"dense": {"status": "measured", "latency_ms": 0.002, "flops": 100},
+                 "embedding.tables.t_cat_0": {"param_bytes": 4000, "flops": 5000, "latency_ms": 0.01,
+                                              "peak_memory_bytes": 10_000, "call_count": 2}},
+        tags=["demo"], notes="first version",
+    )
+    spec2 = {"": {**GOLDEN_SPEC[""], "dense": {"dense.0": None, "dense.1": None, "dense.2": None}}}
+    v2 = make_run(
+        spec2, model="dlrm", version="v2", run_id="20250102T000000Z-00000b",
+        metrics={"dense": {"status": "measured", "latency_ms": 0.002, "flops": 100},
+                 "embedding.tables.t_cat_0": {"param_bytes": 16000, "flops": 9000, "latency_ms": 0.03,
+                                              "peak_memory_bytes": 40_000, "call_count": 2}},
+        tags=["demo"], notes="bigger table",
+    )
+    return v1, v2
+
+
+def write_golden_archive(root: Path) -> Path:
+    from tests.runfactory import write_archive
+
+    write_archive(root, golden_runs())
+    return root
+
+
+HOSTILE = '<script>alert("x")</script> & *stars* _under_ [link](http://evil.example) `tick` {{ jinja }} | pipe'
+
+
+def write_hostile_run(root: Path) -> Path:
+    """A run whose free-text fields and module names carry HTML, Markdown and template syntax."""
+    from tests.runfactory import make_run, write_archive
+
+    spec = {"": {"evil<img src=x onerror=alert(1)>": None, "ok": None}}
+    run = make_run(
+        spec, model="hostile", version="v1", run_id="20250103T000000Z-00000c",
+        metrics={"ok": {"module_type": HOSTILE, "status": "failed", "error": HOSTILE}},
+        tags=[HOSTILE], notes=HOSTILE,
+    )
+    run.meta["provider"] = {"name": HOSTILE, "args": {HOSTILE: HOSTILE}}
+    return write_archive(root, [run])[0]

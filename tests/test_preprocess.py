@@ -37,7 +37,9 @@ class SequenceModel(nn.Module):
         super().__init__()
         self.tables = EmbeddingCollection(
             tables=[
-                EmbeddingConfig(name="item_table", embedding_dim=4, num_embeddings=1000, feature_names=["item", "clicked"]),
+                EmbeddingConfig(
+                    name="item_table", embedding_dim=4, num_embeddings=1000, feature_names=["item", "clicked"]
+                ),
                 EmbeddingConfig(name="user_table", embedding_dim=4, num_embeddings=60, feature_names=["user"]),
             ]
         )

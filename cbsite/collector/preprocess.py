@@ -173,13 +173,13 @@ def _rebuild_collection(
 
     if isinstance(module, EmbeddingBagCollection):
         configs = module.embedding_bag_configs()
-        shrunk = [dataclasses.replace(c, num_embeddings=new_size(c.num_embeddings), feature_names=list(c.feature_names)) for c in configs]
+        shrunk = _shrunk_configs(configs, new_size)
         new = EmbeddingBagCollection(tables=shrunk, is_weighted=module.is_weighted(), device=module.device)
         old_tables, new_tables = module.embedding_bags, new.embedding_bags
     else:
         assert isinstance(module, EmbeddingCollection)
         configs = module.embedding_configs()
-        shrunk = [dataclasses.replace(c, num_embeddings=new_size(c.num_embeddings), feature_names=list(c.feature_names)) for c in configs]
+        shrunk = _shrunk_configs(configs, new_size)
         new = EmbeddingCollection(
             tables=shrunk,
             device=module.device,
@@ -200,6 +200,14 @@ def _rebuild_collection(
     return new, sizes, features
 
 
+def _shrunk_configs(configs: list[Any], new_size: Callable[[int], int]) -> list[Any]:
+    # Copies, so the old module's configs (and any caller holding them) keep their sizes.
+    return [
+        dataclasses.replace(c, num_embeddings=new_size(c.num_embeddings), feature_names=list(c.feature_names))
+        for c in configs
+    ]
+
+
 def _swap_modules(model: nn.Module, replacements: dict[int, nn.Module]) -> nn.Module:
     """Put each replacement wherever the old module hangs, under every parent that holds it."""
     if id(model) in replacements:
@@ -207,7 +215,7 @@ def _swap_modules(model: nn.Module, replacements: dict[int, nn.Module]) -> nn.Mo
     for parent in model.modules():
         for name, child in list(parent._modules.items()):
             if child is not None and id(child) in replacements:
-                parent._modules[name] = replacements[id(child)]; break
+                parent._modules[name] = replacements[id(child)]
     return model
 
 
@@ -264,20 +272,22 @@ def replicate_batch(
                 f"capture with a batch of at most {target_batch_size}, or raise the target"
             )
         sources.append(source)
+        if target_batch_size == source:
+            out.append(batch)
+            continue
         reps = math.ceil(target_batch_size / source)
 
-        def tile(leaf: Any, path: str) -> Any:
+        def tile(leaf: Any, path: str, source: int = source, reps: int = reps) -> Any:
             if isinstance(leaf, torch.Tensor) and leaf.dim() > 0 and leaf.shape[0] == source:
                 _note(replicated, path)
                 return _tile_tensor(leaf, reps, target_batch_size)
-            if kjt_type is not None and isinstance(leaf, kjt_type) and not leaf.variable_stride_per_key():
-                if leaf.stride() == source:
-                    _note(replicated, path)
-                    return _tile_kjt(leaf, reps, target_batch_size)
+            if _is_fixed_stride_kjt(leaf, kjt_type) and leaf.stride() == source:
+                _note(replicated, path)
+                return _tile_kjt(leaf, reps, target_batch_size)
             _note(untouched, path)
             return leaf
 
-        out.append(_map_inputs(batch, tile) if target_batch_size != source else batch)
+        out.append(_map_inputs(batch, tile))
     record = {
         "name": "replicate_batch",
         "parameters": {"target_batch_size": target_batch_size, "batch_size": batch_size},
@@ -298,12 +308,17 @@ def _note(paths: list[str], path: str) -> None:
         paths.append(path)
 
 
+def _is_fixed_stride_kjt(leaf: Any, kjt_type: type | None) -> bool:
+    # A variable-stride KJT has a batch size per key (and per rank): no single dim to tile.
+    return kjt_type is not None and isinstance(leaf, kjt_type) and not leaf.variable_stride_per_key()
+
+
 def _detect_batch_size(batch: Inputs, kjt_type: type | None) -> int:
     candidates: list[int] = []
     for _, leaf in _leaves(batch):
         if isinstance(leaf, torch.Tensor) and leaf.dim() > 0:
             candidates.append(leaf.shape[0])
-        elif kjt_type is not None and isinstance(leaf, kjt_type) and not leaf.variable_stride_per_key():
+        elif _is_fixed_stride_kjt(leaf, kjt_type):
             candidates.append(leaf.stride())
     if not candidates:
         raise CbsiteError(

@@ -52,11 +52,13 @@ def _read_all(root: Path, warnings: list[str]) -> list[Run]:
         try:
             run = archive.read_run(ref.path)
         except CbsiteError as exc:  # a broken run is reported and skipped; the rest still builds
-            warnings.append(f"skipped run {ref.path}: {exc}")
+            # Named relative to the archive, so the same archive builds the same page wherever it lies.
+            where = f"{ref.model}/{ref.version}/{ref.run_id}"
+            warnings.append(f"skipped run {where}: {str(exc).replace(str(ref.path), where)}")
             continue
         if (run.model, run.version, run.run_id) != (ref.model, ref.version, ref.run_id):
             warnings.append(
-                f"skipped run {ref.path}: its run.json says {run.model}/{run.version}/{run.run_id}, "
+                f"skipped run {ref.model}/{ref.version}/{ref.run_id}: its run.json says {run.model}/{run.version}/{run.run_id}, "
                 "which does not match its folder"
             )
             continue

@@ -21,6 +21,7 @@ DEFAULTS_FILE = Path(__file__).resolve().parents[2] / "site_templates" / "mkdocs
 CBSITE_KEYS = {"perfetto_origin"}
 # Material's default separator plus '.' and '_', so `sparse_arch.ebc.t_cat_0` is found by any of its parts.
 SEARCH_SEPARATOR = r"[\s\-\.\_]+"
+CSS = "assets/cbsite/cbsite.css"
 ORIGIN_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:\d{1,5})?$")
 
 
@@ -138,6 +139,8 @@ def project_config(site: SiteConfig, nav: list[Any], *, versioned: bool) -> tupl
         theme["custom_dir"] = str((site.source.parent / theme["custom_dir"]).resolve())
     cfg["theme"] = theme
     cfg["plugins"] = _plugins(cfg.get("plugins"), notes)
+    extra_css = [c for c in cfg.get("extra_css", []) if c != CSS]
+    cfg["extra_css"] = [CSS, *extra_css]
     if versioned:
         extra = cfg.setdefault("extra", {})
         extra["version"] = {**(extra.get("version") or {}), "provider": "mike"}

@@ -101,7 +101,7 @@ def environment() -> jinja2.Environment:
     env.filters.update(
         ms=fmt_ms, bytes=fmt_bytes, flops=fmt_flops, pct=fmt_pct, num=fmt_num, signed=fmt_signed,
         # YAML front matter: a JSON string is a valid YAML scalar, and tojson escapes <, >, & and '.
-        yaml_str=lambda s: jinja2.filters.do_tojson(env, str(s)),
+        yaml_str=lambda s: jinja2.utils.htmlsafe_json_dumps(str(s)),
     )
     env.globals.update(run_url=run_url, model_url=model_url, DASH=DASH)
     return env

@@ -60,8 +60,10 @@ def power_law_ids(count: int, hash_size: int, alpha: float, generator: torch.Gen
         e = 1.0 - alpha
         x = (1.0 + u * (top**e - 1.0)) ** (1.0 / e)
     ranks = (x.floor().to(torch.int64) - 1).clamp_(0, hash_size - 1)
-    prime = next((p for p in _SCATTER_PRIMES if math.gcd(p, hash_size) == 1), 1)
-    return (ranks * (prime % hash_size)) % hash_size
+    prime = next((p for p in _SCATTER_PRIMES if math.gcd(p, hash_size) == 1), 1) % hash_size
+    if (hash_size - 1) * prime >= 2**63:  # the product would overflow int64: keep ranks in order
+        return ranks
+    return (ranks * prime) % hash_size
 
 
 @lru_cache(maxsize=64)
@@ -75,7 +77,7 @@ def _pooling_distribution(mean: float, alpha: float) -> torch.Tensor:
         if means[-1] >= mean:
             c = int(torch.searchsorted(means, torch.tensor([mean], dtype=torch.float64)).item()) + 1
             return weights[:c] / weights[:c].sum()
-        if limit >= 2**24:
+        if limit >= 2**20:  # bags of a million ids are not a recommendation workload
             raise CbsiteError(
                 f"a mean pooling factor of {mean} cannot be reached with alpha={alpha}: "
                 f"a power law this steep has a smaller mean; lower alpha or the pooling factor"

@@ -72,7 +72,9 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """Token ids `(B, T)` -> logits `(B, T, vocab_size)`; T is at most `block_size`."""
 
-    def __init__(self, vocab_size: int, block_size: int, n_layer: int, n_head: int, n_embd: int, dropout: float) -> None:
+    def __init__(
+        self, vocab_size: int, block_size: int, n_layer: int, n_head: int, n_embd: int, dropout: float
+    ) -> None:
         super().__init__()
         self.block_size = block_size
         self.dropout = dropout

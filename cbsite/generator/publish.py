@@ -1,0 +1,100 @@
+"""`cbsite publish`: write a built site into a directory in mike's layout.
+
+    DIR/versions.json      mike's format: [{"version", "title", "aliases"}], newest version first
+    DIR/<version>/         the site built with Material's version selector (extra.version.provider: mike)
+    DIR/<alias>/           a copy of the version it points to (works on any static host, no redirects)
+    DIR/index.html         a redirect to the default alias or version
+
+mike itself only writes to a git branch; the bookkeeping (ordering, moving aliases) reuses its Versions class.
+Publishing a version rewrites only its own folder, the folders of its aliases, versions.json and (when asked,
+or when there is none yet) the root redirect; other versions are never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from mike.versions import Versions
+
+from cbsite import schema
+from cbsite.errors import CbsiteError
+from cbsite.generator import build, pages
+
+VERSIONS_JSON = "versions.json"
+
+
+def _load_versions(out: Path) -> Versions:
+    path = out / VERSIONS_JSON
+    if not path.exists():
+        return Versions()
+    try:
+        return Versions.loads(path.read_text())
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CbsiteError(f"{path} is not a mike versions.json ({exc}); publish into an empty folder") from exc
+
+
+def _dump_versions(versions: Versions) -> str:
+    """mike's format with sorted aliases (mike writes a set's order, which varies from run to run)."""
+    data = []
+    for info in versions:  # mike's order: newest version first
+        item = {"version": str(info.version), "title": info.title, "aliases": sorted(info.aliases)}
+        if info.properties:
+            item["properties"] = info.properties
+        data.append(item)
+    return json.dumps(data, indent=2) + "\n"
+
+
+def _replace_dir(src: Path, dest: Path) -> None:
+    """Put a copy of `src` at `dest`, swapping it in only once complete."""
+    staging = dest.parent / f".{dest.name}.publishing"
+    if staging.exists():
+        shutil.rmtree(staging)
+    shutil.copytree(src, staging)
+    old = dest.parent / f".{dest.name}.old"
+    if dest.exists():
+        if old.exists():
+            shutil.rmtree(old)
+        os.rename(dest, old)
+    os.rename(staging, dest)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def publish(
+    runs: Path, out: Path, site_version: str, *, aliases: Sequence[str] = (), set_default: bool = False,
+    title: str | None = None, config: Path | None = None, perfetto_origin: str = "https://ui.perfetto.dev",
+    extra_diffs: Sequence[tuple[str, str]] = (), strict: bool = True, quiet: bool = False,
+) -> Path:
+    """Build the archive and publish it as `site_version` into `out`; return the version's folder."""
+    out = Path(out)
+    schema.check_name("site version", site_version)
+    for alias in aliases:
+        schema.check_name("alias", alias)
+    if site_version in aliases:
+        raise CbsiteError(f"alias {site_version!r} is the version's own name; choose another alias")
+    out.mkdir(parents=True, exist_ok=True)
+    versions = _load_versions(out)
+    for info in versions:
+        if site_version in info.aliases:
+            raise CbsiteError(f"{site_version!r} is already an alias of version {info.version}; choose another version name")
+        if str(info.version) in aliases:
+            raise CbsiteError(f"alias {str(info.version)!r} is already a published version; choose another alias")
+    with tempfile.TemporaryDirectory(prefix="cbsite-publish-") as tmp:
+        site = Path(tmp) / "site"
+        build.build(runs, site, config=config, perfetto_origin=perfetto_origin, extra_diffs=extra_diffs,
+                    strict=strict, quiet=quiet, versioned=True)
+        _replace_dir(site, out / site_version)
+    for alias in aliases:
+        _replace_dir(out / site_version, out / alias)
+    versions.add(site_version, title, list(aliases), update_aliases=True)
+    (out / VERSIONS_JSON).write_text(_dump_versions(versions))
+    index = out / "index.html"
+    if set_default or not index.exists():
+        target = aliases[0] if aliases else site_version
+        index.write_text(pages.environment().get_template("publish/redirect.html.j2").render(target=target))
+    return out / site_version
