@@ -205,16 +205,17 @@ def golden_runs():
     v1 = make_run(
         GOLDEN_SPEC, model="dlrm", version="v1", run_id="20250101T000000Z-00000a",
         metrics={"dense": {"status": "measured", "latency_ms": 0.002, "flops": 100},
-                 "embedding.tables.t_cat_0": {"param_bytes": 4000, "flops": 5000, "latency_ms": 0.01,
-                                              "peak_memory_bytes": 10_000, "call_count": 2}},
+                 "embedding.tables.t_cat_0": {"param_bytes": 100_000, "flops": 50_000, "latency_ms": 0.05,
+                                              "peak_memory_bytes": 200_000, "call_count": 2}},
         tags=["demo"], notes="first version",
     )
     spec2 = {"": {**GOLDEN_SPEC[""], "dense": {"dense.0": None, "dense.1": None, "dense.2": None}}}
     v2 = make_run(
         spec2, model="dlrm", version="v2", run_id="20250102T000000Z-00000b",
         metrics={"dense": {"status": "measured", "latency_ms": 0.002, "flops": 100},
-                 "embedding.tables.t_cat_0": {"param_bytes": 16000, "flops": 9000, "latency_ms": 0.03,
-                                              "peak_memory_bytes": 40_000, "call_count": 2}},
+                 "embedding.tables.t_cat_0": {"param_bytes": 400_000, "flops": 900_000, "latency_ms": 0.3,
+                                              "peak_memory_bytes": 800_000, "call_count": 2},
+                 "dense.2": {"param_bytes": 400, "flops": 1000, "latency_ms": 0.001, "peak_memory_bytes": 1024}},
         tags=["demo"], notes="bigger table",
     )
     return v1, v2

@@ -81,7 +81,7 @@ def flatten(spec: Spec) -> list[tuple[str, list[str]]]:
         kids = list(children or {})
         for kid in kids:
             expected = kid.rsplit(".", 1)[0] if "." in kid else ""
-            if expected != path or kid.rsplit(".", 1)[-1] == "":
+            if expected != path or "" in kid.split("."):
                 raise ValueError(f"spec key {kid!r} is not a child path of {path!r}")
         out.append((path, kids))
         for kid in kids:
@@ -362,7 +362,10 @@ class SyntheticTree:
 
 
 def _join(prefix: str, path: str) -> str:
-    return prefix if path == "" else f"{prefix}.{path}"
+    """`path` moved under `prefix`; either may be the root ""."""
+    if path == "":
+        return prefix
+    return path if prefix == "" else f"{prefix}.{path}"
 
 
 def _graft(children: Spec | None, prefix: str) -> dict[str, Any] | None:

@@ -72,7 +72,7 @@ def revisions(draw: st.DrawFn) -> tuple[SyntheticTree, SyntheticTree]:
     if head.containers and draw(st.booleans()):
         sub = draw(trees(max_depth=2))
         head = head.with_subtree(draw(st.sampled_from(head.containers)), sub, "new")
-    for container in draw(st.lists(st.sampled_from(head.containers), unique=True, max_size=2)):
+    for container in draw(st.lists(st.sampled_from(head.containers), unique=True, max_size=2)) if head.containers else []:
         if head.metrics[container].get("status") == "measured":
             head = head.with_metrics(container, flops=draw(st.integers(0, 10**6)))  # its own share changed
     return base, head

@@ -77,7 +77,8 @@ NON_FLOP_OPS = {
     "searchsorted", "_unique2", "unique_dim", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset",
     "one_hot", "unbind", "split", "chunk", "tensor_split", "narrow", "slice_scatter", "select_scatter",
     "index_fill", "index_fill_", "masked_select", "masked_scatter", "_embedding_bag_backward",
-    "_pin_memory", "is_pinned", "as_strided_scatter", "_unsafe_view",
+    "_pin_memory", "is_pinned", "as_strided_scatter", "_unsafe_view", "slice_backward", "select_backward",
+    "index_select_backward", "unfold_backward", "expand_backward", "diagonal_backward",
     # fbgemm / torchrec jagged-data plumbing
     "permute_2D_sparse_data", "permute_1D_sparse_data", "asynchronous_complete_cumsum",
     "asynchronous_exclusive_cumsum", "asynchronous_inclusive_cumsum", "offsets_range",

@@ -6,6 +6,7 @@ Pages are `<folder>/index.md`, so a page's relative links are the same with or w
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from pathlib import Path, PurePosixPath
@@ -89,7 +90,9 @@ def fmt_signed(value: float | None, kind: str) -> str:
     return ("+" if value > 0 else "\u2212" if value < 0 else "\u00b1") + body
 
 
+@functools.lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
+    """One environment per process: templates are compiled once, not once per build."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         autoescape=True,  # every page is HTML inside Markdown: escape every value, whatever the file suffix
