@@ -160,6 +160,8 @@ def _print_run(run: Any, top: int = 15) -> None:
         f"{dev.get('num_threads')} threads)  dtype {meta['dtype']}  peak {_fmt(peak, 1e-12)} TFLOP/s "
         f"({dev.get('peak_source', {}).get('flops')})  wall {meta['wall_time_s']:.1f}s  counts {meta['counts']}"
     )
+    for warning in meta.get("warnings", []):
+        console.print(f"[yellow]warning:[/yellow] {warning}")
     rows = run.table()
     wide = rows.pivot(on="phase", index=["order", "path", "depth", "module_type", "status", "call_count", "param_bytes"],
                       values=["latency_ms", "flops", "mfu", "bandwidth_util"], aggregate_function="first")

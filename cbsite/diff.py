@@ -766,10 +766,10 @@ def _signed_pct(change: float) -> str:
         return "±0%"
     if abs(pct) >= 1:
         text = f"{abs(pct):.0f}%"
-    elif abs(pct) >= 0.01:
+    elif abs(pct) >= 0.001:
         text = f"{abs(pct):.2g}%"
     else:
-        text = "<0.01%"  # a real but tiny change: never shown as ±0%
+        text = "<0.001%"  # a real but tiny change: never shown as ±0%
     return ("+" if pct > 0 else MINUS) + text
 
 

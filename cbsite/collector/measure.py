@@ -57,6 +57,9 @@ class TimingConfig:
     device: str = "cpu"
 
 
+MIN_BLOCKS = 5
+
+
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -69,7 +72,11 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig) -> Ti
     _sync(cfg.device)
     timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=cfg.num_threads)
     m = timer.blocked_autorange(min_run_time=cfg.min_run_time)
-    times = sorted(m.times)  # seconds per stmt, one value per timed block
+    times = list(m.times)  # seconds per stmt, one value per timed block
+    # A component slower than the budget gets one block; a median and quartiles need a few more.
+    while len(times) < MIN_BLOCKS:
+        times.extend(timer.timeit(m.number_per_run).times)
+    times.sort()
     if len(times) >= 2:
         q = statistics.quantiles(times, n=4, method="inclusive")
         p25, p75 = q[0], q[2]
@@ -78,7 +85,7 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig) -> Ti
     per_call = 1e3 / calls_per_stmt
     # CPU time of the whole process (all intra-op threads) over a short untimed-by-Timer loop: beside
     # the wall latency it shows how parallel the component runs.
-    loops = max(1, min(m.number_per_run * len(times), int(cfg.min_run_time / 4 / max(m.median, 1e-9))))
+    loops = max(1, min(m.number_per_run * len(times), int(cfg.min_run_time / 4 / max(times[len(times) // 2], 1e-9))))
     cpu0 = time.process_time()
     for _ in range(loops):
         fn()
@@ -94,13 +101,13 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig) -> Ti
         torch.cuda.synchronize()
         device_ms = start.elapsed_time(end) / loops / calls_per_stmt
     return Timing(
-        median_ms=m.median * per_call,
+        median_ms=statistics.median(times) * per_call,
         p25_ms=p25 * per_call,
         p75_ms=p75 * per_call,
         samples=m.number_per_run * len(times),
         cpu_time_ms=cpu_ms,
         device_time_ms=device_ms,
-        timed_s=sum(m.times) * m.number_per_run,
+        timed_s=sum(times) * m.number_per_run,
     )
 
 

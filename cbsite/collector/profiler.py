@@ -152,12 +152,47 @@ def profile_model(
     schema.check_name("version", version)
     if not batches:
         raise CbsiteError("no example inputs: give at least one batch of (args, kwargs)")
+    caller_threads = torch.get_num_threads()
+    if config.num_threads:
+        torch.set_num_threads(config.num_threads)
+    try:
+        return _profile(model, batches, config, model_name, version, provider, preprocessing, inputs_description, tags, notes)
+    finally:
+        torch.set_num_threads(caller_threads)  # a notebook keeps its own setting
+
+
+def _load_warnings(num_threads: int) -> list[str]:
+    """Timing on a loaded machine measures the contention: say so in the run, not only in numbers."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return []
+    cores = os.cpu_count() or 1
+    if load > cores - 0.5:
+        return [
+            f"the machine was busy while timing (1-minute load average {load:.1f} on {cores} cores, "
+            f"{num_threads} intra-op threads): latencies may include waiting for other processes"
+        ]
+    return []
+
+
+def _profile(
+    model: nn.Module,
+    batches: Sequence[Inputs],
+    config: CollectConfig,
+    model_name: str,
+    version: str,
+    provider: dict[str, Any] | None,
+    preprocessing: Sequence[dict[str, Any]],
+    inputs_description: dict[str, Any] | None,
+    tags: Sequence[str],
+    notes: str,
+) -> archive.Run:
     started = time.perf_counter()
     device = torch.device(config.device)
     dtype = DTYPES[config.dtype]
-    if config.num_threads:
-        torch.set_num_threads(config.num_threads)
     num_threads = torch.get_num_threads()
+    load_warnings = _load_warnings(num_threads)
     model = model.to(device)
     if dtype != torch.float32:
         model = model.to(dtype)
@@ -236,6 +271,7 @@ def profile_model(
         # counting passes and calibration.
         "timed_s": round(sum(o.result.timing.timed_s for per in outcomes.values() for o in per.values() if o.result), 3),
         "counts": counts,
+        "warnings": load_warnings + [w for w in _load_warnings(num_threads) if w not in load_warnings][:1],
         "counts_phase": config.phases[0],
     }
     table = pl.from_arrow(archive.rows_to_table(rows))

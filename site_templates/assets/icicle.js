@@ -201,9 +201,12 @@
     for (var j = 0; j < L.nodes.length; j++) {
       var k = L.nodes[j];
       var x = L.x0[k] * W, w = (L.x1[k] - L.x0[k]) * W;
-      if (w < 0.5) continue;  // narrower than a pixel: drawn as part of its parent
+      var st = o.status(k);
+      // A failed node has no value, hence no width: a thin marker keeps it visible where it sits.
+      if (w < 0.5 && st === "failed") { x = Math.max(0, Math.min(x, W - 4)); w = 4; }
+      else if (w < 0.5) continue;  // narrower than a pixel: drawn as part of its parent
       var row = top + L.depth[k];
-      var g = draw(k, x, w, row, "status-" + o.status(k) + (k === this.zoom ? " zoom-root" : "") +
+      var g = draw(k, x, w, row, "status-" + st + (k === this.zoom ? " zoom-root" : "") +
                    (L.overflow[k] ? " overflow" : ""), sc.colour(colours[k]));
       (function (k, g) {
         g.addEventListener("click", function () {

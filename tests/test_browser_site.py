@@ -1,0 +1,239 @@
+"""The built site in a real headless browser (Debian's chromium driven by playwright), served over HTTP on
+127.0.0.1: pages render with no console errors and no request leaving localhost, the icicle zooms, the table
+sorts, search finds a component, the version selector lists published versions, and "Open in Perfetto"
+hands the trace to a stub Perfetto UI on another local port after the PING/PONG handshake."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+from cbsite.generator import build_site, publish_site
+from cbsite.generator.serve import make_server
+from tests.conftest_site import synthetic_run, write_golden_archive
+
+CHROMIUM = Path("/usr/bin/chromium")
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (make browser)"),
+]
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run"]
+
+# A stand-in for the Perfetto UI: answers PING with PONG and keeps what it receives.
+STUB = """<!DOCTYPE html><html><head><meta charset="utf-8"><title>stub perfetto</title></head><body><script>
+window.pings = 0; window.received = null;
+window.addEventListener("message", function (e) {
+  if (e.data === "PING") { window.pings++; e.source.postMessage("PONG", e.origin); return; }
+  if (e.data && e.data.perfetto) {
+    var p = e.data.perfetto;
+    var b = new Uint8Array(p.buffer);
+    window.received = { title: p.title, fileName: p.fileName, size: b.byteLength, magic: [b[0], b[1]], origin: e.origin };
+  }
+});
+</script></body></html>"""
+
+
+class Server:
+    def __init__(self, directory: Path) -> None:
+        self.httpd = make_server(directory, port=0)
+        self.port = self.httpd.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def stub(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("stub")
+    (folder / "index.html").write_text(STUB)
+    server = Server(folder)
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory, stub):
+    base = tmp_path_factory.mktemp("browser")
+    runs = base / "runs"
+    write_golden_archive(runs)
+    synthetic_run(runs, "toy", "v1", n=60, seed=11, trace_every=5, ops=True)
+    synthetic_run(runs, "toy", "v2", n=64, seed=12, minutes=5, scale=1.3, trace_every=5)
+    built = build_site(runs, base / "site", perfetto_origin=stub.url.rstrip("/"), quiet=True)
+    server = Server(built)
+    yield server, built, runs
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    """A page that records every request and every console error."""
+    context = browser.new_context(viewport={"width": 1300, "height": 900})
+    pg = context.new_page()
+    pg.requests, pg.errors = [], []
+    context.on("request", lambda r: pg.requests.append(r.url))
+    pg.on("console", lambda m: pg.errors.append(m.text) if m.type == "error" else None)
+    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
+    yield pg
+    context.close()
+
+
+def _outside(requests: list[str], allowed_ports: set[int]) -> list[str]:
+    out = []
+    for url in requests:
+        u = urlparse(url)
+        if u.scheme in ("data", "blob", "about"):
+            continue
+        if u.hostname != "127.0.0.1" or u.port not in allowed_ports:
+            out.append(url)
+    return out
+
+
+def _run_url(server, built, model="toy", version="v1") -> str:
+    run_dir = next((built / "runs" / model / version).iterdir())
+    return f"{server.url}runs/{model}/{version}/{run_dir.name}/"
+
+
+def test_run_page_icicle_zoom_and_table_sort(site, page):
+    server, built, _ = site
+    page.goto(_run_url(server, built))
+    page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=15000)
+    nodes = page.locator("#cbsite-icicle g.cbsite-node:not(.self)")
+    assert nodes.count() > 10
+    assert page.locator("#cbsite-icicle g.status-failed").count() >= 1  # failed nodes are marked
+    assert page.locator("#cbsite-icicle g.status-estimated").count() >= 1
+
+    # Zoom: click the widest child of the root; it becomes the top of the drawing below an ancestor bar.
+    first_child = page.evaluate("""() => {
+        const d = window.cbsiteRun.data, ic = window.cbsiteRun.icicle, L = ic.layout;
+        let best = -1, w = -1;
+        for (let i = 1; i < d.parent.length; i++) if (d.parent[i] === 0 && d.parent.indexOf(i) >= 0) {
+            const width = L.x1[i] - L.x0[i]; if (width > w) { w = width; best = i; } }
+        return best; }""")
+    assert first_child > 0
+    page.locator(f"#cbsite-icicle g.cbsite-node[data-index='{first_child}']").first.click()
+    assert page.evaluate("window.cbsiteRun.icicle.zoom") == first_child
+    assert page.locator("#cbsite-icicle g.ancestor").count() == 1
+    assert page.locator("#cbsite-icicle g.zoom-root").get_attribute("data-index") == str(first_child)
+    page.locator("#cbsite-icicle g.ancestor").click()  # back out
+    assert page.evaluate("window.cbsiteRun.icicle.zoom") == 0
+
+    # Tooltip on hover.
+    page.locator(f"#cbsite-icicle g.cbsite-node[data-index='{first_child}']").first.hover()
+    assert "latency per forward" in page.locator(".cbsite-tip").inner_text()
+
+    # Sort by forward latency, descending: the root (the whole model) comes first, then values fall.
+    header = page.locator("#cbsite-table th", has_text="fwd latency")
+    header.click()
+    assert header.get_attribute("aria-sort") == "descending"
+    values = page.evaluate("""() => {
+        const d = window.cbsiteRun.data;
+        return Array.from(document.querySelectorAll('#cbsite-table tbody tr')).map(tr => {
+            const i = +tr.dataset.index, v = d.forward.latency_ms[i];
+            return v === null ? null : v * Math.max(d.call_count[i], 1); }); }""")
+    known = [v for v in values if v is not None]
+    assert known == sorted(known, reverse=True) and values.index(known[0]) == 0
+    header.click()
+    assert header.get_attribute("aria-sort") == "ascending"
+
+    # Filter by path text and depth.
+    page.fill("#cbsite-table input.cbsite-filter", "block")
+    shown = page.locator("#cbsite-table tbody tr td.path").all_inner_texts()
+    assert shown and all("block" in s for s in shown)
+    page.fill("#cbsite-table input.cbsite-filter", "")
+    page.select_option("#cbsite-table select.cbsite-depth", "1")
+    depths = page.locator("#cbsite-table tbody tr td:nth-child(2)").all_inner_texts()
+    assert set(depths) <= {"0", "1"} and "1" in depths
+
+    # Width and colour metrics are selectable and redraw without errors.
+    page.select_option("#cbsite-width", "flops")
+    page.select_option("#cbsite-colour", "bandwidth_util")
+    page.select_option("#cbsite-phase", "backward")
+    assert "bandwidth utilisation" in page.inner_text("#cbsite-legend")
+    assert page.errors == []
+    assert _outside(page.requests, {server.port}) == []
+    page.screenshot(path=str(built.parent / "run-page.png"), full_page=False)
+
+
+def test_model_diff_and_home_pages_render_offline(site, page):
+    server, built, _ = site
+    for path, ready in (("models/toy/", ".cbsite-chart svg"), ("diffs/toy/v1/v2/", "#cbsite-diff[data-ready='1']"),
+                        ("diffs/dlrm/v1/v2/", ".cbsite-chart svg"), ("", "#cbsite-home")):
+        page.goto(server.url + path)
+        page.wait_for_selector(ready, timeout=20000)
+    page.goto(server.url + "diffs/dlrm/v1/v2/")
+    page.wait_for_selector("#cbsite-diff[data-ready='1']", timeout=20000)
+    assert page.locator("#cbsite-difftable tbody tr").count() > 5
+    assert page.locator("#cbsite-icicle g.cbsite-node").count() > 5
+    assert page.errors == []
+    assert _outside(page.requests, {server.port}) == []
+
+
+def test_search_finds_a_path_segment(site, page):
+    server, built, _ = site
+    page.goto(server.url)
+    page.click(".md-search__input")
+    page.keyboard.type("t_cat_0")  # Material searches on key events; fill() would not trigger it
+    page.wait_for_selector(".md-search-result__item", timeout=15000)
+    assert "dlrm" in page.inner_text(".md-search-result__list")
+    assert page.errors == []
+    assert _outside(page.requests, {server.port}) == []
+
+
+def test_open_in_perfetto_posts_the_trace_after_the_handshake(site, page, stub):
+    server, built, _ = site
+    page.goto(_run_url(server, built))
+    page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=15000)
+    page.select_option("#cbsite-table select.cbsite-depth", "")
+    button = page.locator("button.cbsite-perfetto").first
+    trace = button.get_attribute("data-trace")
+    with page.context.expect_page() as popup_info:
+        button.click()
+    popup = popup_info.value
+    popup.wait_for_function("window.received !== null", timeout=15000)
+    got = popup.evaluate("window.received")
+    size = (built / urlparse(page.url).path.lstrip("/") / trace).stat().st_size
+    assert got["size"] == size and got["magic"] == [0x1F, 0x8B]  # the gzipped trace, as served
+    assert got["fileName"] == Path(trace).name and "toy v1" in got["title"]
+    assert got["origin"] == server.url.rstrip("/")
+    assert popup.evaluate("window.pings") >= 1
+    assert popup.url.startswith(stub.url)
+    assert page.errors == []
+
+
+def test_version_selector_lists_published_versions(site, browser, tmp_path):
+    _, _, runs = site
+    out = tmp_path / "published"
+    publish_site(runs, out, "1.0", quiet=True)
+    publish_site(runs, out, "2.0", aliases=["latest"], set_default=True, quiet=True)
+    server = Server(out)
+    try:
+        context = browser.new_context()
+        pg = context.new_page()
+        requests: list[str] = []
+        context.on("request", lambda r: requests.append(r.url))
+        pg.goto(server.url)  # the root redirects to the default alias
+        pg.wait_for_url("**/latest/", timeout=10000)
+        pg.wait_for_selector(".md-version__list .md-version__item", state="attached", timeout=10000)
+        items = pg.locator(".md-version__list .md-version__link").all_text_contents()
+        assert any("1.0" in i for i in items) and any("2.0" in i for i in items)
+        assert _outside(requests, {server.port}) == []
+        context.close()
+    finally:
+        server.close()
