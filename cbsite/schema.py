@@ -67,14 +67,52 @@ METRIC_FIELDS: list[pa.Field] = [
     pa.field("input_shapes", pa.string()),  # compact description of the replayed inputs
 ]
 
+# Filled by the built-in profiler plugins (null where the plugin did not run).
+PLUGIN_FIELDS: list[pa.Field] = [
+    # compile: the component alone under torch.compile, against its eager latency above
+    pa.field("compiled_latency_ms", pa.float64()),
+    pa.field("compile_speedup", pa.float64()),  # eager latency / compiled latency
+    pa.field("compile_time_s", pa.float64()),  # first compiled call, compilation included
+    pa.field("graph_breaks", pa.int32()),
+    pa.field("graph_break_reasons", pa.list_(pa.string())),
+    # numerics: the component's outputs under two configurations
+    pa.field("numerics_reference", pa.string()),  # e.g. "eager float32 vs compiled"
+    pa.field("numerics_max_abs_err", pa.float64()),
+    pa.field("numerics_max_rel_err", pa.float64()),
+    pa.field("numerics_ok", pa.bool_()),
+    # any plugin's scalar metrics, named "<plugin>.<metric>", and plugins that failed on this row
+    pa.field("plugin_metrics", pa.list_(pa.struct([("name", pa.string()), ("value", pa.float64())]))),
+    pa.field("plugin_errors", pa.list_(pa.string())),
+]
+
 LINK_FIELDS: list[pa.Field] = [
     pa.field("trace_file", pa.string()),
     pa.field("memory_file", pa.string()),
     pa.field("log_file", pa.string()),
 ]
 
-COMPONENTS_SCHEMA = pa.schema(IDENTITY_FIELDS + METRIC_FIELDS + LINK_FIELDS)
+COMPONENTS_SCHEMA = pa.schema(IDENTITY_FIELDS + METRIC_FIELDS + PLUGIN_FIELDS + LINK_FIELDS)
 COLUMNS: list[str] = COMPONENTS_SCHEMA.names
+
+# ops.parquet: the top operators (and kernels on GPU) per component and phase, from the ops plugin.
+OPS_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("model", pa.string(), nullable=False),
+        pa.field("version", pa.string(), nullable=False),
+        pa.field("path", pa.string(), nullable=False),
+        pa.field("phase", pa.string(), nullable=False),
+        pa.field("rank", pa.int32(), nullable=False),  # 1 = largest self CPU (or device) time
+        pa.field("op", pa.string(), nullable=False),  # aten op or kernel name
+        pa.field("kind", pa.string(), nullable=False),  # "op" | "kernel"
+        pa.field("calls", pa.int64()),  # per call of the component
+        pa.field("cpu_time_ms", pa.float64()),  # self CPU time per call of the component
+        pa.field("device_time_ms", pa.float64()),
+        pa.field("flops", pa.int64()),
+        pa.field("share", pa.float64()),  # of the component's total self time over all ops
+    ]
+)
+OPS_COLUMNS: list[str] = OPS_SCHEMA.names
 
 # Metrics that add up across children (per call x call_count); the rest are ratios or maxima.
 ADDITIVE_METRICS = ("latency_ms", "cpu_time_ms", "device_time_ms", "flops", "bytes_moved")

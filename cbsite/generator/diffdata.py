@@ -52,7 +52,7 @@ def top_rows(rd: cdiff.RunDiff, model: str) -> dict[str, list[dict[str, Any]]]:
 
 def chart_specs(tops: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     return {
-        metric: charts.contributors_spec(rows, f"Own change of {cdiff.LABELS[metric]} per forward")
+        metric: charts.contributors_spec(rows, f"Own change: {cdiff.LABELS[metric]}")
         for metric, rows in tops.items()
     }
 

@@ -1,0 +1,83 @@
+"""How `cbsite build` time grows with the number of runs and of components.
+
+Generates synthetic archives (tests/conftest_site.synthetic_run: real archive files, both phases, traces on a
+few components), builds each, and prints build time, time per run, page count and the largest page and data
+file. Usage:
+
+    .venv/bin/python benchmarks/build_scale.py                 # 10/30/100 runs x 1,000 components + 1 x 10,000
+    .venv/bin/python benchmarks/build_scale.py --runs 10 30 --components 1000 --big 10000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cbsite.generator import build_site  # noqa: E402
+from cbsite.generator.charts import vega_bundle  # noqa: E402
+from tests.conftest_site import synthetic_run  # noqa: E402
+
+
+def make_archive(root: Path, runs: int, components: int) -> float:
+    """runs spread over 5 models, versions v1, v2, ... per model; returns the seconds it took."""
+    t = time.perf_counter()
+    for i in range(runs):
+        model = f"model{i % 5}"
+        synthetic_run(root, model, f"v{i // 5 + 1}", n=components, seed=i + 1, minutes=i, scale=1 + (i % 7) / 10,
+                      trace_every=max(components // 20, 1), branching=8)
+    return time.perf_counter() - t
+
+
+def measure(root: Path, out: Path) -> dict[str, float]:
+    t = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        build_site(root, out, quiet=True)
+    seconds = time.perf_counter() - t
+    html = list(out.rglob("*.html"))
+    data = list(out.rglob("*.json"))
+    return {
+        "seconds": seconds,
+        "pages": len(html),
+        "largest_page_kb": max(p.stat().st_size for p in html) / 1024,
+        "largest_json_kb": max(p.stat().st_size for p in data if "assets" not in p.parts) / 1024,
+        "search_index_kb": (out / "search" / "search_index.json").stat().st_size / 1024,
+        "site_mb": sum(p.stat().st_size for p in out.rglob("*") if p.is_file()) / 1e6,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, nargs="+", default=[10, 30, 100])
+    ap.add_argument("--components", type=int, default=1000)
+    ap.add_argument("--big", type=int, default=10000, help="components of the single big run (0: skip)")
+    args = ap.parse_args()
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    t = time.perf_counter()
+    vega_bundle()  # built once per process; reported apart so the per-archive figures compare
+    print(f"vega bundle (once per process): {time.perf_counter() - t:.1f} s")
+    print(f"{'archive':>22} {'generate s':>10} {'build s':>8} {'ms/run':>7} {'pages':>6} {'max page KB':>11} "
+          f"{'max data KB':>11} {'search KB':>9} {'site MB':>8}")
+    cases = [(n, args.components) for n in args.runs] + ([(1, args.big)] if args.big else [])
+    for runs, comps in cases:
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp) / "runs"
+            gen = make_archive(root, runs, comps)
+            r = measure(root, Path(tmp) / "site")
+            print(f"{f'{runs} runs x {comps:,}':>22} {gen:10.1f} {r['seconds']:8.1f} {1000 * r['seconds'] / runs:7.0f} "
+                  f"{r['pages']:6d} {r['largest_page_kb']:11.0f} {r['largest_json_kb']:11.0f} {r['search_index_kb']:9.0f} "
+                  f"{r['site_mb']:8.1f}")
+            shutil.rmtree(root)
+
+
+if __name__ == "__main__":
+    main()
