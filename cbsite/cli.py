@@ -57,12 +57,41 @@ def _add_collect_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--peak-bandwidth", type=float, default=None, help="override the peak bytes/s")
     p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: torch's)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--plugin", action="append", default=[],
+                   help="profiler/preprocessor/reporter plugin by name, e.g. trace, ops, log, compile; repeatable "
+                        "(replaces the list of [tool.cbsite] in pyproject.toml or cbsite.toml)")
+    p.add_argument("--plugin-option", action="append", default=[], metavar="PLUGIN.KEY=VALUE",
+                   help="plugin option, e.g. compile.mode=max-autotune; repeatable")
 
 
-def _collect_config(args: argparse.Namespace):
+def _plugin_selection(args: argparse.Namespace, default: Sequence[str] = (),
+                      default_options: dict[str, dict[str, Any]] | None = None) -> tuple[tuple[str, ...], dict[str, dict[str, Any]]]:
+    """Plugins and options from the configuration file found from the working directory, then the CLI."""
+    from cbsite.collector.plugins.registry import merged_selection, parse_option_pairs
+
+    cli_options = parse_option_pairs(args.plugin_option, _parse_value)
+    names, options, _ = merged_selection(args.plugin or list(default), cli_options, Path.cwd())
+    if not args.plugin and default:  # the demo's defaults: file options apply only to plugins it selects
+        options = {k: v for k, v in options.items() if k in names}
+        for name, values in (default_options or {}).items():
+            options[name] = {**values, **options.get(name, {})}
+    return tuple(names), options
+
+
+def _parse_value(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        return value
+
+
+def _collect_config(args: argparse.Namespace, plugins: tuple[tuple[str, ...], dict[str, dict[str, Any]]] | None = None):
     from cbsite.collector import CollectConfig
 
+    names, options = plugins if plugins is not None else _plugin_selection(args)
     return CollectConfig(
+        plugins=names,
+        plugin_options=options,
         max_depth=args.max_depth,
         include=tuple(args.include),
         exclude=tuple(args.exclude),
@@ -230,10 +259,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+# The demo's plugins: trace, ops, log and compile. Compiling every component on CPU takes seconds each,
+# so the demo compiles components down to depth 2 only (--plugin-option compile.max_depth=N changes it).
+DEMO_PLUGINS = ("trace", "ops", "log", "compile")
+DEMO_PLUGIN_OPTIONS = {"compile": {"max_depth": 2}}
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from cbsite.collector.collect import CollectRequest, collect
 
-    config = _collect_config(args)
+    config = _collect_config(args, _plugin_selection(args, DEMO_PLUGINS, DEMO_PLUGIN_OPTIONS))
     for provider, name, version, options in DEMO:
         print(f"collecting {name}@{version} ...", flush=True)
         run = collect(CollectRequest(provider=provider, options=options, model_name=name, version=version,

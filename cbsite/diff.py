@@ -39,9 +39,10 @@ The rules
   change is noise when |delta| <= base width + head width; noise is never a change.
 * **Classification** of a component present on both sides: the first metric of `DIFF_METRICS`
   (flops, param_bytes, peak_memory_bytes, latency_ms, bytes_moved) whose delta is a change decides
-  `increased` or `decreased`; a change is |delta| > 1e-9 x max(|base|, |head|) and, for latency, not
-  noise. So a component whose FLOPs went up and latency went down is `increased` (exact counts come
-  before timings). Metrics that are None on a side are skipped by the classification; `missing`
+  `increased` or `decreased`; a change is any difference of integer counts (FLOPs, bytes), or
+  |delta| > 1e-9 x max(|base|, |head|) for floats (less is rounding), and, for latency, not noise.
+  So a component whose FLOPs went up and latency went down is `increased` (exact counts come before
+  timings). Metrics that are None on a side are skipped by the classification; `missing`
   says which. Nothing changed: `unchanged`.
 """
 
@@ -49,14 +50,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import polars as pl
 
 from cbsite import schema
 from cbsite.archive import Run
 from cbsite.errors import CbsiteError
-from cbsite.tree import Node, Tree, build_tree
 
 # Order matters: it is the classification order (exact counts first, timings last) and the column order.
 DIFF_METRICS = ("flops", "param_bytes", "peak_memory_bytes", "latency_ms", "bytes_moved")
@@ -214,7 +214,10 @@ class RunDiff:
             total = self.totals[main][metric]
             if total.delta in (None, 0) or total.noise or not _is_change(metric, total.base, total.head, total.delta):
                 continue
-            best = self.top(metric, main, 1)
+            # The largest own change in the direction of the total: a component that moved the other
+            # way is an offset, not where the growth is.
+            growing = total.delta > 0
+            best = [c for c in self.top(metric, main, len(self.components)) if (c.self_delta[metric] > 0) == growing]
             if not best or best[0].share[metric] is None:
                 continue
             c, share = best[0], best[0].share[metric]
@@ -314,30 +317,27 @@ def diff_tables(
     head_meta: dict[str, Any] | None = None,
 ) -> RunDiff:
     """Compare two tables of component rows (the components.parquet schema); metadata is optional."""
-    base_by_phase = _rows_by_phase(base_rows, "base")
-    head_by_phase = _rows_by_phase(head_rows, "head")
     base_meta = base_meta if base_meta is not None else _meta_from_rows(base_rows)
     head_meta = head_meta if head_meta is not None else _meta_from_rows(head_rows)
-    phases = [p for p in schema.PHASES if p in base_by_phase and p in head_by_phase]
-    warnings = _warnings(base_meta, head_meta, base_by_phase, head_by_phase)
+    base_sides = _sides(base_rows, "base", base_meta)
+    head_sides = _sides(head_rows, "head", head_meta)
+    phases = [p for p in schema.PHASES if p in base_sides and p in head_sides]
+    warnings = _warnings(base_meta, head_meta, base_sides, head_sides)
     if not phases:
         raise CbsiteError(
-            f"the runs have no phase in common (base: {', '.join(base_by_phase) or 'none'}; "
-            f"head: {', '.join(head_by_phase) or 'none'}); collect both with the same phases"
+            f"the runs have no phase in common (base: {', '.join(base_sides) or 'none'}; "
+            f"head: {', '.join(head_sides) or 'none'}); collect both with the same phases"
         )
-    base_trees = {p: _tree(rows, "base", base_meta) for p, rows in base_by_phase.items() if p in phases}
-    head_trees = {p: _tree(rows, "head", head_meta) for p, rows in head_by_phase.items() if p in phases}
-
     # Moves are matched once, on the forward structure when there is one, and applied to every phase,
     # so a component is moved in both phases or in neither.
     moved: dict[str, str] = {}
     if match_moved:
-        moved = _match_moved(base_trees[phases[0]], head_trees[phases[0]])
+        moved = _match_moved(base_sides[phases[0]], head_sides[phases[0]])
 
     totals: dict[str, dict[str, Total]] = {}
     components: list[ComponentDelta] = []
     for phase in phases:
-        phase_totals, phase_components = _diff_phase(phase, base_trees[phase], head_trees[phase], moved)
+        phase_totals, phase_components = _diff_phase(phase, base_sides[phase], head_sides[phase], moved)
         totals[phase] = phase_totals
         components.extend(phase_components)
     return RunDiff(base_meta=base_meta, head_meta=head_meta, totals=totals, components=components, warnings=warnings)
@@ -385,212 +385,270 @@ def display_path(path: str, model: str) -> str:
     return path if path else model
 
 
+# --- one run's phase, as columns ----------------------------------------------------------------
+
+# Columns the diff reads; everything else in a row is presentation.
+_COLUMNS = ("path", "parent", "phase", "order", "status", "call_count", "module_type", "param_count",
+            "latency_p25_ms", "latency_p75_ms") + DIFF_METRICS
+
+
+class _Side:
+    """One run's phase in pre-order: structure, per-forward totals, own shares and IQR widths.
+
+    Plain lists indexed by pre-order position: a diff of 10,000 components stays well under a second.
+    """
+
+    def __init__(self, rows: pl.DataFrame, broken: Any) -> None:
+        rows = rows.sort("order")
+        n = rows.height
+        col = {c: rows.get_column(c).to_list() for c in _COLUMNS}
+        self.path: list[str] = col["path"]
+        self.name = [p.rsplit(".", 1)[-1] for p in self.path]
+        self.module_type: list[str] = col["module_type"]
+        self.status: list[str] = col["status"]
+        self.param_count: list[int | None] = col["param_count"]
+        self.index: dict[str, int] = {}
+        for i, p in enumerate(self.path):
+            if p in self.index:
+                raise broken(f"component {p!r} appears twice")
+            self.index[p] = i
+        if n == 0 or self.path[0] != "":
+            raise broken("the root component (path '') is missing or not first in `order`")
+        self.parent = [-1] * n
+        self.depth = [0] * n
+        self.children: list[list[int]] = [[] for _ in range(n)]
+        for i, pp in enumerate(col["parent"]):
+            if i == 0:
+                continue
+            j = self.index.get(pp, -1) if pp is not None else -1
+            if not 0 <= j < i:  # pre-order: a parent comes before its children
+                raise broken(f"component {self.path[i]!r} names parent {pp!r}, which has no row before it")
+            self.parent[i] = j
+            self.depth[i] = self.depth[j] + 1
+            self.children[j].append(i)
+
+        calls = [max(c or 0, 1) for c in col["call_count"]]  # a never-called container counts once
+        self.total: dict[str, list[Any]] = {}
+        for m in DIFF_METRICS:
+            values = [None if v is None or v != v else v for v in col[m]]  # NaN is missing too
+            if m in PER_CALL_METRICS:
+                values = [None if v is None else v * c for v, c in zip(values, calls)]
+            self.total[m] = values
+
+        # Own share = total - children's totals; unknown when any of them is unknown.
+        self.own: dict[str, list[Any]] = {}
+        for m in ADDITIVE_METRICS:
+            total = self.total[m]
+            rest: list[Any] = [0] * n
+            unknown = [False] * n
+            for i in range(n - 1, 0, -1):
+                if total[i] is None:
+                    unknown[self.parent[i]] = True
+                else:
+                    rest[self.parent[i]] += total[i]
+            own: list[Any] = [None] * n
+            for i in range(n):
+                if total[i] is None or unknown[i]:
+                    continue
+                o = total[i] - rest[i]
+                if isinstance(o, float) and abs(o) <= REL_TOL * max(abs(total[i]), abs(rest[i])):
+                    o = 0.0  # rounding of an estimated container's float sum, not a share
+                own[i] = o
+            self.own[m] = own
+
+        # Per-forward latency spread; a node without percentiles (an estimate) takes the sum of its
+        # children's, an upper bound.
+        p25, p75 = col["latency_p25_ms"], col["latency_p75_ms"]
+        self.width: list[float | None] = [None] * n
+        kids_width = [0.0] * n
+        kids_unknown = [False] * n
+        for i in range(n - 1, -1, -1):
+            if p25[i] is not None and p75[i] is not None:
+                self.width[i] = (p75[i] - p25[i]) * calls[i]
+            elif self.children[i] and not kids_unknown[i]:
+                self.width[i] = kids_width[i]
+            if i:
+                if self.width[i] is None:
+                    kids_unknown[self.parent[i]] = True
+                else:
+                    kids_width[self.parent[i]] += self.width[i]  # type: ignore[operator]
+
+
+def _sides(rows: pl.DataFrame, side: str, meta: dict[str, Any]) -> dict[str, _Side]:
+    absent = sorted(set(_COLUMNS) - set(rows.columns))
+    if absent:
+        raise CbsiteError(f"the {side} rows lack columns {absent}; are they components.parquet rows?")
+    where = f"{meta.get('model', '?')}@{meta.get('version', '?')} ({meta.get('run_id', '?')})"
+
+    def broken(problem: str) -> CbsiteError:
+        return CbsiteError(f"the {side} run {where} has a broken component tree: {problem}; collect it again")
+
+    rows = rows.select(_COLUMNS)
+    return {
+        phase: _Side(rows.filter(pl.col("phase") == phase), broken)
+        for phase in schema.PHASES
+        if rows.filter(pl.col("phase") == phase).height
+    }
+
+
 # --- one phase ---------------------------------------------------------------------------------
 
 
-@dataclass
-class _Pair:
-    """A node of the union tree: a component in head, in base, or both."""
-
-    head: Node | None
-    base: Node | None
-    children: list["_Pair"] = field(default_factory=list)
-    depth: int = 0
-
-
-def _diff_phase(phase: str, base: Tree, head: Tree, moved: dict[str, str]) -> tuple[dict[str, Total], list[ComponentDelta]]:
-    moved = {h: b for h, b in moved.items() if h in head.by_path and b in base.by_path}
-    pairs = _union(base, head, moved)  # pre-order
-    b_total, b_own, b_width = _side(base)
-    h_total, h_own, h_width = _side(head)
-
-    # Per pair: totals, deltas, own-share deltas and noise, computed bottom-up for peak memory.
-    info: dict[int, dict[str, Any]] = {}
-    for pair in reversed(pairs):
-        bp = pair.base.path if pair.base else None
-        hp = pair.head.path if pair.head else None
-        bv = b_total[bp] if bp is not None else dict.fromkeys(DIFF_METRICS)
-        hv = h_total[hp] if hp is not None else dict.fromkeys(DIFF_METRICS)
-        delta: dict[str, Any] = {}
-        self_delta: dict[str, Any] = {}
-        noise: dict[str, bool] = {}
-        missing = [m for m in DIFF_METRICS if (bp is not None and bv[m] is None) or (hp is not None and hv[m] is None)]
+def _diff_phase(
+    phase: str, base: _Side, head: _Side, moved_paths: dict[str, str]
+) -> tuple[dict[str, Total], list[ComponentDelta]]:
+    head_to_base = {i: base.index[p] for i, p in enumerate(head.path) if p in base.index}
+    moved = set()
+    for hp, bp in moved_paths.items():
+        if hp in head.index and bp in base.index:
+            head_to_base[head.index[hp]] = base.index[bp]
+            moved.add(head.index[hp])
+    pairs = _union(base, head, head_to_base)
+    n = len(pairs)
+    delta: dict[str, list[Any]] = {m: [None] * n for m in DIFF_METRICS}
+    own: dict[str, list[Any]] = {m: [None] * n for m in DIFF_METRICS}
+    latency_noise = [False] * n
+    missing: list[tuple[str, ...]] = [()] * n
+    # Largest child peak change in each direction, gathered children first (reverse pre-order).
+    up: list[Any] = [0] * n
+    down: list[Any] = [0] * n
+    for k in range(n - 1, -1, -1):
+        h, b, _, parent = pairs[k]
+        gaps = []
         for m in DIFF_METRICS:
-            if m in missing:
-                delta[m] = None
+            hv = head.total[m][h] if h >= 0 else 0  # an absent side counts 0 ...
+            bv = base.total[m][b] if b >= 0 else 0
+            if hv is None or bv is None:  # ... a missing value never does
+                gaps.append(m)
             else:
-                delta[m] = (hv[m] if hp is not None else 0) - (bv[m] if bp is not None else 0)
-            if m in ADDITIVE_METRICS:
-                own_h = h_own[hp][m] if hp is not None else 0
-                own_b = b_own[bp][m] if bp is not None else 0
-                self_delta[m] = None if own_h is None or own_b is None else own_h - own_b
-            else:
-                self_delta[m] = _peak_self(delta[m], [info[id(c)]["delta"][m] for c in pair.children])
-            noise[m] = False
-        if bp is not None and hp is not None and delta["latency_ms"]:
-            width = _add(b_width[bp], h_width[hp])
-            noise["latency_ms"] = width is not None and abs(delta["latency_ms"]) <= width
-        info[id(pair)] = {"base": bv if bp is not None else dict.fromkeys(DIFF_METRICS),
-                          "head": hv if hp is not None else dict.fromkeys(DIFF_METRICS),
-                          "delta": delta, "self": self_delta, "noise": noise, "missing": tuple(missing)}
+                delta[m][k] = hv - bv
+        missing[k] = tuple(gaps)
+        for m in ADDITIVE_METRICS:
+            oh = head.own[m][h] if h >= 0 else 0
+            ob = base.own[m][b] if b >= 0 else 0
+            own[m][k] = None if oh is None or ob is None else oh - ob
+        d = delta["peak_memory_bytes"][k]
+        if d is not None:
+            # Peak memory: the part of the change that no single child shows (module docstring).
+            own["peak_memory_bytes"][k] = d - (min(up[k], d) if d > 0 else max(down[k], d) if d < 0 else 0)
+            if parent >= 0:
+                up[parent], down[parent] = max(up[parent], d), min(down[parent], d)
+        dl = delta["latency_ms"][k]
+        if h >= 0 and b >= 0 and dl:
+            width = _add(base.width[b], head.width[h])
+            latency_noise[k] = width is not None and abs(dl) <= width
 
-    root = info[id(pairs[0])]
     totals: dict[str, Total] = {}
     for m in DIFF_METRICS:
-        b, h, d = root["base"][m], root["head"][m], root["delta"][m]
-        complete = not any(m in info[id(p)]["missing"] for p in pairs)
-        ratio = h / b if b not in (None, 0) and h is not None else None
-        totals[m] = Total(metric=m, base=b, head=h, delta=d, ratio=ratio, noise=root["noise"][m], complete=complete)
+        b_root, h_root, d = base.total[m][0], head.total[m][0], delta[m][0]
+        totals[m] = Total(
+            metric=m,
+            base=b_root,
+            head=h_root,
+            delta=d,
+            ratio=h_root / b_root if b_root not in (None, 0) and h_root is not None else None,
+            noise=latency_noise[0] if m == "latency_ms" else False,
+            complete=not any(m in gaps for gaps in missing),
+        )
 
     components = []
-    for pair in pairs:
-        i = info[id(pair)]
-        row = (pair.head or pair.base).row  # type: ignore[union-attr]
-        share = {
-            m: i["self"][m] / totals[m].delta if i["self"][m] is not None and totals[m].delta else None
-            for m in DIFF_METRICS
-        }
+    absent = dict.fromkeys(DIFF_METRICS)
+    for k, (h, b, depth, _) in enumerate(pairs):
+        side, i = (head, h) if h >= 0 else (base, b)
+        noise = {m: latency_noise[k] if m == "latency_ms" else False for m in DIFF_METRICS}
+        d = {m: delta[m][k] for m in DIFF_METRICS}
+        bvals = {m: base.total[m][b] for m in DIFF_METRICS} if b >= 0 else dict(absent)
+        hvals = {m: head.total[m][h] for m in DIFF_METRICS} if h >= 0 else dict(absent)
+        if b < 0:
+            kind = "added"
+        elif h < 0:
+            kind = "removed"
+        elif h in moved:
+            kind = "moved"
+        else:
+            kind = _classify(bvals, hvals, d, noise)
         components.append(
             ComponentDelta(
-                path=(pair.head or pair.base).path,  # type: ignore[union-attr]
+                path=side.path[i],
                 phase=phase,
-                module_type=row["module_type"],
-                depth=pair.depth,
-                kind=_kind(pair, i, moved),
-                base_path=pair.base.path if pair.base else None,
-                base=i["base"],
-                head=i["head"],
-                delta=i["delta"],
-                self_delta=i["self"],
-                share=share,
-                noise=i["noise"],
-                status_base=pair.base["status"] if pair.base else None,
-                status_head=pair.head["status"] if pair.head else None,
-                missing=i["missing"],
+                module_type=side.module_type[i],
+                depth=depth,
+                kind=kind,
+                base_path=base.path[b] if b >= 0 else None,
+                base=bvals,
+                head=hvals,
+                delta=d,
+                self_delta={m: own[m][k] for m in DIFF_METRICS},
+                share={
+                    m: own[m][k] / totals[m].delta if own[m][k] is not None and totals[m].delta else None
+                    for m in DIFF_METRICS
+                },
+                noise=noise,
+                status_base=base.status[b] if b >= 0 else None,
+                status_head=head.status[h] if h >= 0 else None,
+                missing=missing[k],
             )
         )
     return totals, components
 
 
-def _kind(pair: _Pair, info: dict[str, Any], moved: dict[str, str]) -> str:
-    if pair.base is None:
-        return "added"
-    if pair.head is None:
-        return "removed"
-    if pair.head.path in moved:
-        return "moved"
-    for m in DIFF_METRICS:  # the first metric that changed decides (see the module docstring)
-        d = info["delta"][m]
-        if d is None or info["noise"][m]:
+def _classify(base: dict[str, Any], head: dict[str, Any], delta: dict[str, Any], noise: dict[str, bool]) -> str:
+    """The first metric of DIFF_METRICS that changed decides (see the module docstring)."""
+    for m in DIFF_METRICS:
+        if delta[m] is None or noise[m]:
             continue
-        if _is_change(m, info["base"][m], info["head"][m], d):
-            return "increased" if d > 0 else "decreased"
+        if _is_change(m, base[m], head[m], delta[m]):
+            return "increased" if delta[m] > 0 else "decreased"
     return "unchanged"
 
 
 def _is_change(metric: str, base: float | None, head: float | None, delta: float | None) -> bool:
-    """A difference beyond rounding: |delta| > REL_TOL x the larger magnitude."""
+    """Integer counts differ when they differ; floats when |delta| > REL_TOL x the larger magnitude
+    (below that it is rounding, e.g. of an estimated container's float sums)."""
     if delta is None or delta == 0:
         return False
+    if isinstance(delta, int):
+        return True
     scale = max(abs(base or 0), abs(head or 0))
     return abs(delta) > REL_TOL * scale
 
 
-def _peak_self(delta: float | None, child_deltas: list[float | None]) -> float | None:
-    """Peak memory: the part of the change that no single child shows (see the module docstring)."""
-    if delta is None:
-        return None
-    known = [d for d in child_deltas if d is not None]
-    if delta > 0:
-        explained = min(max([d for d in known if d > 0], default=0), delta)
-    elif delta < 0:
-        explained = max(min([d for d in known if d < 0], default=0), delta)
-    else:
-        explained = 0
-    return delta - explained
-
-
-def _side(tree: Tree) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]], dict[str, float | None]]:
-    """Per path of one run's phase: per-forward totals, own shares (additive metrics) and IQR width."""
-    totals = {node.path: {m: _per_forward(node.row, m) for m in DIFF_METRICS} for node in tree}
-    own: dict[str, dict[str, Any]] = {}
-    width: dict[str, float | None] = {}
-    for node in reversed(list(tree)):  # children before parents
-        own[node.path] = {}
-        for m in ADDITIVE_METRICS:
-            own[node.path][m] = _own(totals[node.path][m], [totals[c.path][m] for c in node.children])
-        p25, p75 = node["latency_p25_ms"], node["latency_p75_ms"]
-        if p25 is not None and p75 is not None:
-            width[node.path] = (p75 - p25) * _calls(node.row)
-        elif node.children:
-            # No spread of its own (an estimate): the sum of its children's, an upper bound.
-            width[node.path] = _sum([width[c.path] for c in node.children])
-        else:
-            width[node.path] = None
-    return totals, own, width
-
-
-def _own(total: float | None, children: list[float | None]) -> float | None:
-    if total is None:
-        return None
-    rest = _sum(children)
-    if rest is None:
-        return None  # a child's value is unknown, so is how much of the total is the parent's own
-    own = total - rest
-    if isinstance(own, float) and abs(own) <= REL_TOL * max(abs(total), abs(rest)):
-        return 0.0  # rounding of an estimated container's float sum, not a share
-    return own
-
-
-def _per_forward(row: dict[str, Any], metric: str) -> float | None:
-    value = row.get(metric)
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    return value * _calls(row) if metric in PER_CALL_METRICS else value
-
-
-def _calls(row: dict[str, Any]) -> int:
-    return max(int(row["call_count"] or 0), 1)  # a never-called container counts once
-
-
-def _union(base: Tree, head: Tree, moved: dict[str, str]) -> list[_Pair]:
-    """The union tree in pre-order: head's order, each removed component right after its base predecessor."""
-    head_to_base = {p: p for p in head.by_path if p in base.by_path}
-    head_to_base.update(moved)
+def _union(base: _Side, head: _Side, head_to_base: dict[int, int]) -> list[tuple[int, int, int, int]]:
+    """The union tree in pre-order as (head index, base index, depth, parent position), -1 for absent:
+    head's order, each removed component right after its predecessor among its base siblings."""
     matched_base = set(head_to_base.values())
-
-    root = _Pair(head=head.root, base=base.root)
-    out: list[_Pair] = []
-    stack = [root]
+    out: list[tuple[int, int, int, int]] = []
+    stack = [(0, 0, 0, -1)]
     while stack:
-        pair = stack.pop()
-        out.append(pair)
-        head_kids = pair.head.children if pair.head else []
-        base_kids = pair.base.children if pair.base else []
-        index = {head_to_base.get(k.path): i for i, k in enumerate(head_kids)}
-        after: dict[int, list[Node]] = {}
-        anchor = -1
-        for k in base_kids:
-            if k.path in index:
-                anchor = index[k.path]
-            elif k.path not in matched_base:  # removed (a moved one is listed where it is now)
-                after.setdefault(anchor, []).append(k)
-        kids = [_Pair(head=None, base=k) for k in after.get(-1, [])]
-        for i, k in enumerate(head_kids):
-            b = head_to_base.get(k.path)
-            kids.append(_Pair(head=k, base=base.by_path[b] if b is not None else None))
-            kids.extend(_Pair(head=None, base=r) for r in after.get(i, []))
-        for kid in kids:
-            kid.depth = pair.depth + 1
-        pair.children = kids
-        stack.extend(reversed(kids))
+        h, b, depth, parent = stack.pop()
+        me = len(out)
+        out.append((h, b, depth, parent))
+        head_kids = head.children[h] if h >= 0 else []
+        base_kids = base.children[b] if b >= 0 else []
+        kids = [(k, head_to_base.get(k, -1)) for k in head_kids]
+        if base_kids:
+            position = {head_to_base[k]: i for i, k in enumerate(head_kids) if k in head_to_base}
+            after: dict[int, list[int]] = {}
+            anchor = -1
+            for k in base_kids:
+                if k in position:
+                    anchor = position[k]
+                elif k not in matched_base:  # removed (a moved one is listed where it is now)
+                    after.setdefault(anchor, []).append(k)
+            if after:
+                merged = [(-1, r) for r in after.get(-1, ())]
+                for i, kid in enumerate(kids):
+                    merged.append(kid)
+                    merged.extend((-1, r) for r in after.get(i, ()))
+                kids = merged
+        stack.extend((hk, bk, depth + 1, me) for hk, bk in reversed(kids))
     return out
 
 
 # --- moved components (issue 5) ----------------------------------------------------------------
 
 
-def _match_moved(base: Tree, head: Tree) -> dict[str, str]:
+def _match_moved(base: _Side, head: _Side) -> dict[str, str]:
     """Match components present on one side only by structure: head path -> base path.
 
     A removed component (base pre-order, so parents first) is matched to an added one
@@ -601,79 +659,58 @@ def _match_moved(base: Tree, head: Tree) -> dict[str, str]:
     among several candidates the one with the same name, then the closest depth, then the closest
     relative position wins. Parameter shapes are not in the rows; the parameter count stands in.
     """
-    added = [n for n in head if n.path not in base.by_path]
-    removed = [n for n in base if n.path not in head.by_path]
+    added = [i for i, p in enumerate(head.path) if p not in base.index]
+    removed = [i for i, p in enumerate(base.path) if p not in head.index]
     if not added or not removed:
         return {}
-    strict: dict[tuple[Any, ...], list[Node]] = {}
-    loose: dict[tuple[Any, ...], list[Node]] = {}
-    for n in added:
-        strict.setdefault(_signature(n, strict=True), []).append(n)
-        if n.children:
-            loose.setdefault(_signature(n, strict=False), []).append(n)
-    added_paths = {n.path for n in added}
-    head_of: dict[str, str] = {}  # base path -> head path, for matched removed components
-    taken: set[str] = set()
-    n_base, n_head = max(len(base), 1), max(len(head), 1)
+
+    def signature(side: _Side, i: int, strict: bool) -> tuple[Any, ...]:
+        names = tuple(side.name[c] for c in side.children[i])
+        return (side.module_type[i], side.param_count[i], names) if strict else (side.module_type[i], names)
+
+    strict: dict[tuple[Any, ...], list[int]] = {}
+    loose: dict[tuple[Any, ...], list[int]] = {}
+    for a in added:
+        strict.setdefault(signature(head, a, True), []).append(a)
+        if head.children[a]:
+            loose.setdefault(signature(head, a, False), []).append(a)
+    added_set = set(added)
+    head_of: dict[int, int] = {}  # base index -> head index, for matched removed components
+    taken: set[int] = set()
+    n_base, n_head = len(base.path), len(head.path)
     for r in removed:
-        parent = r.parent.path if r.parent else None
-        new_parent = head_of.get(parent) if parent is not None else None
+        new_parent = head_of.get(base.parent[r])
         if new_parent is not None:
-            candidate = f"{new_parent}.{r['name']}" if new_parent else r["name"]
-            if candidate in added_paths and candidate not in taken:
-                node = head[candidate]
-                if node["module_type"] == r["module_type"]:
-                    head_of[r.path] = candidate
-                    taken.add(candidate)
-                    continue
-        pools = [strict.get(_signature(r, strict=True), [])]
-        if r.children:
-            pools.append(loose.get(_signature(r, strict=False), []))
+            candidate = head.index.get(_child_path(head.path[new_parent], base.name[r]), -1)
+            if candidate in added_set and candidate not in taken and head.module_type[candidate] == base.module_type[r]:
+                head_of[r] = candidate
+                taken.add(candidate)
+                continue
+        pools = [strict.get(signature(base, r, True), [])]
+        if base.children[r]:
+            pools.append(loose.get(signature(base, r, False), []))
         for pool in pools:
-            free = [a for a in pool if a.path not in taken]
+            free = [a for a in pool if a not in taken]
             if free:
                 best = min(
                     free,
                     key=lambda a: (
-                        a["name"] != r["name"],
-                        abs(a["depth"] - r["depth"]),
-                        abs(a["order"] / n_head - r["order"] / n_base),
+                        head.name[a] != base.name[r],
+                        abs(head.depth[a] - base.depth[r]),
+                        abs(a / n_head - r / n_base),
                     ),
                 )
-                head_of[r.path] = best.path
-                taken.add(best.path)
+                head_of[r] = best
+                taken.add(best)
                 break
-    return {h: b for b, h in head_of.items()}
+    return {head.path[h]: base.path[b] for b, h in head_of.items()}
 
 
-def _signature(node: Node, strict: bool) -> tuple[Any, ...]:
-    names = tuple(c["name"] for c in node.children)
-    if strict:
-        return (node["module_type"], node["is_leaf"], node["param_count"], names)
-    return (node["module_type"], names)
+def _child_path(parent: str, name: str) -> str:
+    return f"{parent}.{name}" if parent else name
 
 
 # --- helpers -----------------------------------------------------------------------------------
-
-
-def _rows_by_phase(rows: pl.DataFrame, side: str) -> dict[str, list[dict[str, Any]]]:
-    needed = ("path", "parent", "phase", "order", "status", "call_count", "module_type", "depth", "name", "is_leaf")
-    columns = set(needed) | set(DIFF_METRICS) | {"latency_p25_ms", "latency_p75_ms", "param_count"}
-    absent = sorted(columns - set(rows.columns))
-    if absent:
-        raise CbsiteError(f"the {side} rows lack columns {absent}; are they components.parquet rows?")
-    by_phase: dict[str, list[dict[str, Any]]] = {}
-    for row in rows.select(sorted(columns)).to_dicts():
-        by_phase.setdefault(row["phase"], []).append(row)
-    return by_phase
-
-
-def _tree(rows: list[dict[str, Any]], side: str, meta: dict[str, Any]) -> Tree:
-    try:
-        return build_tree(rows)
-    except ValueError as exc:
-        where = f"{meta.get('model', '?')}@{meta.get('version', '?')} ({meta.get('run_id', '?')})"
-        raise CbsiteError(f"the {side} run {where} has a broken component tree: {exc}; collect it again") from exc
 
 
 def _meta_from_rows(rows: pl.DataFrame) -> dict[str, Any]:
@@ -730,15 +767,6 @@ def _identity(meta: dict[str, Any]) -> dict[str, Any]:
 def _check_metric(metric: str) -> None:
     if metric not in DIFF_METRICS:
         raise CbsiteError(f"unknown diff metric {metric!r}: use one of {', '.join(DIFF_METRICS)}")
-
-
-def _sum(values: Iterable[float | None]) -> float | None:
-    total: float = 0
-    for v in values:
-        if v is None:
-            return None
-        total += v
-    return total
 
 
 def _add(a: float | None, b: float | None) -> float | None:

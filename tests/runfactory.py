@@ -44,7 +44,7 @@ import zlib
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Mapping
 
 import polars as pl
 from hypothesis import strategies as st
@@ -469,12 +469,6 @@ def own_metrics() -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
-def walk_spec(spec: Spec) -> Iterator[str]:
-    """Every path of a spec in pre-order."""
-    for path, _ in flatten(spec):
-        yield path
-
-
 __all__ = [
     "BACKWARD_FACTOR",
     "PEAK_BANDWIDTH",
@@ -486,6 +480,5 @@ __all__ = [
     "make_rows",
     "make_run",
     "trees",
-    "walk_spec",
     "write_archive",
 ]

@@ -82,11 +82,12 @@ def revisions(draw: st.DrawFn) -> tuple[SyntheticTree, SyntheticTree]:
 
 
 @PROPERTY
-@given(revisions())
-def test_contributions_sum_to_the_total_delta(pair: tuple[SyntheticTree, SyntheticTree]) -> None:
+@given(revisions(), st.booleans())
+def test_contributions_sum_to_the_total_delta(pair: tuple[SyntheticTree, SyntheticTree], match_moved: bool) -> None:
     base_tree, head_tree = pair
     base, head = base_tree.run(version="v1"), head_tree.run(version="v2")
-    diff = diff_runs(base, head)
+    diff = diff_runs(base, head, match_moved=match_moved)
+    moves = any(c.kind == "moved" for c in diff.components)
     for phase in ("forward", "backward"):
         components = diff.for_phase(phase)
         for metric in ADDITIVE:
@@ -99,8 +100,9 @@ def test_contributions_sum_to_the_total_delta(pair: tuple[SyntheticTree, Synthet
                 assert sum(c.share[metric] for c in components) == approx(1.0)
             elif not total.delta:
                 assert all(c.share[metric] is None for c in components)
-            # Every component's delta = its children's deltas + its own.
-            for c in components:
+            # Every component's delta = its children's deltas + its own (a move changes whose
+            # children they are, so this holds only without moves; the sum above always does).
+            for c in components if not moves else []:
                 children = [k for k in components if k.path != "" and parent_path(k.path) == c.path]
                 assert c.delta[metric] == approx(sum(k.delta[metric] for k in children) + c.self_delta[metric])
 
@@ -376,7 +378,7 @@ def test_moved_components_are_matched_by_structure() -> None:
     assert c["head.wrap"].kind == "added" and c["head.wrap"].self_delta["flops"] == 0  # a wrapper costs nothing
     assert c["layers.1"].delta["flops"] == 2000 and c["layers.1"].self_delta["flops"] == 2000
     assert c["layers.0"].delta["flops"] == 0
-    assert diff.counts() == {"added": 1, "removed": 0, "increased": 2, "decreased": 0, "unchanged": 1, "moved": 4}
+    assert diff.counts() == {"added": 1, "removed": 0, "increased": 1, "decreased": 0, "unchanged": 1, "moved": 4}
     for metric in ("flops", "param_bytes"):
         assert sum(x.self_delta[metric] for x in diff.for_phase("forward")) == diff.totals["forward"][metric].delta
         assert c["layers.1"].share[metric] == 1.0

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cbsite.archive import Run
-from cbsite.collector.preprocess import describe_inputs, replicate_batch, shrink_hash_sizes
+from cbsite.collector.plugins.registry import load
+from cbsite.collector.preprocess import describe_inputs
 from cbsite.collector.profiler import CollectConfig, profile_model
 from cbsite.collector.providers import provide
 from cbsite.errors import CbsiteError
@@ -40,11 +41,15 @@ def collect(request: CollectRequest) -> Run:
     model, inputs = provided.model, list(provided.inputs)
     steps: list[dict[str, Any]] = []
     pre = request.preprocessing
+    # The flags select the built-in preprocessor plugins; plugins selected by name run after them.
+    chosen = []
     if pre.shrink_factor is not None or pre.shrink_cap is not None:
-        model, inputs, record = shrink_hash_sizes(model, inputs, factor=pre.shrink_factor, cap=pre.shrink_cap)
-        steps.append(record)
+        chosen.append(load("preprocessors", "shrink-hash")({"factor": pre.shrink_factor, "cap": pre.shrink_cap}))
     if pre.batch_size is not None:
-        inputs, record = replicate_batch(inputs, pre.batch_size)
+        chosen.append(load("preprocessors", "replicate-batch")({"batch_size": pre.batch_size}))
+    chosen += request.config.selection().instances("preprocessors")
+    for step in chosen:
+        model, inputs, record = step.apply(model, inputs)
         steps.append(record)
     name = request.model_name or provided.name.replace(":", "-").replace("/", "-")[-64:]
     return profile_model(

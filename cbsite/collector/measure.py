@@ -146,7 +146,10 @@ class ComponentMeasurement:
         call = self.batches[0][0]
         return describe((call.args, call.kwargs))
 
-    def _run(self, call_inputs: list[tuple[tuple[Any, ...], dict[str, Any]]], grad_modes: list[bool]) -> list[Any]:
+    def _run(
+        self, call_inputs: list[tuple[tuple[Any, ...], dict[str, Any]]], grad_modes: list[bool], module: nn.Module | None = None
+    ) -> list[Any]:
+        module = module if module is not None else self.module
         outs = []
         for (args, kwargs), grad in zip(call_inputs, grad_modes):
             if self.inplace:
@@ -156,8 +159,23 @@ class ComponentMeasurement:
                     lambda x: x.clone() if isinstance(x, torch.Tensor) else x, (args, kwargs)
                 )
             with torch.set_grad_enabled(grad):
-                outs.append(self.module(*args, **kwargs))
+                outs.append(module(*args, **kwargs))
         return outs
+
+    def replay(self, phase: str, module: nn.Module | None = None) -> Callable[[], Any]:
+        """One untimed run of `phase` on batch 0 (every call of the component), for profiler plugins.
+
+        Inputs (and, for backward, the forward graph) are prepared here, before the callable is
+        returned, so a profiler wrapped around it sees only the component's own work. `module`
+        replaces the component (e.g. its compiled form) with the same inputs.
+        """
+        batch = self.batches[0]
+        if phase == "forward":
+            inputs = [c.replay_inputs(with_grad=c.grad_enabled) for c in batch]
+            modes = [c.grad_enabled for c in batch]
+            return lambda: self._run(inputs, modes, module)
+        roots, grads, wrt = self._graph(batch, seed=0, module=module)
+        return lambda: torch.autograd.grad(roots, wrt, grads, retain_graph=True, allow_unused=True)
 
     def forward(self) -> PhaseResult:
         prepared = [
@@ -181,11 +199,13 @@ class ComponentMeasurement:
         notes = ["timed with a copy of the inputs per run (in-place module)"] if self.inplace else []
         return PhaseResult(timing, _per_call(counts, self.calls_per_batch), peak, notes)
 
-    def _graph(self, batch: list[Call], seed: int) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
+    def _graph(
+        self, batch: list[Call], seed: int, module: nn.Module | None = None
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
         """Forward once with grad: (outputs to differentiate, their grad_outputs, tensors to differentiate for)."""
         inputs = [c.replay_inputs(with_grad=True) for c in batch]
         leaves = [t for t in tensors_in(inputs) if t.requires_grad]
-        outs = self._run(inputs, [True] * len(batch))
+        outs = self._run(inputs, [True] * len(batch), module)
         roots = [t for t in tensors_in(outs) if t.requires_grad and t.grad_fn is not None]
         wrt = leaves + self.params
         if not roots or not wrt:

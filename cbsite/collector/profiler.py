@@ -7,14 +7,16 @@ from them (`estimated`).
 
 from __future__ import annotations
 
+import contextlib
 import os
-import tempfile
+import shutil
 import time
 import traceback
+import weakref
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import polars as pl
 import torch
@@ -26,6 +28,9 @@ from cbsite.collector.capture import Capture, capture, tensors_in
 from cbsite.collector.device import describe_device
 from cbsite.collector.measure import ComponentMeasurement, NothingToDifferentiate, PhaseResult, TimingConfig
 from cbsite.collector.plan import Component, PlanConfig, breadth_first, component_tree, selected
+from cbsite.collector.plugins import registry
+from cbsite.collector.plugins.base import PhaseContext, RunContext
+from cbsite.collector.plugins.runner import PluginRunner, RowPatch, label, slug, staging_folder
 from cbsite.errors import CbsiteError
 from cbsite.provenance import git_state, package_versions
 
@@ -49,6 +54,9 @@ class CollectConfig:
     calibrate: bool = True
     num_threads: int | None = None
     progress: bool = True
+    # Plugins by name (profilers, preprocessors, reporters) and their options {plugin: {key: value}}.
+    plugins: tuple[str, ...] = ()
+    plugin_options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         problems = []
@@ -63,9 +71,17 @@ class CollectConfig:
             problems.append(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
         elif self.device.startswith("cuda") and not torch.cuda.is_available():
             problems.append("device 'cuda' was asked for but torch sees no CUDA device; use --device cpu")
+        try:
+            self.selection()  # an unknown plugin or option is refused before anything runs
+        except CbsiteError as exc:
+            problems.append(str(exc))
         if problems:
             raise CbsiteError("; ".join(problems))
         PlanConfig(self.max_depth, self.include, self.exclude)  # validates the plan part
+
+    def selection(self) -> registry.Selection:
+        """The validated plugin selection (entry points are loaded, not run)."""
+        return registry.select(self.plugins, self.plugin_options)
 
 
 Inputs = tuple[tuple[Any, ...], dict[str, Any]]
@@ -102,32 +118,88 @@ class _Outcome:
     error: str | None = None
     input_shapes: str | None = None
     notes: list[str] = field(default_factory=list)
+    traceback: str | None = None  # full text, for the log plugin; `error` is the one-line summary
+    patch: RowPatch | None = None  # what profiler plugins add to the row
 
 
-def _measure(module: nn.Module, batches: list[list[Any]], phases: Sequence[str], cfg: TimingConfig) -> dict[str, _Outcome]:
+@dataclass
+class _Plugged:
+    """The plugin side of measuring one component: the runner and what a PhaseContext needs."""
+
+    runner: PluginRunner
+    comp: Component
+    device: torch.device
+    dtype: torch.dtype
+    artifacts: Path
+
+    def context(self, module: nn.Module, phase: str, outcome: _Outcome, measurement: ComponentMeasurement | None,
+                batches: list[list[Any]], timing: TimingConfig) -> PhaseContext:
+        replay = None
+        if measurement is not None and outcome.status == "measured":
+            replay = measurement.replay(phase)
+        calls = batches[0] if batches and batches[0] else []
+        return PhaseContext(
+            path=self.comp.path, slug=slug(self.comp.path), phase=phase, module=module,
+            module_type=self.comp.module_type, is_leaf=self.comp.is_leaf, depth=self.comp.depth,
+            status=outcome.status, error=outcome.error, traceback=outcome.traceback, result=outcome.result,
+            replay=replay, replay_with=(lambda m, ph=phase: measurement.replay(ph, m)) if replay else None,
+            calls_per_replay=len(calls) or 1, calls=list(calls), timing=timing, device=self.device,
+            dtype=self.dtype, artifacts_root=self.artifacts, label=label(self.comp.path, phase),
+        )
+
+
+def _measure(
+    module: nn.Module, batches: list[list[Any]], phases: Sequence[str], cfg: TimingConfig, plugged: _Plugged | None = None
+) -> dict[str, _Outcome]:
     outcomes: dict[str, _Outcome] = {}
+    measurement = None
     try:
         measurement = ComponentMeasurement(module, batches, cfg)
         shapes = measurement.input_shapes()
     except Exception as exc:  # noqa: BLE001 - any failure of user code is recorded, never fatal
-        return {p: _Outcome("failed", error=_error_text(exc)) for p in phases}
-    forward_failed = None
+        outcomes = {p: _Outcome("failed", error=_error_text(exc), traceback=_traceback_text(exc)) for p in phases}
+        measurement = None
+        shapes = None
+    forward_failed: _Outcome | None = None
     for phase in phases:
-        if forward_failed is not None:
-            outcomes[phase] = _Outcome("failed", error=forward_failed, input_shapes=shapes)
-            continue
-        try:
-            result = measurement.forward() if phase == "forward" else measurement.backward()
-            outcomes[phase] = _Outcome("measured", result=result, input_shapes=shapes, notes=result.notes)
-        except NothingToDifferentiate as exc:
-            outcomes[phase] = _Outcome("skipped", error=f"backward not applicable: {exc}", input_shapes=shapes)
-        except Exception as exc:  # noqa: BLE001
-            if cfg.device.startswith("cuda"):
-                torch.cuda.empty_cache()  # an out-of-memory component must not starve the next one
-            outcomes[phase] = _Outcome("failed", error=_error_text(exc), input_shapes=shapes)
-            if phase == "forward":
-                forward_failed = outcomes[phase].error
+        if phase in outcomes:
+            pass
+        elif forward_failed is not None:
+            outcomes[phase] = _Outcome("failed", error=forward_failed.error, input_shapes=shapes, traceback=forward_failed.traceback)
+        else:
+            patch = RowPatch()
+            watch = plugged.runner.watching(_bare_context(plugged, module, phase, cfg), patch) if plugged else contextlib.nullcontext()
+            with watch:
+                outcomes[phase] = _measure_phase(measurement, phase, shapes, cfg)
+            outcomes[phase].patch = patch
+            if phase == "forward" and outcomes[phase].status == "failed":
+                forward_failed = outcomes[phase]
+        if plugged is not None and outcomes[phase].status in ("measured", "failed"):
+            outcome = outcomes[phase]
+            ctx = plugged.context(module, phase, outcome, measurement, batches, cfg)
+            outcome.patch = plugged.runner.after(ctx, outcome.patch or RowPatch())
     return outcomes
+
+
+def _measure_phase(measurement: ComponentMeasurement, phase: str, shapes: str | None, cfg: TimingConfig) -> _Outcome:
+    try:
+        result = measurement.forward() if phase == "forward" else measurement.backward()
+        return _Outcome("measured", result=result, input_shapes=shapes, notes=result.notes)
+    except NothingToDifferentiate as exc:
+        return _Outcome("skipped", error=f"backward not applicable: {exc}", input_shapes=shapes)
+    except Exception as exc:  # noqa: BLE001
+        if cfg.device.startswith("cuda"):
+            torch.cuda.empty_cache()  # an out-of-memory component must not starve the next one
+        return _Outcome("failed", error=_error_text(exc), input_shapes=shapes, traceback=_traceback_text(exc))
+
+
+def _bare_context(plugged: _Plugged, module: nn.Module, phase: str, cfg: TimingConfig) -> PhaseContext:
+    """The context a watcher sees before the measurement: identity only, nothing measured yet."""
+    return plugged.context(module, phase, _Outcome("measuring"), None, [], cfg)
+
+
+def _traceback_text(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-20000:]
 
 
 def profile_model(
@@ -209,6 +281,12 @@ def _profile(
     )
     peak_flops = next(iter(device_info["peak_flops"].values()), None)
     peak_bw = device_info["peak_bandwidth"]
+    selection = config.selection()
+    artifacts = staging_folder() if selection.profilers else None
+    runner = PluginRunner(
+        selection.instances("profilers"),
+        RunContext(device=device, dtype=dtype, model_name=model_name, artifacts_root=artifacts or Path(".")),
+    )
 
     # Which components get rows: those within --max-depth, plus (fallback) the children of any
     # component that could not be measured as a whole, however deep.
@@ -238,7 +316,8 @@ def _profile(
                 continue
             progress.update(task, description=f"{comp.path or model_name}")
             per_batch = [cap.calls.get(comp.path, []) for cap in captures]
-            outcomes[comp.path] = _measure(modules[comp.path], per_batch, config.phases, timing)
+            plugged = _Plugged(runner, comp, device, dtype, artifacts) if runner and artifacts else None
+            outcomes[comp.path] = _measure(modules[comp.path], per_batch, config.phases, timing, plugged)
 
     rows = _rows(components, in_run, outcomes, captures[0], modules, config.phases, model_name, version)
     run_id = archive.new_run_id()
@@ -256,7 +335,11 @@ def _profile(
         "device": device_info,
         "dtype": config.dtype,
         "provider": provider or {"name": "python", "options": {}},
-        "config": {**asdict(config), "batches": len(batches), "training": model.training, "num_threads": num_threads},
+        "config": {
+            **{k: v for k, v in asdict(config).items() if k not in ("plugins", "plugin_options")},
+            "batches": len(batches), "training": model.training, "num_threads": num_threads,
+            "plugins": _plugins_record(selection, runner.status),
+        },
         "preprocessing": list(preprocessing),
         "inputs": inputs_description or {"batches": len(batches)},
         "rotation": {
@@ -275,7 +358,37 @@ def _profile(
         "counts_phase": config.phases[0],
     }
     table = pl.from_arrow(archive.rows_to_table(rows))
-    return archive.Run(meta=meta, rows=table)
+    run = archive.Run(meta=meta, rows=table, artifacts=artifacts, ops=_ops_frame(runner.ops, run_id, model_name, version))
+    if artifacts is not None:
+        weakref.finalize(run, shutil.rmtree, artifacts, True)  # the staging folder lives as long as the Run
+    _report(run, selection)
+    return run
+
+
+def _plugins_record(selection: registry.Selection, status: dict[str, str]) -> dict[str, Any]:
+    record = selection.describe()
+    for name, line in status.items():
+        record[name]["status"] = line
+    return record
+
+
+def _ops_frame(ops: list[dict[str, Any]], run_id: str, model_name: str, version: str) -> pl.DataFrame | None:
+    if not ops:
+        return None
+    import pyarrow as pa
+
+    rows = [{**op, "run_id": run_id, "model": model_name, "version": version} for op in ops]
+    return pl.from_arrow(pa.Table.from_pylist(rows, schema=schema.OPS_SCHEMA))
+
+
+def _report(run: archive.Run, selection: registry.Selection) -> None:
+    """Reporters post-process the finished run; one that raises is recorded and the others still run."""
+    plugins = run.meta["config"]["plugins"]
+    for reporter in selection.instances("reporters"):
+        try:
+            reporter.report(run)
+        except Exception as exc:  # noqa: BLE001
+            plugins[reporter.name]["status"] = f"failed: {_error_text(exc)}"
 
 
 def _progress(enabled: bool, total: int):
@@ -316,6 +429,8 @@ def _rows(
                 param_bytes=param_bytes, param_count=param_count, input_shapes=outcome.input_shapes,
                 notes=list(outcome.notes), unsupported_ops=[],
             )
+            if outcome.patch is not None:
+                outcome.patch.apply(row)
             res = outcome.result
             if res is not None:
                 row.update(

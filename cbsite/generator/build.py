@@ -8,8 +8,10 @@ is the newest run's time), sorted JSON.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import logging
+import multiprocessing
 import os
 import shutil
 import tempfile
@@ -21,6 +23,7 @@ from typing import Any, Iterator, Sequence
 
 import jinja2
 
+from cbsite import archive
 from cbsite import diff as cdiff
 from cbsite.archive import Run
 from cbsite.errors import CbsiteError
@@ -46,11 +49,14 @@ class BuildResult:
 
 @dataclass
 class _DiffEntry:
+    """What pages need of one diff (the RunDiff itself stays in the worker that computed it)."""
+
     base: Run
     head: Run
     url: str
-    diff: cdiff.RunDiff | None
+    summary: str | None = None
     error: str | None = None
+    context: dict[str, Any] = field(default_factory=dict)
 
 
 def _epoch(created_at: str | None) -> int:
@@ -91,34 +97,60 @@ class _Writer:
         self.pages += 1
 
 
+def _diff_job(job: tuple[Path, Path, Path, str]) -> dict[str, Any]:
+    """Compute one diff and write its data files; runs in a worker process (diffs dominate build time).
+
+    Returns only what the templates need, so little crosses the process boundary.
+    """
+    base_path, head_path, folder, model = job
+    base, head = archive.read_run(base_path), archive.read_run(head_path)
+    try:
+        rd = cdiff.diff_runs(base, head)
+    except CbsiteError as exc:  # e.g. no phase in common: a page that says so, not a crashed build
+        return {"error": str(exc)}
+    tops = diffdata.top_rows(rd, model)
+    pages.dump_json(diffdata.diff_json(rd), folder / "diff.json")
+    specs = diffdata.chart_specs(tops)
+    if specs:
+        pages.dump_json(specs, folder / "charts.json")
+    return {
+        "summary": rd.summary(), "warnings": list(rd.warnings), "phases": rd.phases,
+        "totals": diffdata.totals_rows(rd), "tops": tops, "chart_metrics": list(specs),
+        "counts": {p: rd.counts(p) for p in rd.phases},
+    }
+
+
+def _map(fn: Any, jobs: list[Any]) -> list[Any]:
+    """fn over jobs on every core (in order); in-process when there is one job or one core."""
+    workers = min(os.cpu_count() or 1, len(jobs))
+    if workers <= 1:
+        return [fn(j) for j in jobs]
+    ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
+    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        return list(pool.map(fn, jobs, chunksize=max(1, len(jobs) // (4 * workers))))
+
+
 def _render_diffs(catalog: Catalog, writer: _Writer, warnings: list[str]) -> list[_DiffEntry]:
-    consecutive = {(a.run_id, b.run_id) for m in catalog.models.values()
-                   for a, b in zip([m.newest(v) for v in m.versions], [m.newest(v) for v in m.versions][1:])}
-    entries: list[_DiffEntry] = []
-    for base, head in catalog.diff_pairs:
-        is_consecutive = (base.run_id, head.run_id) in consecutive
-        url = pages.diff_url(base, head, is_consecutive)
-        entry = _DiffEntry(base, head, url, None)
-        try:
-            entry.diff = cdiff.diff_runs(base, head)
-        except CbsiteError as exc:  # e.g. no phase in common: a page that says so, not a crashed build
-            entry.error = str(exc)
-            warnings.append(f"diff {base.model}@{base.version} .. {head.model}@{head.version}: {exc}")
-        entries.append(entry)
-        ctx: dict[str, Any] = {"base": base, "head": head, "entry": entry}
-        if entry.diff is not None:
-            tops = diffdata.top_rows(entry.diff, head.model)
-            pages.dump_json(diffdata.diff_json(entry.diff), writer.docs / url / "diff.json")
-            specs = diffdata.chart_specs(tops)
-            if specs:
-                pages.dump_json(specs, writer.docs / url / "charts.json")
-            ctx.update(
-                rd=entry.diff, summary=entry.diff.summary(), totals=diffdata.totals_rows(entry.diff),
-                tops=tops, chart_metrics=list(specs), labels=cdiff.LABELS,
-                counts={p: entry.diff.counts(p) for p in entry.diff.phases},
-                head_data=pages.root_of(url) + pages.run_url(head) + "components.json",
-            )
-        writer.page(url, "pages/diff.md.j2", **ctx)
+    consecutive = set()
+    for m in catalog.models.values():
+        newest = [m.newest(v) for v in m.versions]
+        consecutive.update((a.run_id, b.run_id) for a, b in zip(newest, newest[1:]))
+    entries = [
+        _DiffEntry(base, head, pages.diff_url(base, head, (base.run_id, head.run_id) in consecutive))
+        for base, head in catalog.diff_pairs
+    ]
+    jobs = [(e.base.path, e.head.path, writer.docs / e.url, e.head.model) for e in entries]
+    for job in jobs:
+        job[2].mkdir(parents=True, exist_ok=True)
+    for entry, result in zip(entries, _map(_diff_job, jobs)):
+        if "error" in result:
+            entry.error = result["error"]
+            warnings.append(f"diff {entry.base.model}@{entry.base.version} .. {entry.head.model}@{entry.head.version}: {entry.error}")
+        else:
+            entry.summary = result["summary"]
+            entry.context = {**result, "labels": cdiff.LABELS,
+                             "head_data": pages.root_of(entry.url) + pages.run_url(entry.head) + "components.json"}
+        writer.page(entry.url, "pages/diff.md.j2", base=entry.base, head=entry.head, entry=entry, **entry.context)
     return entries
 
 

@@ -6,6 +6,7 @@ not row objects, because a 10,000-component run must stay a few MB), fetched by 
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 from dataclasses import dataclass, field
@@ -25,18 +26,23 @@ PHASE_COLUMNS = (
     "trace_file", "memory_file", "log_file",
 )
 LINK_COLUMNS = ("trace_file", "memory_file", "log_file")
+# Plugin columns (compile, numerics, any plugin's metrics): sent only when some row of the run has a value.
+OPTIONAL_COLUMNS = tuple(f.name for f in getattr(schema, "PLUGIN_FIELDS", []))
 TOP_COMPONENTS = 15  # listed in the page's HTML so that search finds a run by its hottest paths
 
 
 def _compact(value: Any) -> Any:
     """Round floats to 4 significant digits for display data (the downloads keep full precision)."""
-    if isinstance(value, float):
-        if not math.isfinite(value):
+    if type(value) is float:  # the common case first: this runs once per number of every run
+        if value != value or value in (_INF, -_INF):
             return None  # JSON has no NaN/inf; a missing number is shown as a dash
-        return float(f"{value:.4g}")
+        return float("%.4g" % value)
     if isinstance(value, list):
         return [_compact(v) for v in value]
     return value
+
+
+_INF = math.inf
 
 
 @dataclass
@@ -93,16 +99,21 @@ def components_json(run: Run, warnings: list[str]) -> dict[str, Any]:
         data[col] = [_compact(first[p][col]) for p in paths]
     for phase in data["phases"]:
         cols: dict[str, list[Any]] = {}
-        for col in PHASE_COLUMNS:
+        present = [c for c in OPTIONAL_COLUMNS if any(r.get(c) not in (None, []) for r in by_phase[phase].values())]
+        for col in (*PHASE_COLUMNS, *present):
             values = []
             for p in paths:
                 row = by_phase[phase].get(p)
                 value = row.get(col) if row else None
                 if col in LINK_COLUMNS:
                     value = _safe_link(run, value, warnings) if row else None
+                elif isinstance(value, list) and value and isinstance(value[0], dict):
+                    # plugin_metrics: [{name, value}] -> ["name=value"], as the details panel lists it
+                    value = [f"{v.get('name')}={_compact(v.get('value'))}" for v in value]
                 values.append(_compact(value))
             cols[col] = values
         data[phase] = cols
+    data["optional"] = sorted({c for p in data["phases"] for c in OPTIONAL_COLUMNS if c in data[p]})
     return data
 
 
@@ -116,7 +127,8 @@ def ops_json(run: Run) -> dict[str, Any] | None:
         return None
     keep = [c for c in ops.columns if c not in ("run_id", "model", "version", "path", "phase")]
     grouped: dict[str, dict[str, list[list[Any]]]] = {}
-    for row in ops.sort(["path", "phase"], maintain_order=True).iter_rows(named=True):
+    order = [c for c in ("path", "phase", "rank") if c in ops.columns]
+    for row in ops.sort(order, maintain_order=True).iter_rows(named=True):
         grouped.setdefault(row["path"], {}).setdefault(row["phase"], []).append([_compact(row[c]) for c in keep])
     return {"columns": keep, "components": grouped}
 
@@ -152,10 +164,15 @@ def hottest(run: Run, n: int = TOP_COMPONENTS) -> list[dict[str, Any]]:
 
 
 def csv_table(run: Run) -> pl.DataFrame:
-    """The rows with list columns joined by ';' (CSV has no lists), in pre-order."""
+    """The rows in pre-order, with lists of strings joined by ';' and other nested values as JSON (CSV is flat)."""
     df = run.rows.sort(["order", "phase"])
-    lists = [c for c, t in df.schema.items() if isinstance(t, pl.List)]
-    return df.with_columns([pl.col(c).list.join(";") for c in lists])
+    flat = []
+    for c, t in df.schema.items():
+        if isinstance(t, pl.List) and t.inner == pl.String:
+            flat.append(pl.col(c).list.join(";"))
+        elif isinstance(t, (pl.List, pl.Struct, pl.Array)):
+            flat.append(pl.col(c).map_elements(lambda v: json.dumps(v, sort_keys=True), return_dtype=pl.String))
+    return df.with_columns(flat)
 
 
 def write_run_files(run: Run, folder: Path, data: dict[str, Any], ops: dict[str, Any] | None, dump) -> None:

@@ -101,17 +101,21 @@
       ["bandwidth utilisation", "bandwidth_util", F.pct], ["arithmetic intensity", "arithmetic_intensity", F.num],
       ["peak memory", "peak_memory_bytes", F.bytes], ["ops without a FLOP formula", "unsupported_ops", null],
       ["notes", "notes", null], ["input shapes", "input_shapes", String]];
+    // Plugin columns the run has (compile, numerics, plugin metrics), by their schema names.
+    (d.optional || []).forEach(function (c) { rows.push([c.replace(/_/g, " "), c, typeof d[d.phases[0]][c][0] === "number" ? F.num : String]); });
     var head = document.createElement("tr");
     ["", ].concat(d.phases).forEach(function (ph) { var th = document.createElement("th"); th.textContent = ph; head.appendChild(th); });
     t.appendChild(head);
     rows.forEach(function (r) {
-      var any = d.phases.some(function (ph) { var v = d[ph][r[1]][i]; return v !== null && v !== undefined && !(Array.isArray(v) && !v.length); });
+      var any = d.phases.some(function (ph) { var v = d[ph][r[1]] ? d[ph][r[1]][i] : null; return v !== null && v !== undefined && !(Array.isArray(v) && !v.length); });
       if (!any) return;
       var tr = document.createElement("tr");
       var th = document.createElement("th"); th.textContent = r[0]; tr.appendChild(th);
       d.phases.forEach(function (ph) {
-        var v = d[ph][r[1]][i], td = document.createElement("td");
-        td.textContent = v === null || v === undefined ? F.DASH : Array.isArray(v) ? (v.join("; ") || F.DASH) : r[2](v);
+        var v = d[ph][r[1]] ? d[ph][r[1]][i] : null, td = document.createElement("td");
+        var fmt = r[2] || String;
+        if (typeof v === "number" && fmt === String) fmt = F.num;
+        td.textContent = v === null || v === undefined ? F.DASH : Array.isArray(v) ? (v.join("; ") || F.DASH) : fmt(v);
         tr.appendChild(td);
       });
       t.appendChild(tr);

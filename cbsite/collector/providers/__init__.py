@@ -91,8 +91,14 @@ def provide(
         return PROVIDERS[spec](options, batches=batches, seed=seed)
     if ":" in spec:
         return _provide_function(spec, dict(options or {}), batches)
+    # Third-party providers register under the `cbsite.providers` entry point group (as do the built-ins).
+    from cbsite.collector.plugins.registry import available
+
+    installed = available("providers")
+    if spec in installed:
+        return installed[spec].load()(dict(options or {}), batches=batches, seed=seed)
     raise CbsiteError(
-        f"unknown provider {spec!r}: use one of {', '.join(PROVIDERS)} "
+        f"unknown provider {spec!r}: use one of {', '.join(sorted(set(PROVIDERS) | set(installed)))} "
         f"or 'package.module:function' for your own model"
     )
 

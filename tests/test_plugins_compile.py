@@ -1,0 +1,86 @@
+"""compile and numerics plugins on tiny modules (torch.compile on CPU is slow: few, small tests)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+from torch import nn
+
+
+def rows_of(run, phase):
+    return {r["path"]: r for r in run.table(phase).to_dicts()}
+
+
+class Branchy(nn.Module):
+    """A data-dependent Python branch: Dynamo cannot trace through it and breaks the graph."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.lin(x)
+        if y.sum() > 0:
+            return y * 2
+        return y - 1
+
+
+def test_compile_reports_speedup_and_graph_breaks(fast_config):
+    from cbsite.collector import profile
+
+    mlp = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 8))
+    model = nn.Sequential(mlp, Branchy())
+    cfg = dataclasses.replace(fast_config, phases=("forward",), plugins=("compile",),
+                              plugin_options={"compile": {"max_depth": 1}})
+    run = profile(model, torch.randn(4, 8), config=cfg)
+    fwd = rows_of(run, "forward")
+    plain, branchy = fwd["0"], fwd["1"]
+    assert plain["graph_breaks"] == 0 and plain["graph_break_reasons"] == []
+    assert plain["compiled_latency_ms"] > 0 and plain["compile_time_s"] > 0
+    assert plain["compile_speedup"] == plain["latency_ms"] / plain["compiled_latency_ms"]  # reported, not judged
+    assert branchy["graph_breaks"] >= 1 and branchy["graph_break_reasons"]
+    assert branchy["compile_speedup"] is not None and branchy["plugin_errors"] is None
+    assert fwd["0.0"]["compiled_latency_ms"] is None  # deeper than max_depth: not compiled
+    assert run.meta["config"]["plugins"]["compile"]["status"] == "compiled components: depth <= 1"
+
+
+class NaiveLog1p(nn.Module):
+    """log(1 + x): for small x, 1 + x rounds to 1 in bfloat16 (8 bits of mantissa) and the result is lost."""
+
+    def forward(self, x):
+        return torch.log(1 + x)
+
+
+class StableLog1p(nn.Module):
+    def forward(self, x):
+        return torch.log1p(x)
+
+
+class Small(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(16, 16)
+        self.naive = NaiveLog1p()
+        self.stable = StableLog1p()
+
+    def forward(self, x):
+        y = self.proj(x)
+        return self.naive(y) + self.stable(y)
+
+
+def test_numerics_flags_the_planted_component(fast_config):
+    from cbsite.collector import profile
+
+    torch.manual_seed(0)
+    model = Small()
+    with torch.no_grad():
+        model.proj.weight.mul_(1e-2)
+        model.proj.bias.mul_(1e-2)
+    cfg = dataclasses.replace(fast_config, phases=("forward",), plugins=("numerics",))
+    fwd = rows_of(profile(model, 1e-2 * torch.randn(8, 16), config=cfg), "forward")
+    assert fwd["proj"]["numerics_ok"] is True and fwd["stable"]["numerics_ok"] is True
+    assert fwd["naive"]["numerics_ok"] is False and fwd["naive"]["numerics_max_rel_err"] > 0.1
+    assert fwd[""]["numerics_ok"] is False  # the root contains the planted component
+    assert fwd["stable"]["numerics_max_rel_err"] < 1.6e-2
+    assert fwd["naive"]["numerics_reference"].startswith("eager float32 on cpu vs bfloat16 (rtol 0.016")
