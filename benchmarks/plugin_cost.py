@@ -51,9 +51,11 @@ def one(size: str, budget: float, threads: int | None, plugins: tuple[str, ...],
         saved = run.save(tmp)
         artifact_bytes = sum(f.stat().st_size for f in saved.rglob("*") if f.is_file() and "artifacts" in f.parts)
         ops_bytes = (saved / "ops.parquet").stat().st_size if (saved / "ops.parquet").exists() else 0
-    errors = sum(len(e or []) for e in run.rows["plugin_errors"].to_list())
+    errors = [e for es in run.rows["plugin_errors"].to_list() for e in (es or [])]
+    inside = {name: rec.get("seconds", 0.0) for name, rec in run.meta["config"]["plugins"].items()}
     return {"wall_s": run.meta["wall_time_s"], "outer_s": round(outer, 3), "timed_s": run.meta["timed_s"],
-            "artifact_bytes": artifact_bytes, "ops_bytes": ops_bytes, "plugin_errors": errors,
+            "artifact_bytes": artifact_bytes, "ops_bytes": ops_bytes, "plugin_errors": len(errors), "errors": sorted(set(errors)),
+            "plugin_s": round(sum(inside.values()), 3),
             "components": sum(run.meta["counts"].values())}
 
 
@@ -78,10 +80,15 @@ def main() -> None:
         print(f"  {label:<50} wall {r['wall_s']:7.2f}s  ({r['plugin_errors']} plugin errors)", flush=True)
     base = (results[0]["wall_s"] + results[-1]["wall_s"]) / 2
     machine["load_after"] = os.getloadavg()[0]
-    print(f"\n{'case':<50} {'wall s':>8} {'extra s':>8} {'x base':>7} {'artifacts':>10} {'ops.parquet':>11}")
+    # "in plugins" is the time inside the plugins' profile() calls (run.json config.plugins.*.seconds):
+    # the cost itself, free of the run-to-run noise that the wall-time difference carries.
+    print(f"\n{'case':<50} {'wall s':>8} {'extra s':>8} {'x base':>7} {'in plugins s':>12} {'artifacts':>10} {'ops.parquet':>11}")
     for r in results:
-        print(f"{r['case']:<50} {r['wall_s']:8.2f} {r['wall_s'] - base:8.2f} {r['wall_s'] / base:7.2f} "
+        print(f"{r['case']:<50} {r['wall_s']:8.2f} {r['wall_s'] - base:8.2f} {r['wall_s'] / base:7.2f} {r['plugin_s']:12.2f} "
               f"{r['artifact_bytes'] / 1e3:9.0f}k {r['ops_bytes'] / 1e3:10.0f}k")
+    for r in results:
+        for error in r["errors"]:
+            print(f"plugin error in {r['case']}: {error}")
     print(f"\ncomponents per run: {results[0]['components']}; load average before/after: "
           f"{machine['load_before']:.1f}/{machine['load_after']:.1f} on {machine['cores']} cores")
     if args.json:

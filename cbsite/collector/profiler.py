@@ -338,7 +338,7 @@ def _profile(
         "config": {
             **{k: v for k, v in asdict(config).items() if k not in ("plugins", "plugin_options")},
             "batches": len(batches), "training": model.training, "num_threads": num_threads,
-            "plugins": _plugins_record(selection, runner.status),
+            "plugins": _plugins_record(selection, runner.status, runner.seconds),
         },
         "preprocessing": list(preprocessing),
         "inputs": inputs_description or {"batches": len(batches)},
@@ -365,10 +365,13 @@ def _profile(
     return run
 
 
-def _plugins_record(selection: registry.Selection, status: dict[str, str]) -> dict[str, Any]:
+def _plugins_record(selection: registry.Selection, status: dict[str, str], seconds: dict[str, float]) -> dict[str, Any]:
+    """run.json config.plugins: each plugin's kind, options, status line (if any) and seconds spent in it."""
     record = selection.describe()
     for name, line in status.items():
         record[name]["status"] = line
+    for name, spent in seconds.items():
+        record[name]["seconds"] = round(spent, 3)
     return record
 
 

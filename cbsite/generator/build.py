@@ -120,14 +120,26 @@ def _diff_job(job: tuple[Path, Path, Path, str]) -> dict[str, Any]:
     }
 
 
+PARALLEL_MIN_JOBS = 8  # below this, starting worker processes costs more than it saves
+
+
 def _map(fn: Any, jobs: list[Any]) -> list[Any]:
-    """fn over jobs on every core (in order); in-process when there is one job or one core."""
-    workers = min(os.cpu_count() or 1, len(jobs))
-    if workers <= 1:
+    """fn over jobs on every core (CBSITE_BUILD_JOBS overrides; 1 = in-process), results in order.
+
+    Workers are spawned, never forked: polars' thread pool does not survive a fork (the child deadlocks).
+    Spawning re-imports the caller's main script, so a script that calls build_site must guard it with
+    `if __name__ == "__main__":` (the usual multiprocessing rule); where the pool cannot start or breaks
+    (no guard, a main read from stdin), the jobs run in-process instead.
+    """
+    workers = min(int(os.environ.get("CBSITE_BUILD_JOBS") or os.cpu_count() or 1), len(jobs))
+    if workers <= 1 or len(jobs) < PARALLEL_MIN_JOBS:
         return [fn(j) for j in jobs]
-    ctx = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() else None
-    with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        return list(pool.map(fn, jobs, chunksize=max(1, len(jobs) // (4 * workers))))
+    try:
+        ctx = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            return list(pool.map(fn, jobs, chunksize=max(1, len(jobs) // (4 * workers))))
+    except (concurrent.futures.process.BrokenProcessPool, OSError, RuntimeError):
+        return [fn(j) for j in jobs]
 
 
 def _render_diffs(catalog: Catalog, writer: _Writer, warnings: list[str]) -> list[_DiffEntry]:

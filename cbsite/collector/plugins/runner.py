@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
+import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,6 +85,7 @@ class PluginRunner:
         self.status: dict[str, str] = {}
         self.ops: list[dict[str, Any]] = []
         self.broken: dict[str, str] = {}  # plugins whose start() raised: they fail on every row
+        self.seconds: dict[str, float] = {p.name: 0.0 for p in self.plugins}  # time in each plugin's profile()
         for plugin in self.plugins:
             try:
                 status = plugin.start(run)
@@ -116,11 +118,14 @@ class PluginRunner:
             if plugin.name in self.broken:
                 patch.errors.append(self.broken[plugin.name])
                 continue
+            started = time.perf_counter()
             try:
                 result = plugin.profile(ctx)
             except Exception as exc:  # noqa: BLE001
                 patch.errors.append(_plugin_error(plugin.name, exc))
                 continue
+            finally:
+                self.seconds[plugin.name] += time.perf_counter() - started
             if result is not None:
                 self._merge(plugin.name, result, ctx, patch)
         return patch
