@@ -140,7 +140,8 @@ def estimate_containers(tree: Tree, peak_flops: float | None, peak_bandwidth: fl
         missing = [c.path or "<root>" for c in node.children if c["status"] in ("failed", "skipped")]
         for metric in schema.ADDITIVE_METRICS:
             values = [(c[metric], c["call_count"]) for c in node.children if c[metric] is not None]
-            total = sum(v * n for v, n in values) / calls if values else None
+            # A never-called child (a ModuleList inside a container) counts once, like its parent.
+            total = sum(v * max(n, 1) for v, n in values) / calls if values else None
             row[metric] = int(round(total)) if total is not None and metric in ("flops", "bytes_moved") else total
         row["latency_p25_ms"] = row["latency_p75_ms"] = row["samples"] = None
         peaks = [c["peak_memory_bytes"] for c in node.children if c["peak_memory_bytes"] is not None]

@@ -202,7 +202,7 @@ def _phase_rows(
         calls = max(row["call_count"], 1)
         for key in PER_CALL_KEYS:
             values = [(c[key], c["call_count"]) for c in kids if c[key] is not None]
-            total = sum(v * n for v, n in values) / calls + own.get(key, 0)
+            total = sum(v * max(n, 1) for v, n in values) / calls + own.get(key, 0)
             row[key] = int(round(total)) if key in ("flops", "bytes_moved") else float(total)
         row["peak_memory_bytes"] = max([c["peak_memory_bytes"] or 0 for c in kids], default=0) + int(
             own.get("peak_memory_bytes", 0)

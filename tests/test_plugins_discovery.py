@@ -94,4 +94,5 @@ def test_third_party_plugin_is_found_runs_and_lands_in_the_run(installed_plugin,
     row = run.table("forward").filter(run.table("forward")["path"] == "0").to_dicts()[0]
     assert {"name": "param-norm.l2", "value": 10.0} in row["plugin_metrics"]  # ||W|| = 5, scaled by 2
     assert run.meta["count_rows"] == run.rows.height
-    assert run.meta["config"]["plugins"]["param-norm"] == {"kind": "profiler", "options": {"scale": 2.0}}
+    record = run.meta["config"]["plugins"]["param-norm"]
+    assert record["kind"] == "profiler" and record["options"] == {"scale": 2.0} and record["seconds"] >= 0
