@@ -483,12 +483,8 @@ def _sides(rows: pl.DataFrame, side: str, meta: dict[str, Any]) -> dict[str, _Si
     def broken(problem: str) -> CbsiteError:
         return CbsiteError(f"the {side} run {where} has a broken component tree: {problem}; collect it again")
 
-    rows = rows.select(_COLUMNS)
-    return {
-        phase: _Side(rows.filter(pl.col("phase") == phase), broken)
-        for phase in schema.PHASES
-        if rows.filter(pl.col("phase") == phase).height
-    }
+    by_phase = rows.select(_COLUMNS).partition_by("phase", as_dict=True)
+    return {phase: _Side(by_phase[(phase,)], broken) for phase in schema.PHASES if (phase,) in by_phase}
 
 
 # --- one phase ---------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import gzip
 import hashlib
 import json
@@ -188,3 +189,23 @@ def test_perfetto_origin_from_config(archive, tmp_path):
     assert 'data-perfetto-origin="http://perfetto.internal:9000"' in page
     site2 = build_site(archive, tmp_path / "site2", config=cfg, perfetto_origin="http://other:1", quiet=True)
     assert 'data-perfetto-origin="http://other:1"' in next(site2.glob("runs/toy/v1/*/index.html")).read_text()
+
+
+def test_csv_download_flattens_plugin_columns():
+    """Lists of structs (plugin metrics) become JSON text in the CSV; lists of strings are joined."""
+    import polars as pl
+
+    from cbsite.generator.rundata import csv_table
+    from tests.runfactory import make_run
+
+    run = make_run({"": {"a": None}})
+    metrics = [[{"name": "thirdparty.score", "value": 1.5}] if r["path"] == "a" else None for r in run.rows.to_dicts()]
+    run.rows = run.rows.with_columns(
+        pl.Series("plugin_metrics", metrics, dtype=run.rows.schema["plugin_metrics"]),
+        pl.Series("graph_break_reasons", [["x", "y"]] * run.rows.height, dtype=pl.List(pl.String)),
+    )
+    flat = csv_table(run)
+    cells = dict(zip(flat["path"].to_list(), flat["plugin_metrics"].to_list()))
+    assert cells["a"] == '[{"name": "thirdparty.score", "value": 1.5}]' and cells[""] is None
+    assert set(flat["graph_break_reasons"].to_list()) == {"x;y"}
+    flat.write_csv(io.StringIO())  # CSV takes it: nothing nested is left

@@ -163,6 +163,11 @@ def hottest(run: Run, n: int = TOP_COMPONENTS) -> list[dict[str, Any]]:
     return fwd.select(["path", "module_type", "call_count", "latency_per_forward", "status"]).to_dicts()
 
 
+def _json_cell(value: Any) -> str:
+    # polars hands a list cell to the function as a Series (of dicts for a list of structs).
+    return json.dumps(value.to_list() if isinstance(value, pl.Series) else value, sort_keys=True)
+
+
 def csv_table(run: Run) -> pl.DataFrame:
     """The rows in pre-order, with lists of strings joined by ';' and other nested values as JSON (CSV is flat)."""
     df = run.rows.sort(["order", "phase"])
@@ -171,7 +176,7 @@ def csv_table(run: Run) -> pl.DataFrame:
         if isinstance(t, pl.List) and t.inner == pl.String:
             flat.append(pl.col(c).list.join(";"))
         elif isinstance(t, (pl.List, pl.Struct, pl.Array)):
-            flat.append(pl.col(c).map_elements(lambda v: json.dumps(v, sort_keys=True), return_dtype=pl.String))
+            flat.append(pl.col(c).map_elements(_json_cell, return_dtype=pl.String))
     return df.with_columns(flat)
 
 
