@@ -230,6 +230,34 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_diff(args: argparse.Namespace) -> int:
+    """Compare HEAD with BASE; print a table, Markdown or JSON; exit 1 when a gate rule is broken."""
+    from cbsite import review
+    from cbsite.archive import read_run, resolve_run
+    from cbsite.diff import diff_runs
+
+    # Rules are checked before any run is read, so a typo in a rule fails fast (exit 2).
+    rules: list[Any] = []
+    if args.fail_on:
+        rules = review.parse_rules(args.fail_on)
+    elif (found := review.config_rules(Path.cwd())) is not None:
+        rules = found[0]
+    base_ref, head_ref = resolve_run(args.base, args.runs), resolve_run(args.head, args.runs)
+    rd = diff_runs(read_run(base_ref.path), read_run(head_ref.path), match_moved=args.match_moved)
+    phase = review.main_phase(rd, args.phase) if args.phase else None
+    gate = review.check(rd, rules, [phase] if phase else None) if rules else None
+    url = review.diff_page_url(args.site_url, base_ref, head_ref, args.runs) if args.site_url else None
+    if args.format == "markdown":
+        sys.stdout.write(review.markdown(rd, gate, phase=phase, site_url=url, top=args.top))
+    elif args.format == "json":
+        print(json.dumps(review.to_json(rd, gate, match_moved=args.match_moved, site_url=url), indent=1))
+    else:
+        review.print_table(rd, gate, _console(), phase=phase, top=args.top)
+        if url:
+            print(f"diff page: {url}")
+    return 0 if gate is None or gate.passed else 1
+
+
 def cmd_build(args: argparse.Namespace) -> int:
     from cbsite.generator import build_site
 
@@ -309,6 +337,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
     p.add_argument("--top", type=int, default=25)
     p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser(
+        "diff", help="compare two runs (run id, model@version, model or run folder); gate with --fail-on",
+        description="Compare HEAD with BASE. Exit status: 0 passed (or no rules), 1 a --fail-on rule is broken, "
+                    "2 a usage error (bad rule, unknown run).")
+    p.add_argument("base", help="the older run: run id, model@version (its newest run), model or run folder")
+    p.add_argument("head", help="the newer run, in the same forms")
+    p.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
+    p.add_argument("--format", choices=("table", "markdown", "json"), default="table",
+                   help="table (terminal), markdown (a PR comment) or json (see cbsite/diff.schema.json)")
+    p.add_argument("--phase", choices=("forward", "backward"), default=None,
+                   help="compare and gate one phase only (default: every phase both runs have)")
+    p.add_argument("--match-moved", action=argparse.BooleanOptionalAction, default=True,
+                   help="match renamed or re-wrapped modules by structure and report them as moved (default: on)")
+    p.add_argument("--fail-on", action="append", default=[], metavar="RULE",
+                   help="gate rule [GLOB:]METRIC>+N%%, e.g. flops>+5%% or 'over_arch.*:latency>+20%%'; repeatable; "
+                        "replaces fail_on of [tool.cbsite.gate] in pyproject.toml")
+    p.add_argument("--site-url", default=None, help="URL of the published site version; links the diff page")
+    p.add_argument("--top", type=int, default=5, help="top contributors shown per metric")
+    p.set_defaults(func=cmd_diff)
 
     p = sub.add_parser("export", help="write one run as csv, parquet or json")
     p.add_argument("run")

@@ -209,3 +209,16 @@ def test_csv_download_flattens_plugin_columns():
     assert cells["a"] == '[{"name": "thirdparty.score", "value": 1.5}]' and cells[""] is None
     assert set(flat["graph_break_reasons"].to_list()) == {"x;y"}
     flat.write_csv(io.StringIO())  # CSV takes it: nothing nested is left
+
+
+def test_run_warnings_are_shown_on_the_run_page(tmp_path):
+    """A run timed on a busy machine says so on its page, escaped like every run-provided string."""
+    from tests.runfactory import make_run, write_archive
+
+    run = make_run({"": {"a": None}}, model="busy")
+    run.meta["warnings"] = ["the machine was busy before timing <load 3.1>"]
+    write_archive(tmp_path / "runs", [run])
+    site = build_site(tmp_path / "runs", tmp_path / "site", quiet=True)
+    page = (site / "runs" / "busy" / "v1" / run.run_id / "index.html").read_text()
+    assert "Read these numbers with care" in page
+    assert "the machine was busy before timing &lt;load 3.1&gt;" in page

@@ -313,6 +313,14 @@ def _is_fixed_stride_kjt(leaf: Any, kjt_type: type | None) -> bool:
     return kjt_type is not None and isinstance(leaf, kjt_type) and not leaf.variable_stride_per_key()
 
 
+def batch_size_of(batch: Inputs) -> int | None:
+    """The batch size of an example batch (the most common dim 0), or None when nothing has one."""
+    try:
+        return _detect_batch_size(batch, _kjt_type())
+    except CbsiteError:
+        return None
+
+
 def _detect_batch_size(batch: Inputs, kjt_type: type | None) -> int:
     candidates: list[int] = []
     for _, leaf in _leaves(batch):

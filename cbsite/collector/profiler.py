@@ -27,6 +27,8 @@ from cbsite import archive, schema, tree
 from cbsite.collector.capture import Capture, capture, tensors_in
 from cbsite.collector.device import describe_device
 from cbsite.collector.measure import ComponentMeasurement, NothingToDifferentiate, PhaseResult, TimingConfig
+from cbsite.collector.preprocess import batch_size_of
+from cbsite.collector.providers import Inputs as ProvidedInputs
 from cbsite.collector.plan import Component, PlanConfig, breadth_first, component_tree, selected
 from cbsite.collector.plugins import registry
 from cbsite.collector.plugins.base import PhaseContext, RunContext
@@ -233,16 +235,20 @@ def profile_model(
         torch.set_num_threads(caller_threads)  # a notebook keeps its own setting
 
 
-def _load_warnings(num_threads: int) -> list[str]:
-    """Timing on a loaded machine measures the contention: say so in the run, not only in numbers."""
+def _load_warnings(num_threads: int, when: str) -> list[str]:
+    """Timing on a loaded machine measures the contention: say so in the run, not only in numbers.
+
+    The load average counts this process's own running threads too, so only a load above the core
+    count means that something waited for a core.
+    """
     try:
         load = os.getloadavg()[0]
     except OSError:
         return []
     cores = os.cpu_count() or 1
-    if load > cores - 0.5:
+    if load > cores + 0.5:
         return [
-            f"the machine was busy while timing (1-minute load average {load:.1f} on {cores} cores, "
+            f"the machine was busy {when} timing (1-minute load average {load:.1f} on {cores} cores, "
             f"{num_threads} intra-op threads): latencies may include waiting for other processes"
         ]
     return []
@@ -264,7 +270,7 @@ def _profile(
     device = torch.device(config.device)
     dtype = DTYPES[config.dtype]
     num_threads = torch.get_num_threads()
-    load_warnings = _load_warnings(num_threads)
+    load_warnings = _load_warnings(num_threads, "before")
     model = model.to(device)
     if dtype != torch.float32:
         model = model.to(dtype)
@@ -337,7 +343,8 @@ def _profile(
         "provider": provider or {"name": "python", "options": {}},
         "config": {
             **{k: v for k, v in asdict(config).items() if k not in ("plugins", "plugin_options")},
-            "batches": len(batches), "training": model.training, "num_threads": num_threads,
+            "batch_size": batch_size_of(ProvidedInputs(*batches[0])), "batches": len(batches),
+            "training": model.training, "num_threads": num_threads,
             "plugins": _plugins_record(selection, runner.status, runner.seconds),
         },
         "preprocessing": list(preprocessing),
@@ -354,7 +361,7 @@ def _profile(
         # counting passes and calibration.
         "timed_s": round(sum(o.result.timing.timed_s for per in outcomes.values() for o in per.values() if o.result), 3),
         "counts": counts,
-        "warnings": load_warnings + [w for w in _load_warnings(num_threads) if w not in load_warnings][:1],
+        "warnings": load_warnings + _load_warnings(num_threads, "after"),
         "counts_phase": config.phases[0],
     }
     table = pl.from_arrow(archive.rows_to_table(rows))

@@ -1,0 +1,500 @@
+"""Reviewing a model change: the regression gate's rules and the PR summary, on top of `cbsite.diff`.
+
+Core module: no torch, no jinja2. `cbsite diff` (cli.py) is a thin caller of what is here.
+
+Gate rules
+----------
+A rule is ``[GLOB:]METRIC>+N%``: ``flops>+5%`` (the whole model's total), ``over_arch.*:latency>+20%``
+(every component whose head path matches the glob, `*` crossing dots). METRIC is one of RULE_METRICS
+(``peak_memory`` and ``latency`` stand for the ``peak_memory_bytes`` and ``latency_ms`` columns, whose
+names work too). A rule is broken where a per-forward value grew by more than N % of its base value:
+* a value that grew from 0, or a component that is new in the head run, grew by more than any N %;
+* a latency change within the combined IQR of the two runs (`diff.py`'s noise rule) never breaks a rule;
+* a value that is missing (failed or skipped component) cannot be judged: it is listed as unknown and
+  does not break the rule, so the report says what the gate could not see;
+* every compared phase is checked (or the one `--phase` names); parameter bytes are static and are
+  checked once, in the first phase.
+Rules come from ``--fail-on`` or, when none is given, from ``fail_on`` in the ``gate`` table of the
+configuration file (``[tool.cbsite.gate]`` in pyproject.toml or ``[gate]`` in cbsite.toml, found from
+the working directory upwards as the plugin settings are). Every bad rule is reported at once.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from cbsite import diff as cdiff
+from cbsite.archive import RunRef, list_runs
+from cbsite.diff import ComponentDelta, RunDiff
+from cbsite.errors import CbsiteError
+
+# Rule metric name -> diff metric (column) name.
+RULE_METRICS = {
+    "flops": "flops",
+    "param_bytes": "param_bytes",
+    "peak_memory": "peak_memory_bytes",
+    "peak_memory_bytes": "peak_memory_bytes",
+    "latency": "latency_ms",
+    "latency_ms": "latency_ms",
+    "bytes_moved": "bytes_moved",
+}
+_RULE_RE = re.compile(
+    r"^(?:(?P<glob>[^:\s][^:]*):)?(?P<metric>[a-z_]+)>(?P<limit>[+-]?\d+(?:\.\d+)?)%$"
+)
+GATE_KEYS = ("fail_on",)
+TOP_N = 5  # contributors per metric in the Markdown summary
+MAX_TABLE_ROWS = 300  # rows of the collapsible full table; a PR comment holds at most 65,536 characters
+
+
+# --- rules ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One gate rule: `metric` (a diff column) may grow by at most `limit` (a fraction) per component."""
+
+    text: str
+    metric: str
+    limit: float  # 0.05 for "+5%"
+    glob: str | None = None  # None: the whole model's total
+
+
+def parse_rules(texts: Iterable[str], source: str = "--fail-on") -> list[Rule]:
+    """Parse gate rules; every malformed one is reported in one CbsiteError naming `source`."""
+    rules, problems = [], []
+    for text in texts:
+        rule, problem = _parse_rule(text)
+        if problem:
+            problems.append(f"{text!r}: {problem}")
+        else:
+            rules.append(rule)
+    if problems:
+        raise CbsiteError(
+            f"bad gate rule{'s' * (len(problems) > 1)} in {source}: " + "; ".join(problems)
+            + ". A rule is [GLOB:]METRIC>+N%, e.g. flops>+5% or 'over_arch.*:latency>+20%'; metrics: "
+            + ", ".join(RULE_METRICS)
+        )
+    return rules
+
+
+def _parse_rule(text: Any) -> tuple[Rule | None, str | None]:
+    if not isinstance(text, str):
+        return None, "a rule is a string"
+    match = _RULE_RE.match(text.replace(" ", ""))
+    if not match:
+        return None, "not of the form [GLOB:]METRIC>+N%"
+    metric = match["metric"]
+    if metric not in RULE_METRICS:
+        return None, f"unknown metric {metric!r}"
+    limit = float(match["limit"]) / 100
+    if limit < 0:
+        return None, "the limit is a growth (+N%); a negative one would fail every unchanged model"
+    return Rule(text=text.strip(), metric=RULE_METRICS[metric], limit=limit, glob=match["glob"]), None
+
+
+def config_rules(start: Path) -> tuple[list[Rule], Path] | None:
+    """The gate rules of the configuration file nearest to `start`, or None when it has none.
+
+    Found as the plugin settings are (cbsite/collector/plugins/registry.py: the nearest cbsite.toml, else
+    pyproject.toml with a [tool.cbsite] table); re-implemented here because that package imports torch.
+    """
+    found = _find_config(start)
+    if found is None:
+        return None
+    path, table = found
+    gate = table.get("gate")
+    if gate is None:
+        return None
+    where = f"{path} [{'tool.cbsite.' if path.name == 'pyproject.toml' else ''}gate]"
+    if not isinstance(gate, dict):
+        raise CbsiteError(f"{where} must be a table with fail_on = [\"flops>+5%\", ...]")
+    problems = [f"unknown key {k!r} (valid: {', '.join(GATE_KEYS)})" for k in gate if k not in GATE_KEYS]
+    texts = gate.get("fail_on", [])
+    if not isinstance(texts, list):
+        problems.append("fail_on must be a list of rules, e.g. fail_on = [\"flops>+5%\"]")
+        texts = []
+    try:
+        rules = parse_rules(texts, where)
+    except CbsiteError as exc:
+        problems.append(str(exc))
+        rules = []
+    if problems:
+        raise CbsiteError(f"{where}: " + "; ".join(problems))
+    return rules, path
+
+
+def _find_config(start: Path) -> tuple[Path, dict[str, Any]] | None:
+    for folder in [start, *start.parents]:
+        own = folder / "cbsite.toml"
+        if own.is_file():
+            return own, _read_toml(own)
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file():
+            table = _read_toml(pyproject).get("tool", {}).get("cbsite")
+            if table is not None:
+                return pyproject, table
+    return None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise CbsiteError(f"{path} is not valid TOML: {exc}") from exc
+
+
+# --- the gate ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Breach:
+    """One place where a rule is broken: the total (path None) or a component, in one phase."""
+
+    rule: Rule
+    phase: str
+    path: str | None
+    base_path: str | None
+    base: float | None
+    head: float | None
+    change: float | None  # head / base - 1; None when it grew from nothing (new)
+
+
+@dataclass
+class GateResult:
+    rules: list[Rule]
+    breaches: list[Breach] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)  # "rule: where" for values the gate could not judge
+
+    @property
+    def passed(self) -> bool:
+        return not self.breaches
+
+    def broken_rules(self) -> list[Rule]:
+        seen = {b.rule.text for b in self.breaches}
+        return [r for r in self.rules if r.text in seen]
+
+
+def check(rd: RunDiff, rules: Sequence[Rule], phases: Sequence[str] | None = None) -> GateResult:
+    """Apply `rules` to a diff in `phases` (default: every compared phase); see the module docstring."""
+    phases = list(phases) if phases else rd.phases
+    result = GateResult(rules=list(rules))
+    for rule in rules:
+        # Parameter bytes do not depend on the phase: judge them once.
+        for phase in phases[:1] if rule.metric == "param_bytes" else phases:
+            if rule.glob is None:
+                t = rd.totals[phase][rule.metric]
+                _judge(result, rule, phase, None, None, t.base, t.head, t.noise, exists=(True, True))
+            else:
+                for c in rd.for_phase(phase):
+                    if fnmatch.fnmatchcase(c.path, rule.glob) and c.kind != "removed":
+                        _judge(result, rule, phase, c.path, c.base_path, c.base[rule.metric], c.head[rule.metric],
+                               c.noise[rule.metric], exists=(c.kind != "added", True))
+    return result
+
+
+def _judge(result: GateResult, rule: Rule, phase: str, path: str | None, base_path: str | None,
+           base: float | None, head: float | None, noise: bool, exists: tuple[bool, bool]) -> None:
+    where = f"{phase} {'total' if path is None else repr(path)}"
+    if not exists[0]:  # a new component grew from nothing
+        if head:
+            result.breaches.append(Breach(rule, phase, path, base_path, None, head, None))
+        elif head is None:
+            result.unknown.append(f"{rule.text}: {where} (no value)")
+        return
+    if base is None or head is None:
+        result.unknown.append(f"{rule.text}: {where} (no value in the {'base' if base is None else 'head'} run)")
+        return
+    if noise or head <= base:
+        return
+    change = head / base - 1 if base else None
+    if change is None or change > rule.limit * (1 + cdiff.REL_TOL):  # a limit hit exactly is not over it
+        result.breaches.append(Breach(rule, phase, path, base_path, base, head, change))
+
+
+# --- the diff page on the site --------------------------------------------------------------------
+
+
+def diff_page_url(site_url: str, base: RunRef, head: RunRef, runs: Path) -> str:
+    """The address of the diff page of these two runs on a site built from the archive `runs`.
+
+    The generator's scheme (cbsite/generator/pages.py `diff_url`, catalog.py): the newest runs of two
+    consecutive versions of a model have `diffs/<model>/<base version>/<head version>/`; any other pair
+    is `diffs/runs/<base run id>/<head run id>/`, a page that exists only when the site was built with
+    `--diff BASE..HEAD`. Re-implemented here because the generator imports jinja2.
+    """
+    root = site_url if site_url.endswith("/") else site_url + "/"
+    if base.model == head.model and _consecutive(runs, base, head):
+        return f"{root}diffs/{head.model}/{base.version}/{head.version}/"
+    return f"{root}diffs/runs/{base.run_id}/{head.run_id}/"
+
+
+def _consecutive(runs: Path, base: RunRef, head: RunRef) -> bool:
+    refs = sorted((r for r in list_runs(runs) if r.model == head.model), key=lambda r: r.run_id)
+    versions: list[str] = []  # ordered by their first run, as the catalog orders them
+    newest: dict[str, str] = {}
+    for r in refs:
+        if r.version not in newest:
+            versions.append(r.version)
+        newest[r.version] = r.run_id
+    pairs = zip(versions, versions[1:])
+    return any(newest[a] == base.run_id and newest[b] == head.run_id for a, b in pairs)
+
+
+# --- reports -------------------------------------------------------------------------------------
+
+REPORT_METRICS = ("flops", "param_bytes", "peak_memory_bytes", "latency_ms")
+
+
+def main_phase(rd: RunDiff, phase: str | None) -> str:
+    """The phase the contributors and tables show: the one asked for, else forward, else the first."""
+    if phase is not None:
+        rd.for_phase(phase)  # raises a CbsiteError naming the compared phases
+        return phase
+    return "forward" if "forward" in rd.totals else rd.phases[0]
+
+
+def markdown(rd: RunDiff, gate: GateResult | None = None, *, phase: str | None = None,
+             site_url: str | None = None, top: int = TOP_N) -> str:
+    """GitHub-flavoured Markdown for a PR comment (see docs-notes/review.md for an example)."""
+    model = rd.head_meta.get("model", "?")
+    main = main_phase(rd, phase)
+    phases = [phase] if phase else rd.phases
+    out = [f"## cbsite: {_title(rd)}", ""]
+    if gate is not None and gate.rules:
+        out += [_gate_line(gate), ""]
+    out += [rd.summary(), ""]
+
+    out += ["| metric | phase | base | head | change | ratio |", "|---|---|--:|--:|--:|--:|"]
+    for metric in REPORT_METRICS:
+        for ph in phases[:1] if metric == "param_bytes" else phases:
+            t = rd.totals[ph][metric]
+            change = "within noise" if t.noise else cdiff.format_ratio(t)
+            incomplete = "" if t.complete else " (incomplete)"
+            out.append(f"| {cdiff.LABELS[metric]}{incomplete} | {ph if metric != 'param_bytes' else 'static'} | "
+                       f"{_amount(metric, t.base)} | {_amount(metric, t.head)} | {cdiff.format_delta(metric, t.delta)} | "
+                       f"{change} |")
+    out.append("")
+
+    sections = []
+    for metric in REPORT_METRICS:
+        t = rd.totals[main][metric]
+        rows = rd.top(metric, main, top)
+        if not rows or not t.delta or t.noise:
+            continue
+        lines = [f"**{_cap(cdiff.LABELS[metric])}** {cdiff.format_delta(metric, t.delta)} ({cdiff.format_ratio(t)})",
+                 "", "| component | type | kind | own change | share |", "|---|---|---|--:|--:|"]
+        for c in rows:
+            share = c.share[metric]
+            lines.append(f"| {_path_cell(c, model)} | {_short(c.module_type)} | {c.kind} | "
+                         f"{cdiff.format_delta(metric, c.self_delta[metric])} | {'' if share is None else _pct(share)} |")
+        sections.append("\n".join(lines))
+    if sections:
+        out += [f"### Where the change is ({main})", "", "\n\n".join(sections), ""]
+
+    comps = rd.for_phase(main)
+    moved = [c for c in comps if c.kind == "moved"]
+    added = [c for c in comps if c.kind == "added"]
+    removed = [c for c in comps if c.kind == "removed"]
+    if moved or added or removed:
+        out += ["### Modules", ""]
+        for label, items in (("Added", added), ("Removed", removed)):
+            if items:
+                out.append(f"- **{label}** ({len(items)}): " + _listing(items, model))
+        if moved:
+            out.append(f"- **Moved** ({len(moved)}), matched by structure:")
+            for c in moved[:50]:
+                changes = [f"{cdiff.LABELS[m]} {cdiff.format_delta(m, c.delta[m])}" for m in REPORT_METRICS
+                           if c.delta[m] and not c.noise[m]]
+                out.append(f"  - `{c.base_path}` → `{c.path}` ({_short(c.module_type)})"
+                           + (": " + ", ".join(changes) if changes else ""))
+            if len(moved) > 50:
+                out.append(f"  - and {len(moved) - 50} more")
+        out.append("")
+
+    if gate is not None and gate.rules:
+        out += _gate_section(gate, model)
+
+    changed = [c for c in comps if c.kind != "unchanged"]
+    out += [f"<details><summary>All {len(changed)} changed components ({main}; {len(comps) - len(changed)} unchanged)</summary>", ""]
+    if changed:
+        out += ["| component | type | kind | " + " | ".join(cdiff.LABELS[m] for m in REPORT_METRICS) + " |",
+                "|---|---|---|" + "--:|" * len(REPORT_METRICS)]
+        for c in changed[:MAX_TABLE_ROWS]:
+            cells = [_delta_cell(c, m) for m in REPORT_METRICS]
+            indent = "&nbsp;&nbsp;" * c.depth
+            out.append(f"| {indent}{_path_cell(c, model)} | {_short(c.module_type)} | {c.kind} | " + " | ".join(cells) + " |")
+        if len(changed) > MAX_TABLE_ROWS:
+            out.append(f"\n{len(changed) - MAX_TABLE_ROWS} more rows on the diff page.")
+    out += ["", "</details>", ""]
+
+    if site_url:
+        out += [f"[Open the diff page]({site_url})", ""]
+    return "\n".join(out)
+
+
+def to_json(rd: RunDiff, gate: GateResult | None, *, match_moved: bool, site_url: str | None = None) -> dict[str, Any]:
+    """The diff (RunDiff.to_dict) plus how it was made and the gate's verdict; valid per diff.schema.json."""
+    out = rd.to_dict()
+    out["match_moved"] = match_moved
+    out["site_url"] = site_url
+    out["gate"] = None if gate is None else {
+        "passed": gate.passed,
+        "rules": [r.text for r in gate.rules],
+        "breaches": [
+            {"rule": b.rule.text, "phase": b.phase, "path": b.path, "base_path": b.base_path,
+             "base": _finite(b.base), "head": _finite(b.head), "change": _finite(b.change)}
+            for b in gate.breaches
+        ],
+        "unknown": list(gate.unknown),
+    }
+    return out
+
+
+def print_table(rd: RunDiff, gate: GateResult | None, console: Any, *, phase: str | None = None,
+                top: int = TOP_N) -> None:
+    """The terminal report: the summary, totals, top contributors, moved modules, the gate (rich)."""
+    from rich.table import Table
+
+    model = rd.head_meta.get("model", "?")
+    main = main_phase(rd, phase)
+    console.print(rd.summary(), markup=False, highlight=False)
+    totals = Table("metric", "phase", "base", "head", "change", "ratio", title=f"{_title(rd).replace('`', '')}")
+    for metric in REPORT_METRICS:
+        for ph in ([phase] if phase else rd.phases)[: 1 if metric == "param_bytes" else None]:
+            t = rd.totals[ph][metric]
+            totals.add_row(cdiff.LABELS[metric], "static" if metric == "param_bytes" else ph, _amount(metric, t.base), _amount(metric, t.head),
+                           cdiff.format_delta(metric, t.delta), "within noise" if t.noise else cdiff.format_ratio(t))
+    console.print(totals)
+    contributors = Table("metric", "component", "type", "kind", "own change", "share", title=f"Where the change is ({main})")
+    for metric in REPORT_METRICS:
+        for c in rd.top(metric, main, top):
+            share = c.share[metric]
+            contributors.add_row(cdiff.LABELS[metric], cdiff.display_path(c.path, model), _short(c.module_type), c.kind,
+                                 cdiff.format_delta(metric, c.self_delta[metric]), "" if share is None else _pct(share))
+    if contributors.row_count:
+        console.print(contributors)
+    for c in rd.for_phase(main):
+        if c.kind == "moved":
+            console.print(f"moved: {c.base_path} -> {c.path} ({_short(c.module_type)})", markup=False, highlight=False)
+    if gate is not None and gate.rules:
+        for line in gate_text(gate, model):
+            console.print(line, markup=False, highlight=False)
+
+
+def schema_path() -> Path:
+    """The JSON schema that `cbsite diff --format json` output follows (shipped in the package)."""
+    return Path(__file__).with_name("diff.schema.json")
+
+
+def gate_text(gate: GateResult, model: str) -> list[str]:
+    """Plain lines for the terminal: one per broken rule and place, then what could not be judged."""
+    lines = [_gate_line(gate, markdown=False)]
+    for b in gate.breaches:
+        lines.append(f"  {b.rule.text}: {b.phase} {_where(b, model)} {_amount(b.rule.metric, b.base)} -> "
+                     f"{_amount(b.rule.metric, b.head)} ({_change(b)})")
+    for u in gate.unknown:
+        lines.append(f"  not judged: {u}")
+    return lines
+
+
+def _gate_line(gate: GateResult, markdown: bool = True) -> str:
+    n = len(gate.rules)
+    if gate.passed:
+        text = f"gate passed: {n} rule{'s' * (n != 1)} held"
+        return f"✅ **Gate passed**: {n} rule{'s' * (n != 1)} held." if markdown else text
+    broken = gate.broken_rules()
+    names = ", ".join(f"`{r.text}`" if markdown else r.text for r in broken)
+    text = f"{len(broken)} of {n} rule{'s' * (n != 1)} broken: {names}"
+    return f"❌ **Gate failed**: {text}." if markdown else f"gate failed: {text}"
+
+
+def _gate_section(gate: GateResult, model: str) -> list[str]:
+    out = ["### Gate", "", "| rule | result |", "|---|---|"]
+    for rule in gate.rules:
+        hits = [b for b in gate.breaches if b.rule.text == rule.text]
+        out.append(f"| `{rule.text}` | {'❌ broken (' + str(len(hits)) + ')' if hits else '✅ held'} |")
+    if gate.breaches:
+        out += ["", "| broken rule | phase | where | base | head | change |", "|---|---|---|--:|--:|--:|"]
+        for b in gate.breaches:
+            out.append(f"| `{b.rule.text}` | {b.phase} | {_where(b, model, code=True)} | {_amount(b.rule.metric, b.base)} | "
+                       f"{_amount(b.rule.metric, b.head)} | {_change(b)} |")
+    if gate.unknown:
+        out += ["", "Not judged (values missing in a run): " + "; ".join(_escape(u) for u in gate.unknown[:20])
+                + (f"; and {len(gate.unknown) - 20} more" if len(gate.unknown) > 20 else "")]
+    return out + [""]
+
+
+def _title(rd: RunDiff) -> str:
+    b, h = rd.base_meta, rd.head_meta
+    if b.get("model") == h.get("model"):
+        return f"`{h.get('model')}` {h.get('version')} vs {b.get('version')}"
+    return f"`{h.get('model')}` {h.get('version')} vs `{b.get('model')}` {b.get('version')}"
+
+
+def _where(b: Breach, model: str, code: bool = False) -> str:
+    if b.path is None:
+        return "total"
+    text = cdiff.display_path(b.path, model)
+    if b.base_path is not None and b.base_path != b.path:
+        text = f"{b.path} (was {b.base_path})"
+    return f"`{text}`" if code else text
+
+
+def _change(b: Breach) -> str:
+    """A breach's growth: "new", "+12%", or "3.4×" from doubling up (as diff.format_ratio writes ratios)."""
+    if b.change is None:
+        return "new"
+    ratio = b.change + 1
+    if ratio >= 2:
+        return f"{ratio:.1f}×" if ratio < 10 else f"{ratio:.0f}×"
+    return "+" + _pct(b.change)
+
+
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _listing(items: list[ComponentDelta], model: str, limit: int = 30) -> str:
+    shown = [f"{_path_cell(c, model)} ({_short(c.module_type)})" for c in items[:limit]]
+    return ", ".join(shown) + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def _path_cell(c: ComponentDelta, model: str) -> str:
+    return f"`{_escape(cdiff.display_path(c.path, model))}`"
+
+
+def _delta_cell(c: ComponentDelta, metric: str) -> str:
+    if c.delta[metric] is None:
+        return "n/a"
+    if not c.delta[metric]:
+        return ""
+    text = cdiff.format_delta(metric, c.delta[metric])
+    return f"{text} (noise)" if c.noise[metric] else text
+
+
+def _amount(metric: str, value: float | None) -> str:
+    return "n/a" if value is None else cdiff.format_amount(metric, value)
+
+
+def _short(module_type: str) -> str:
+    return _escape(module_type.rsplit(".", 1)[-1])
+
+
+def _pct(fraction: float) -> str:
+    pct = fraction * 100
+    return f"{pct:.0f}%" if abs(pct) >= 10 else f"{pct:.2g}%"
+
+
+def _escape(text: str) -> str:
+    """A table cell must not end early: escape the pipe (paths are FQNs, but module types come from users)."""
+    return text.replace("|", "\\|")
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is None or math.isfinite(value) else None
