@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import sys
 import textwrap
 
 import pytest
@@ -235,6 +236,7 @@ def test_configuration_file_and_cli_selection(tmp_path, monkeypatch):
     """))
     (tmp_path / "cbsite.toml").write_text('plugins = ["trace", "ops"]\n[options.trace]\niterations = 2\n[options.ops]\ntop = 4\n')
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "tinymodel", raising=False)  # another test may have loaded its own tinymodel
     work = tmp_path / "project" / "sub"
     work.mkdir(parents=True)
     monkeypatch.chdir(work)  # the file is found from the working directory upwards

@@ -260,3 +260,12 @@ def test_the_diff_page_link_follows_the_generators_scheme(tmp_path: Path) -> Non
             run_b = next(r for r in catalog.runs() if r.run_id == base.run_id)
             run_h = next(r for r in catalog.runs() if r.run_id == head.run_id)
             assert url == "https://s.org/pr-1/" + pages.diff_url(run_b, run_h, (base.run_id, head.run_id) in consecutive)
+
+
+def test_review_imports_no_torch_and_no_site_library() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, cbsite.review; print(sorted(m for m in ('torch', 'jinja2', 'mkdocs', 'altair') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

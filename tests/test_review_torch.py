@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,8 +62,9 @@ class Head(nn.Module):
 def test_renamed_and_wrapped_blocks_are_reported_as_moved_with_their_deltas(fast_config) -> None:
     torch.manual_seed(0)
     x = torch.randn(8, 16)
-    base = profile(Base(), x, model_name="net", version="v1", config=fast_config)
-    head = profile(Head(), x, model_name="net", version="v2", config=fast_config)
+    config = dataclasses.replace(fast_config, phases=("forward",))  # moves are matched on the forward structure
+    base = profile(Base(), x, model_name="net", version="v1", config=config)
+    head = profile(Head(), x, model_name="net", version="v2", config=config)
 
     rd = diff_runs(base, head, match_moved=True)
     c = {d.path: d for d in rd.for_phase("forward")}
@@ -105,6 +108,7 @@ def test_collect_version_auto_names_the_commit_and_the_dirty_tree(tmp_path: Path
     short = _git(repo, "rev-parse", "--short", "HEAD")
     monkeypatch.chdir(repo)
     monkeypatch.syspath_prepend(str(repo))
+    monkeypatch.delitem(sys.modules, "tinymodel", raising=False)  # another test's tinymodel may be loaded
     runs = tmp_path / "runs"  # outside the repo; an untracked runs/ inside it would not make it dirty either
     argv = ["collect", "tinymodel:make", "--model", "tiny", "--version", "auto", "--runs", str(runs), "--budget", "0.005",
             "--phases", "forward", "--no-progress", "--peak-flops", "1e11", "--peak-bandwidth", "1e10", "--batches", "1"]

@@ -23,7 +23,8 @@ GROUPS = {
 }
 # Kinds a user selects with --plugin (providers are chosen by the positional provider argument).
 SELECTABLE = ("profilers", "preprocessors", "reporters")
-CONFIG_KEYS = ("plugins", "options")
+# "gate" belongs to the regression gate (cbsite.review), which reads the same table.
+CONFIG_KEYS = ("plugins", "options", "gate")
 
 
 def available(kind: str) -> dict[str, EntryPoint]:

@@ -1,0 +1,53 @@
+"""The committed demo runs: valid against the data contract, and the site builds from them without torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cbsite import archive, schema, tree
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = ROOT / "runs"
+REFS = archive.list_runs(RUNS)
+
+
+def test_demo_archive_has_the_demo_models():
+    versions = {(r.model, r.version) for r in REFS}
+    assert {("dlrm", "v1"), ("dlrm", "v2"), ("deepfm", "v1"), ("nanogpt", "v1")} <= versions
+
+
+@pytest.mark.parametrize("ref", REFS, ids=[f"{r.model}@{r.version}/{r.run_id}" for r in REFS])
+def test_committed_run_is_valid(ref):
+    run = archive.read_run(ref.path)
+    assert run.meta["schema_version"] == schema.SCHEMA_VERSION
+    assert run.rows.columns == schema.COLUMNS
+    for phase in run.rows["phase"].unique().to_list():
+        t = tree.self_check(tree.build_tree(run.table(phase).to_dicts()))
+        measured = [n for n in t if n["status"] == "measured"]
+        assert measured and all(n["latency_ms"] > 0 for n in measured)
+    links = run.rows.select(["trace_file", "memory_file", "log_file"]).to_dicts()
+    for link in (v for row in links for v in row.values() if v):
+        assert (ref.path / link).is_file(), link
+
+
+def test_site_builds_from_committed_runs_without_torch(tmp_path):
+    """`cbsite build` on a docs machine: torch and torchrec cannot even be imported."""
+    code = textwrap.dedent(
+        f"""
+        import sys
+        for name in ("torch", "torchrec", "fbgemm_gpu"):
+            sys.modules[name] = None  # any import of them raises ImportError
+        from cbsite.cli import main
+        raise SystemExit(main(["build", "--runs", {str(RUNS)!r}, "--out", {str(tmp_path / 'site')!r}]))
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    site = tmp_path / "site"
+    assert (site / "diffs" / "dlrm" / "v1" / "v2" / "index.html").is_file()
+    assert any((site / "runs" / "nanogpt" / "v1").iterdir())
