@@ -51,3 +51,18 @@ def test_site_builds_from_committed_runs_without_torch(tmp_path):
     site = tmp_path / "site"
     assert (site / "diffs" / "dlrm" / "v1" / "v2" / "index.html").is_file()
     assert any((site / "runs" / "nanogpt" / "v1").iterdir())
+
+
+def test_readme_pr_section_matches_what_the_commands_print(capsys):
+    """The README's PR example, run on the committed demo runs, prints the comment and gate shown there."""
+    from cbsite.cli import main
+
+    readme = (ROOT / "README.md").read_text()
+    shown = readme.split("````markdown\n", 1)[1].split("\n…\n````", 1)[0]
+    code = main(
+        ["diff", "dlrm@v1", "dlrm@v2", "--runs", str(RUNS), "--format", "markdown",
+         "--fail-on", "flops>+5%", "--fail-on", "param_bytes>+10%", "--fail-on", "over_arch.*:latency>+20%",
+         "--site-url", "https://example.github.io/models/pr-42/"]
+    )
+    assert code == 1 and 'echo "gate: $?"' in readme and "prints `gate: 1`" in readme
+    assert capsys.readouterr().out.startswith(shown)
