@@ -9,6 +9,7 @@ is the newest run's time), sorted JSON.
 from __future__ import annotations
 
 import concurrent.futures
+import concurrent.futures.process
 import contextlib
 import logging
 import multiprocessing
@@ -19,7 +20,7 @@ import warnings as pywarnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import jinja2
 
@@ -123,8 +124,9 @@ def _diff_job(job: tuple[Path, Path, Path, str]) -> dict[str, Any]:
 PARALLEL_MIN_JOBS = 8  # below this, starting worker processes costs more than it saves
 
 
-def _map(fn: Any, jobs: list[Any]) -> list[Any]:
-    """fn over jobs on every core (CBSITE_BUILD_JOBS overrides; 1 = in-process), results in order.
+def _map_started(fn: Any, jobs: list[Any], stack: contextlib.ExitStack) -> Callable[[], list[Any]]:
+    """Start fn over jobs on every core (CBSITE_BUILD_JOBS overrides; 1 = in-process); returns the function
+    that waits for the results, in order. The caller works on (run pages) while the workers compute.
 
     Workers are spawned, never forked: polars' thread pool does not survive a fork (the child deadlocks).
     Spawning re-imports the caller's main script, so a script that calls build_site must guard it with
@@ -132,17 +134,27 @@ def _map(fn: Any, jobs: list[Any]) -> list[Any]:
     (no guard, a main read from stdin), the jobs run in-process instead.
     """
     workers = min(int(os.environ.get("CBSITE_BUILD_JOBS") or os.cpu_count() or 1), len(jobs))
+    in_process = lambda: [fn(j) for j in jobs]  # noqa: E731
     if workers <= 1 or len(jobs) < PARALLEL_MIN_JOBS:
-        return [fn(j) for j in jobs]
+        return in_process
+    broken = (concurrent.futures.process.BrokenProcessPool, OSError, RuntimeError)
     try:
         ctx = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            return list(pool.map(fn, jobs, chunksize=max(1, len(jobs) // (4 * workers))))
-    except (concurrent.futures.process.BrokenProcessPool, OSError, RuntimeError):
-        return [fn(j) for j in jobs]
+        pool = stack.enter_context(concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx))
+        results = pool.map(fn, jobs, chunksize=max(1, len(jobs) // (4 * workers)))
+    except broken:
+        return in_process
+
+    def collect() -> list[Any]:
+        try:
+            return list(results)
+        except broken:
+            return in_process()
+
+    return collect
 
 
-def _render_diffs(catalog: Catalog, writer: _Writer, warnings: list[str]) -> list[_DiffEntry]:
+def _start_diffs(catalog: Catalog, docs: Path, stack: contextlib.ExitStack) -> tuple[list[_DiffEntry], Callable[[], list[Any]]]:
     consecutive = set()
     for m in catalog.models.values():
         newest = [m.newest(v) for v in m.versions]
@@ -151,10 +163,14 @@ def _render_diffs(catalog: Catalog, writer: _Writer, warnings: list[str]) -> lis
         _DiffEntry(base, head, pages.diff_url(base, head, (base.run_id, head.run_id) in consecutive))
         for base, head in catalog.diff_pairs
     ]
-    jobs = [(e.base.path, e.head.path, writer.docs / e.url, e.head.model) for e in entries]
+    jobs = [(e.base.path, e.head.path, docs / e.url, e.head.model) for e in entries]
     for job in jobs:
         job[2].mkdir(parents=True, exist_ok=True)
-    for entry, result in zip(entries, _map(_diff_job, jobs)):
+    return entries, _map_started(_diff_job, jobs, stack)
+
+
+def _render_diffs(entries: list[_DiffEntry], results: list[Any], writer: _Writer, warnings: list[str]) -> list[_DiffEntry]:
+    for entry, result in zip(entries, results):
         if "error" in result:
             entry.error = result["error"]
             warnings.append(f"diff {entry.base.model}@{entry.base.version} .. {entry.head.model}@{entry.head.version}: {entry.error}")
@@ -171,13 +187,16 @@ def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str])
     writer = _Writer(docs, env)
     totals: dict[str, dict[str, dict[str, Any]]] = {}
     run_info: dict[str, rundata.RunData] = {}
-    for run in catalog.runs():
-        url = pages.run_url(run)
-        rd, comps, ops = rundata.run_data(run, warnings)
-        rundata.write_run_files(run, docs / url, comps, ops, pages.dump_json)
-        totals[run.run_id] = rd.totals
-        run_info[run.run_id] = rd
-    diffs = _render_diffs(catalog, writer, warnings)
+    with contextlib.ExitStack() as stack:
+        entries, diff_results = _start_diffs(catalog, docs, stack)  # workers compute diffs meanwhile
+        for run in catalog.runs():
+            url = pages.run_url(run)
+            rd, comps, ops = rundata.run_data(run, warnings)
+            rundata.write_run_files(run, docs / url, comps, ops, pages.dump_json)
+            totals[run.run_id] = rd.totals
+            run_info[run.run_id] = rd
+        results = diff_results()
+    diffs = _render_diffs(entries, results, writer, warnings)
     diffs_of: dict[str, list[_DiffEntry]] = {}
     for e in diffs:
         for model in sorted({e.base.model, e.head.model}):

@@ -108,7 +108,8 @@ def _contributors_template(title: str) -> str:
 def contributors_spec(rows: list[dict[str, Any]], title: str) -> dict[str, Any]:
     """Horizontal bars of the largest per-component deltas, signed, biggest first.
 
-    The same spec as `_contributors_chart` (test_generator_charts checks it), from a per-title template.
+    The same spec as `_contributors_chart`, byte for byte (tests/golden/diff_charts.json pins it), from a
+    per-title template.
     """
     spec = json.loads(_contributors_template(title))
     spec["data"] = {"values": [dict(r) for r in rows]}

@@ -7,7 +7,7 @@ from typing import Any
 
 from cbsite import diff as cdiff
 from cbsite.generator import charts
-from cbsite.generator.rundata import _compact
+from cbsite.generator.rundata import compact_column
 
 TOP_N = 10
 # Metrics with a contributors chart, in the order the page shows them.
@@ -73,7 +73,9 @@ def diff_json(rd: cdiff.RunDiff) -> dict[str, Any]:
             "missing": [list(c.missing) for c in comps],
         }
         for key in ("base", "head", "delta", "self_delta", "share"):
-            cols[key] = {m: [_compact(getattr(c, key)[m]) for c in comps] for m in cdiff.DIFF_METRICS}
-        cols["noise"] = {m: [c.noise[m] for c in comps] for m in cdiff.DIFF_METRICS}
+            dicts = [getattr(c, key) for c in comps]
+            cols[key] = {m: compact_column([d[m] for d in dicts]) for m in cdiff.DIFF_METRICS}
+        noise = [c.noise for c in comps]
+        cols["noise"] = {m: [d[m] for d in noise] for m in cdiff.DIFF_METRICS}
         out[phase] = cols
     return out

@@ -43,6 +43,26 @@ def _compact(value: Any) -> Any:
 
 
 _INF = math.inf
+_isfinite = math.isfinite
+
+
+def compact_column(values: list[Any]) -> list[Any]:
+    """`[_compact(v) for v in values]`, the same values in a fraction of the time: a column without floats or
+    lists is copied as is, and every float of a column is formatted in one `%` operation and parsed back with
+    `map(float, ...)` instead of one Python call per number."""
+    types = set(map(type, values))
+    if float not in types:
+        if not any(issubclass(t, list) for t in types):
+            return list(values)
+        return [_compact(v) if isinstance(v, list) else v for v in values]
+    floats = values if len(types) == 1 else [v for v in values if type(v) is float]
+    rounded = list(map(float, ("%.4g " * len(floats) % tuple(floats)).split()))
+    if not all(map(_isfinite, rounded)):
+        rounded = [r if _isfinite(r) else None for r in rounded]
+    if len(floats) == len(values):
+        return rounded
+    it = iter(rounded)
+    return [next(it) if type(v) is float else _compact(v) if isinstance(v, list) else v for v in values]
 
 
 @dataclass
@@ -74,44 +94,57 @@ def _safe_link(run: Run, link: str | None, warnings: list[str]) -> str | None:
 
 
 def components_json(run: Run, warnings: list[str]) -> dict[str, Any]:
-    """The columnar per-component data of a run: identity once, then each phase's metrics."""
-    rows = run.rows.sort(["order", "phase"]).to_dicts()
-    paths: list[str] = []
-    first: dict[str, dict[str, Any]] = {}
-    by_phase: dict[str, dict[str, dict[str, Any]]] = {p: {} for p in schema.PHASES}
-    for row in rows:
-        if row["path"] not in first:
-            first[row["path"]] = row
-            paths.append(row["path"])
-        if row["phase"] in by_phase:
-            by_phase[row["phase"]][row["path"]] = row
+    """The columnar per-component data of a run: identity once, then each phase's metrics.
+
+    Built from columns, not row dicts: each column is read once and compacted in one pass (`compact_column`).
+    """
+    rows = run.rows.sort(["order", "phase"])
+    # A path's identity comes from its first row (in order, then phase); a phase's values from its last row.
+    first = rows.unique("path", keep="first", maintain_order=True)
+    paths: list[str] = first.get_column("path").to_list()
     index = {p: i for i, p in enumerate(paths)}
+    phase_rows = {p: rows.filter(pl.col("phase") == p).unique("path", keep="last", maintain_order=True)
+                  for p in schema.PHASES}
     data: dict[str, Any] = {
         "model": run.model,
         "version": run.version,
         "run_id": run.run_id,
-        "phases": [p for p in schema.PHASES if by_phase[p]],
+        "phases": [p for p in schema.PHASES if phase_rows[p].height],
         "path": paths,
         # Parent as an index into these arrays (-1 for the root); pre-order, so a parent precedes its children.
-        "parent": [index.get(first[p]["parent"], -1) if first[p]["parent"] is not None else -1 for p in paths],
+        "parent": [index.get(pp, -1) if pp is not None else -1 for pp in first.get_column("parent").to_list()],
     }
     for col in ("name", "depth", "module_type", "call_count", "is_leaf", "param_bytes", "param_count"):
-        data[col] = [_compact(first[p][col]) for p in paths]
+        data[col] = compact_column(first.get_column(col).to_list())
+    n = len(paths)
     for phase in data["phases"]:
+        prows = phase_rows[phase]
+        # Row position in `paths` of each of the phase's rows; the other positions have no row (all None).
+        where = [index[p] for p in prows.get_column("path").to_list()]
+        has_row = [False] * n
+        for i in where:
+            has_row[i] = True
+
+        def aligned(values: list[Any]) -> list[Any]:
+            if len(where) == n and where == list(range(n)):
+                return values
+            out: list[Any] = [None] * n
+            for i, v in zip(where, values):
+                out[i] = v
+            return out
+
+        raw = {c: prows.get_column(c).to_list() for c in prows.columns}
         cols: dict[str, list[Any]] = {}
-        present = [c for c in OPTIONAL_COLUMNS if any(r.get(c) not in (None, []) for r in by_phase[phase].values())]
+        present = [c for c in OPTIONAL_COLUMNS if c in raw and any(v not in (None, []) for v in raw[c])]
         for col in (*PHASE_COLUMNS, *present):
-            values = []
-            for p in paths:
-                row = by_phase[phase].get(p)
-                value = row.get(col) if row else None
-                if col in LINK_COLUMNS:
-                    value = _safe_link(run, value, warnings) if row else None
-                elif isinstance(value, list) and value and isinstance(value[0], dict):
-                    # plugin_metrics: [{name, value}] -> ["name=value"], as the details panel lists it
-                    value = [f"{v.get('name')}={_compact(v.get('value'))}" for v in value]
-                values.append(_compact(value))
-            cols[col] = values
+            values = aligned(raw[col]) if col in raw else [None] * n
+            if col in LINK_COLUMNS:
+                values = [_safe_link(run, v, warnings) if ok else None for v, ok in zip(values, has_row)]
+            elif any(isinstance(v, list) and v and isinstance(v[0], dict) for v in values):
+                # plugin_metrics: [{name, value}] -> ["name=value"], as the details panel lists it
+                values = [[f"{m.get('name')}={_compact(m.get('value'))}" for m in v]
+                          if isinstance(v, list) and v and isinstance(v[0], dict) else v for v in values]
+            cols[col] = compact_column(values)
         data[phase] = cols
     data["optional"] = sorted({c for p in data["phases"] for c in OPTIONAL_COLUMNS if c in data[p]})
     return data
