@@ -242,3 +242,15 @@ def test_bad_config_reports_every_problem():
         CollectConfig(phases=("sideways",), dtype="float64", min_run_time=0)
     msg = str(err.value)
     assert "phases" in msg and "dtype" in msg and "budget" in msg
+
+
+def test_backward_not_applicable_is_skipped_and_is_no_reason_to_go_deeper(fast_config):
+    """A parameter-free first block has no backward (nothing requires grad): `skipped`, not a failure,
+    and its children stay beyond --max-depth because the block itself was measured."""
+    model = nn.Sequential(nn.Sequential(nn.ReLU()), nn.Linear(4, 2))
+    run = profile(model, torch.randn(2, 4), config=dataclasses.replace(fast_config, max_depth=1))
+    rows = {(r["path"], r["phase"]): r for r in run.table().to_dicts()}
+    assert rows[("0", "forward")]["status"] == "measured"
+    assert rows[("0", "backward")]["status"] == "skipped"
+    assert "backward not applicable" in rows[("0", "backward")]["error"]
+    assert ("0.0", "forward") not in rows

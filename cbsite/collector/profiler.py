@@ -304,18 +304,22 @@ def _profile(
         task = progress.add_task("collecting", total=len(order))
         for comp in order:
             progress.update(task, advance=1)
-            parent_fell_back = comp.parent in in_run and any(
-                o.status != "measured" for o in outcomes.get(comp.parent, {}).values()
-            ) and outcomes.get(comp.parent, {}).get("forward", _Outcome("measured")).status != "skipped"
+            # A parent that failed or cannot be called alone is estimated from its children: they
+            # are measured even beyond --max-depth. A parent skipped by a filter is not.
+            parent_fell_back = any(o.status in ("failed", "estimated") for o in outcomes.get(comp.parent, {}).values())
             within = config.max_depth is None or comp.depth <= config.max_depth
             if comp.path != "" and (comp.parent not in in_run or not (within or parent_fell_back)):
                 continue
             in_run.add(comp.path)
             calls = captures[0].call_count(comp.path)
             reason = selected(comp, plan)
+            if calls == 0 and not comp.is_leaf:
+                why = "container: never called on its own"
+                outcomes[comp.path] = {p: _Outcome("estimated", notes=[why]) for p in config.phases}
+                continue
             if calls == 0:
-                why = "container: never called on its own" if not comp.is_leaf else "never called during the forward pass"
-                outcomes[comp.path] = {p: _Outcome("estimated" if not comp.is_leaf else "skipped", error=None if not comp.is_leaf else why, notes=[why]) for p in config.phases}
+                why = "never called during the forward pass"
+                outcomes[comp.path] = {p: _Outcome("skipped", error=why, notes=[why]) for p in config.phases}
                 continue
             if reason:
                 outcomes[comp.path] = {p: _Outcome("skipped", error=reason) for p in config.phases}
