@@ -24,7 +24,6 @@ from __future__ import annotations
 import fnmatch
 import math
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -32,6 +31,7 @@ from typing import Any, Iterable, Sequence
 from cbsite import diff as cdiff
 from cbsite.archive import RunRef, list_runs
 from cbsite.diff import ComponentDelta, RunDiff
+from cbsite.config import find_config
 from cbsite.errors import CbsiteError
 
 # Rule metric name -> diff metric (column) name.
@@ -104,7 +104,7 @@ def config_rules(start: Path) -> tuple[list[Rule], Path] | None:
     Found as the plugin settings are (cbsite/collector/plugins/registry.py: the nearest cbsite.toml, else
     pyproject.toml with a [tool.cbsite] table); re-implemented here because that package imports torch.
     """
-    found = _find_config(start)
+    found = find_config(start)
     if found is None:
         return None
     path, table = found
@@ -127,26 +127,6 @@ def config_rules(start: Path) -> tuple[list[Rule], Path] | None:
     if problems:
         raise CbsiteError(f"{where}: " + "; ".join(problems))
     return rules, path
-
-
-def _find_config(start: Path) -> tuple[Path, dict[str, Any]] | None:
-    for folder in [start, *start.parents]:
-        own = folder / "cbsite.toml"
-        if own.is_file():
-            return own, _read_toml(own)
-        pyproject = folder / "pyproject.toml"
-        if pyproject.is_file():
-            table = _read_toml(pyproject).get("tool", {}).get("cbsite")
-            if table is not None:
-                return pyproject, table
-    return None
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise CbsiteError(f"{path} is not valid TOML: {exc}") from exc
 
 
 # --- the gate ------------------------------------------------------------------------------------

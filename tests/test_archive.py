@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pyarrow.dataset as ds

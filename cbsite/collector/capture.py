@@ -43,6 +43,17 @@ class Call:
         return args, kwargs
 
 
+def moved(obj: Any, device: torch.device, dtype: torch.dtype) -> Any:
+    """Every tensor of a pytree on `device`; floating ones in `dtype` (ids and lengths keep theirs)."""
+    def move(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor):
+            return x
+        x = x.to(device)
+        return x.to(dtype) if x.is_floating_point() else x
+
+    return pytree.tree_map(move, obj)
+
+
 def clone_detached(obj: Any) -> Any:
     """Deep-copy every tensor in a pytree (KeyedJaggedTensor is registered with pytree by torchrec)."""
     return pytree.tree_map(lambda x: x.detach().clone() if isinstance(x, torch.Tensor) else x, obj)

@@ -21,10 +21,9 @@ from typing import Any, Mapping, Sequence
 import polars as pl
 import torch
 from torch import nn
-from torch.utils import _pytree as pytree
 
 from cbsite import archive, schema, tree
-from cbsite.collector.capture import Capture, capture, tensors_in
+from cbsite.collector.capture import Capture, capture, moved
 from cbsite.collector.device import describe_device
 from cbsite.collector.measure import ComponentMeasurement, NothingToDifferentiate, PhaseResult, TimingConfig
 from cbsite.collector.preprocess import batch_size_of
@@ -87,16 +86,6 @@ class CollectConfig:
 
 
 Inputs = tuple[tuple[Any, ...], dict[str, Any]]
-
-
-def _to(obj: Any, device: torch.device, dtype: torch.dtype) -> Any:
-    def move(x: Any) -> Any:
-        if not isinstance(x, torch.Tensor):
-            return x
-        x = x.to(device)
-        return x.to(dtype) if x.is_floating_point() else x
-
-    return pytree.tree_map(move, obj)
 
 
 def _static_size(module: nn.Module) -> tuple[int, int]:
@@ -274,7 +263,7 @@ def _profile(
     model = model.to(device)
     if dtype != torch.float32:
         model = model.to(dtype)
-    batches = [_to(b, device, dtype) for b in batches]
+    batches = [moved(b, device, dtype) for b in batches]
 
     grad = "backward" in config.phases
     captures: list[Capture] = [capture(model, args, kwargs, grad=grad) for args, kwargs in batches]

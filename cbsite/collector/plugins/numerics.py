@@ -20,12 +20,10 @@ other devices reorder reductions. Non-finite values must appear in the same plac
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import torch
-from torch.utils import _pytree as pytree
 
-from cbsite.collector.capture import tensors_in
+from cbsite.collector.capture import moved, tensors_in
 from cbsite.collector.plugins.base import Option, PhaseContext, PluginResult, Profiler, RunContext
 
 # (rtol, atol): bfloat16 and float16 take torch.testing's defaults for those dtypes, applied normwise.
@@ -83,7 +81,7 @@ class NumericsPlugin(Profiler):
         with torch.no_grad():
             for call in ctx.calls:
                 args, kwargs = call.replay_inputs(with_grad=False)
-                args, kwargs = _move((args, kwargs), dtype, device)
+                args, kwargs = moved((args, kwargs), device, dtype)
                 outs.extend(tensors_in(module(*args, **kwargs)))
         return outs
 
@@ -92,16 +90,6 @@ class NumericsPlugin(Profiler):
         rtol, atol = TOLERANCES.get(lower, TOLERANCES[torch.float32])
         return (self.opts["rtol"] if self.opts["rtol"] is not None else rtol,
                 self.opts["atol"] if self.opts["atol"] is not None else atol)
-
-
-def _move(obj: Any, dtype: torch.dtype, device: torch.device) -> Any:
-    def move(x: Any) -> Any:
-        if not isinstance(x, torch.Tensor):
-            return x
-        x = x.to(device)
-        return x.to(dtype) if x.is_floating_point() else x
-
-    return pytree.tree_map(move, obj)
 
 
 def compare(reference: list[torch.Tensor], candidate: list[torch.Tensor], rtol: float, atol: float) -> tuple[float, float, bool]:

@@ -7,12 +7,12 @@ way in. Loading is lazy: an entry point is imported only when it is selected.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from cbsite.config import find_config
 from cbsite.errors import CbsiteError
 
 GROUPS = {
@@ -118,27 +118,6 @@ def parse_option_pairs(pairs: Sequence[str], parse_value: Any) -> dict[str, dict
             f"e.g. --plugin-option compile.mode=max-autotune"
         )
     return out
-
-
-def find_config(start: Path) -> tuple[Path, dict[str, Any]] | None:
-    """The nearest cbsite.toml, or pyproject.toml with a [tool.cbsite] table, from `start` upwards."""
-    for folder in [start, *start.parents]:
-        own = folder / "cbsite.toml"
-        if own.is_file():
-            return own, _read_toml(own)
-        pyproject = folder / "pyproject.toml"
-        if pyproject.is_file():
-            table = _read_toml(pyproject).get("tool", {}).get("cbsite")
-            if table is not None:
-                return pyproject, table
-    return None
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        return tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise CbsiteError(f"{path} is not valid TOML: {exc}") from exc
 
 
 def config_selection(path: Path, table: Mapping[str, Any]) -> tuple[list[str], dict[str, dict[str, Any]]]:
