@@ -222,3 +222,15 @@ def test_run_warnings_are_shown_on_the_run_page(tmp_path):
     page = (site / "runs" / "busy" / "v1" / run.run_id / "index.html").read_text()
     assert "Read these numbers with care" in page
     assert "the machine was busy before timing &lt;load 3.1&gt;" in page
+
+
+def test_relative_out_folder_lands_in_the_working_directory(tmp_path, monkeypatch):
+    """`cbsite build --out site` (the demo's call) writes ./site, not a folder inside the generated project."""
+    from cbsite.cli import main
+    from tests.runfactory import make_run, write_archive
+
+    write_archive(tmp_path / "runs", [make_run({"": {"a": None}}, model="rel")])
+    monkeypatch.chdir(tmp_path)
+    assert main(["build", "--runs", "runs", "--out", "site"]) == 0
+    assert (tmp_path / "site" / "index.html").is_file()
+    assert (tmp_path / "site" / "models" / "rel" / "index.html").is_file()

@@ -272,7 +272,8 @@ def build(
     versioned: bool = False, project_dir: Path | None = None,
 ) -> BuildResult:
     """Build the site for the archive `runs` into `out`; keep the generated project in `project_dir` if given."""
-    runs, out = Path(runs), Path(out)
+    # Absolute: mkdocs resolves a relative site_dir against the generated project, not the caller.
+    runs, out = Path(runs).resolve(), Path(out).resolve()
     _check_out(out, runs)
     site = load_site_config(Path(config) if config is not None else None, perfetto_origin)
     catalog = load_catalog(runs, extra_diffs)
