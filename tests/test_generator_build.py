@@ -234,3 +234,23 @@ def test_relative_out_folder_lands_in_the_working_directory(tmp_path, monkeypatc
     assert main(["build", "--runs", "runs", "--out", "site"]) == 0
     assert (tmp_path / "site" / "index.html").is_file()
     assert (tmp_path / "site" / "models" / "rel" / "index.html").is_file()
+
+
+def test_cbsite_serve_serves_the_built_site_on_localhost(tmp_path):
+    import urllib.request
+
+    from tests.runfactory import make_run, write_archive
+
+    write_archive(tmp_path / "runs", [make_run({"": {"a": None}}, model="served")])
+    site = build_site(tmp_path / "runs", tmp_path / "site", quiet=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cbsite", "serve", str(site), "--port", "0"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        line = proc.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:\d+/", line).group(0)
+        with urllib.request.urlopen(url + "models/served/", timeout=30) as response:
+            assert response.status == 200 and b"served" in response.read()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
