@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import os
+from typing import Any
 
-# Kineto (torch.profiler, used by the trace and ops plugins) prints two log lines per profiled pass,
-# hundreds per run, unless told otherwise before torch loads it. A user's own setting wins.
-os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+from torch import nn
 
-from typing import Any  # noqa: E402
-
-from torch import nn  # noqa: E402
-
-from cbsite.archive import Run  # noqa: E402
+from cbsite.archive import Run
 from cbsite.collector.profiler import CollectConfig, profile_model
 
 __all__ = ["CollectConfig", "profile", "profile_model"]
