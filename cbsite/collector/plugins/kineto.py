@@ -9,8 +9,11 @@ prepared before the profiler starts.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
@@ -37,6 +40,21 @@ def activities(device: torch.device) -> list[ProfilerActivity]:
     return acts
 
 
+@contextlib.contextmanager
+def _native_stderr_silenced() -> Iterator[None]:
+    """Kineto writes two lines to the process's stderr at every profiler start and stop (hundreds per
+    run); KINETO_LOG_LEVEL does not reach them once pyarrow is loaded. Silence fd 2 for just those calls."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as devnull:
+            os.dup2(devnull.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def profiled_pass(ctx: PhaseContext, iterations: int) -> ProfiledPass:
     """The component's phase run `iterations` times under Kineto; cached on the context."""
     key = f"kineto:{iterations}"
@@ -48,11 +66,17 @@ def profiled_pass(ctx: PhaseContext, iterations: int) -> ProfiledPass:
     ctx.replay()  # warm-up, outside the profiler
     if cuda:
         torch.cuda.synchronize()
-    with profile(activities=activities(ctx.device), record_shapes=False) as prof:
+    prof = profile(activities=activities(ctx.device), record_shapes=False)
+    with _native_stderr_silenced():
+        prof.start()
+    try:
         for _ in range(iterations):
             with record_function(ctx.label):
                 ctx.replay()
         if cuda:
             torch.cuda.synchronize()
+    finally:
+        with _native_stderr_silenced():
+            prof.stop()
     ctx.shared[key] = ProfiledPass(prof, iterations, ctx.calls_per_replay)
     return ctx.shared[key]
