@@ -76,11 +76,28 @@ class Run:
         df = self.rows if phase is None else self.rows.filter(pl.col("phase") == phase)
         return df.sort(["order", "phase"])
 
+    def flat_table(self) -> pl.DataFrame:
+        """The rows in pre-order with nothing nested, for CSV: lists of strings joined by ';',
+        other nested values (lists of structs) as JSON text."""
+        df = self.table()
+        flat = []
+        for column, dtype in df.schema.items():
+            if isinstance(dtype, pl.List) and dtype.inner == pl.String:
+                flat.append(pl.col(column).list.join(";"))
+            elif isinstance(dtype, (pl.List, pl.Struct, pl.Array)):
+                flat.append(pl.col(column).map_elements(_json_cell, return_dtype=pl.String))
+        return df.with_columns(flat)
+
     def save(self, root: str | os.PathLike[str] = "runs") -> Path:
         """Write this run into the archive at `root` atomically and return its folder."""
         ops = self.ops.to_arrow() if self.ops is not None else None
         self.path = write_run(root, self.meta, self.rows.to_arrow(), self.artifacts, ops)
         return self.path
+
+
+def _json_cell(value: Any) -> str:
+    # polars hands a list cell to the function as a Series (of dicts for a list of structs).
+    return json.dumps(value.to_list() if isinstance(value, pl.Series) else value, sort_keys=True)
 
 
 def _table_with_meta(table: pa.Table, meta: dict[str, Any]) -> pa.Table:

@@ -221,7 +221,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     table = run.table()
     out = args.out or Path(f"{run.model}-{run.version}-{run.run_id}.{args.format}")
     if args.format == "csv":
-        table.with_columns(table["unsupported_ops"].list.join(";"), table["notes"].list.join("; ")).write_csv(out)
+        run.flat_table().write_csv(out)
     elif args.format == "parquet":
         table.write_parquet(out)
     else:

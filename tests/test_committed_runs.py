@@ -66,3 +66,24 @@ def test_readme_pr_section_matches_what_the_commands_print(capsys):
     )
     assert code == 1 and 'echo "gate: $?"' in readme and "prints `gate: 1`" in readme
     assert capsys.readouterr().out.startswith(shown)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet", "json"])
+def test_export_writes_every_row(tmp_path, fmt):
+    """`cbsite export` of a run with plugin columns (lists of structs) in each format."""
+    import json
+
+    import polars as pl
+
+    from cbsite.cli import main
+
+    out = tmp_path / f"run.{fmt}"
+    assert main(["export", "dlrm@v2", "--runs", str(RUNS), "--format", fmt, "--out", str(out)]) == 0
+    expected = archive.read_run(archive.resolve_run("dlrm@v2", RUNS).path).rows.height
+    if fmt == "csv":
+        back = pl.read_csv(out)
+        assert back.height == expected and back["plugin_metrics"].drop_nulls().str.starts_with("[{").all()
+    elif fmt == "parquet":
+        assert pl.read_parquet(out).height == expected
+    else:
+        assert len(json.loads(out.read_text())["rows"]) == expected

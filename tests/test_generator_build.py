@@ -195,7 +195,6 @@ def test_csv_download_flattens_plugin_columns():
     """Lists of structs (plugin metrics) become JSON text in the CSV; lists of strings are joined."""
     import polars as pl
 
-    from cbsite.generator.rundata import csv_table
     from tests.runfactory import make_run
 
     run = make_run({"": {"a": None}})
@@ -204,7 +203,7 @@ def test_csv_download_flattens_plugin_columns():
         pl.Series("plugin_metrics", metrics, dtype=run.rows.schema["plugin_metrics"]),
         pl.Series("graph_break_reasons", [["x", "y"]] * run.rows.height, dtype=pl.List(pl.String)),
     )
-    flat = csv_table(run)
+    flat = run.flat_table()
     cells = dict(zip(flat["path"].to_list(), flat["plugin_metrics"].to_list()))
     assert cells["a"] == '[{"name": "thirdparty.score", "value": 1.5}]' and cells[""] is None
     assert set(flat["graph_break_reasons"].to_list()) == {"x;y"}

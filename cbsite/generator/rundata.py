@@ -6,7 +6,6 @@ not row objects, because a 10,000-component run must stay a few MB), fetched by 
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 from dataclasses import dataclass, field
@@ -196,23 +195,6 @@ def hottest(run: Run, n: int = TOP_COMPONENTS) -> list[dict[str, Any]]:
     return fwd.select(["path", "module_type", "call_count", "latency_per_forward", "status"]).to_dicts()
 
 
-def _json_cell(value: Any) -> str:
-    # polars hands a list cell to the function as a Series (of dicts for a list of structs).
-    return json.dumps(value.to_list() if isinstance(value, pl.Series) else value, sort_keys=True)
-
-
-def csv_table(run: Run) -> pl.DataFrame:
-    """The rows in pre-order, with lists of strings joined by ';' and other nested values as JSON (CSV is flat)."""
-    df = run.rows.sort(["order", "phase"])
-    flat = []
-    for c, t in df.schema.items():
-        if isinstance(t, pl.List) and t.inner == pl.String:
-            flat.append(pl.col(c).list.join(";"))
-        elif isinstance(t, (pl.List, pl.Struct, pl.Array)):
-            flat.append(pl.col(c).map_elements(_json_cell, return_dtype=pl.String))
-    return df.with_columns(flat)
-
-
 def write_run_files(run: Run, folder: Path, data: dict[str, Any], ops: dict[str, Any] | None, dump) -> None:
     """Write the run's data files for the browser and its downloads into `folder` (in the docs tree)."""
     assert run.path is not None
@@ -221,7 +203,7 @@ def write_run_files(run: Run, folder: Path, data: dict[str, Any], ops: dict[str,
     if ops is not None:
         dump(ops, folder / "ops.json")
     shutil.copyfile(run.path / archive.COMPONENTS_FILE, folder / "components.parquet")
-    csv_table(run).write_csv(folder / "components.csv")
+    run.flat_table().write_csv(folder / "components.csv")
 
 
 def copy_artifacts(run: Run, folder: Path) -> int:
