@@ -16,7 +16,7 @@ import weakref
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import polars as pl
 import torch
@@ -140,7 +140,12 @@ class _Plugged:
 
 
 def _measure(
-    module: nn.Module, batches: list[list[Any]], phases: Sequence[str], cfg: TimingConfig, plugged: _Plugged | None = None
+    module: nn.Module,
+    batches: list[list[Any]],
+    phases: Sequence[str],
+    cfg: TimingConfig,
+    plugged: _Plugged | None = None,
+    on_phase: Callable[[str], None] = lambda phase: None,
 ) -> dict[str, _Outcome]:
     outcomes: dict[str, _Outcome] = {}
     measurement = None
@@ -153,6 +158,7 @@ def _measure(
         shapes = None
     forward_failed: _Outcome | None = None
     for phase in phases:
+        on_phase(phase)
         if phase in outcomes:
             pass
         elif forward_failed is not None:
@@ -313,10 +319,13 @@ def _profile(
             if reason:
                 outcomes[comp.path] = {p: _Outcome("skipped", error=reason) for p in config.phases}
                 continue
-            progress.update(task, description=f"{comp.path or model_name}")
             per_batch = [cap.calls.get(comp.path, []) for cap in captures]
             plugged = _Plugged(runner, comp, device, dtype, artifacts) if runner and artifacts else None
-            outcomes[comp.path] = _measure(modules[comp.path], per_batch, config.phases, timing, plugged)
+
+            def on_phase(phase: str, name: str = comp.path or model_name) -> None:
+                progress.update(task, description=f"{escape(name)} · {phase}")
+
+            outcomes[comp.path] = _measure(modules[comp.path], per_batch, config.phases, timing, plugged, on_phase)
 
     rows = _rows(components, in_run, outcomes, captures[0], modules, config.phases, model_name, version)
     run_id = archive.new_run_id()
@@ -392,6 +401,13 @@ def _report(run: archive.Run, selection: registry.Selection) -> None:
             reporter.report(run)
         except Exception as exc:  # noqa: BLE001
             plugins[reporter.name]["status"] = f"failed: {_error_text(exc)}"
+
+
+def escape(text: str) -> str:
+    """A component path as literal text in rich markup (a path may hold '[')."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 
 def _progress(enabled: bool, total: int):
