@@ -158,6 +158,21 @@ def migrate(meta: dict[str, Any], rows: pl.DataFrame, path: Path | str = "") -> 
     return meta, rows
 
 
+def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A run's metadata alone (run.json), for listings that need no rows."""
+    folder = Path(path)
+    try:
+        meta = json.loads((folder / RUN_JSON).read_text())
+    except FileNotFoundError as exc:
+        raise CbsiteError(f"run folder {folder} is incomplete: {RUN_JSON} is missing") from exc
+    except (json.JSONDecodeError, OSError) as exc:
+        raise CbsiteError(f"run folder {folder} is unreadable: {exc}") from exc
+    found = int(meta.get("schema_version", 0))
+    if found > schema.SCHEMA_VERSION:
+        migrate(meta, pl.DataFrame(), folder)  # refuses with the message that names both versions
+    return meta
+
+
 def read_run(path: str | os.PathLike[str]) -> Run:
     """Read one run folder; raise CbsiteError with the file at fault when it is broken."""
     folder = Path(path)

@@ -138,7 +138,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
 def cmd_ls(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from cbsite.archive import list_runs, read_run
+    from cbsite.archive import list_runs, read_meta
 
     refs = list_runs(args.runs)
     if not refs:
@@ -149,7 +149,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         if args.model and ref.model != args.model:
             continue
         try:
-            meta = read_run(ref.path).meta
+            meta = read_meta(ref.path)
         except CbsiteError as exc:
             table.add_row(ref.model, ref.version, ref.run_id, f"[red]unreadable: {exc}[/red]", "", "", "")
             continue

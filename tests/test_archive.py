@@ -158,3 +158,14 @@ def test_collector_and_generator_do_not_import_each_other():
         for file in folder.rglob("*.py"):
             text = file.read_text()
             assert f"cbsite.{other}" not in text and f"from . import {other}" not in text, file
+
+
+def test_read_meta_reads_run_json_alone_and_refuses_newer(small_run, tmp_path):
+    path = small_run.save(tmp_path)
+    (path / "components.parquet").unlink()  # a listing must not need the rows
+    assert archive.read_meta(path) == json.loads(json.dumps(small_run.meta))  # tuples come back as lists
+    meta = json.loads((path / "run.json").read_text())
+    meta["schema_version"] = schema.SCHEMA_VERSION + 1
+    (path / "run.json").write_text(json.dumps(meta))
+    with pytest.raises(CbsiteError, match="upgrade cbsite"):
+        archive.read_meta(path)

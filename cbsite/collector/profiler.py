@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import polars as pl
 import torch
+from rich.markup import escape
 from torch import nn
 
 from cbsite import archive, schema, tree
@@ -401,13 +402,6 @@ def _report(run: archive.Run, selection: registry.Selection) -> None:
             reporter.report(run)
         except Exception as exc:  # noqa: BLE001
             plugins[reporter.name]["status"] = f"failed: {_error_text(exc)}"
-
-
-def escape(text: str) -> str:
-    """A component path as literal text in rich markup (a path may hold '[')."""
-    from rich.markup import escape as rich_escape
-
-    return rich_escape(text)
 
 
 def _progress(enabled: bool, total: int):

@@ -16,6 +16,7 @@ from cbsite.collector.providers.dlrm import (
     one_or_list,
     recsys_batches,
     seeded_build,
+    sparse_options,
     span,
 )
 
@@ -50,10 +51,7 @@ def provide(options: dict[str, Any], *, batches: int = 1, seed: int = 0) -> Prov
     dense_in = check.integer("dense_in_features")
     hidden = check.integer("hidden_layer_size")
     deep_fm_dim = check.integer("deep_fm_dimension")
-    hash_sizes = check.per_table("num_embeddings", num_tables, 1, integer=True)
-    pooling = check.per_table("mean_pooling", num_tables, 1, integer=False)
-    alpha = check.number("alpha", 0.0)
-    check.integer("seed", 0)
+    hash_sizes, pooling, alpha = sparse_options(check, num_tables, "mean_pooling")
     check.done()
     opts.update(alpha=alpha, num_embeddings=one_or_list(hash_sizes), mean_pooling=one_or_list(pooling))
 

@@ -146,6 +146,15 @@ def recsys_batches(
     return out
 
 
+def sparse_options(check: OptionCheck, tables: int, pooling_key: str) -> tuple[list[int], list[float], float]:
+    """Hash sizes and pooling per table, and alpha, of the power-law sparse inputs (checked, with seed)."""
+    hash_sizes = check.per_table("num_embeddings", tables, 1, integer=True)
+    pooling = check.per_table(pooling_key, tables, 1, integer=False)
+    alpha = check.number("alpha", 0.0)
+    check.integer("seed", 0)
+    return hash_sizes, pooling, alpha
+
+
 def seeded_build(seed: int, build: Any) -> Any:
     """Call `build()` with torch's RNG seeded, leaving the caller's RNG state as it was."""
     with torch.random.fork_rng(devices=[]):
@@ -171,10 +180,7 @@ def provide(options: dict[str, Any], *, batches: int = 1, seed: int = 0) -> Prov
     dense_in = check.integer("dense_in_features")
     dense_sizes = check.sizes("dense_arch_layer_sizes")
     over_sizes = check.sizes("over_arch_layer_sizes")
-    hash_sizes = check.per_table("num_embeddings", num_tables, 1, integer=True)
-    pooling = check.per_table("mean_pooling", num_tables, 1, integer=False)
-    alpha = check.number("alpha", 0.0)
-    check.integer("seed", 0)
+    hash_sizes, pooling, alpha = sparse_options(check, num_tables, "mean_pooling")
     check.require(
         dense_sizes[-1] == embedding_dim, "dense_arch_layer_sizes",
         f"its last size must equal embedding_dim={embedding_dim}",

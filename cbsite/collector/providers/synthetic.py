@@ -17,6 +17,7 @@ from cbsite.collector.providers.dlrm import (
     one_or_list,
     recsys_batches,
     seeded_build,
+    sparse_options,
     span,
 )
 
@@ -57,10 +58,7 @@ def provide(options: dict[str, Any], *, batches: int = 1, seed: int = 0) -> Prov
     embedding_dim = check.integer("embedding_dim")
     bottom = check.sizes("bottom_mlp")
     top = check.sizes("top_mlp")
-    hash_sizes = check.per_table("num_embeddings", sparse, 1, integer=True)
-    pooling = check.per_table("pooling_factors", sparse, 1, integer=False)
-    alpha = check.number("alpha", 0.0)
-    check.integer("seed", 0)
+    hash_sizes, pooling, alpha = sparse_options(check, sparse, "pooling_factors")
     check.done()
     opts.update(
         bottom_mlp=bottom, top_mlp=top, alpha=alpha,
