@@ -55,6 +55,18 @@ def _native_stderr_silenced() -> Iterator[None]:
         os.close(saved)
 
 
+@contextlib.contextmanager
+def quiet_profiler(prof: Any) -> Iterator[Any]:
+    """Run `prof` (a torch.profiler.profile) around the block, its native start/stop lines silenced."""
+    with _native_stderr_silenced():
+        prof.start()
+    try:
+        yield prof
+    finally:
+        with _native_stderr_silenced():
+            prof.stop()
+
+
 def profiled_pass(ctx: PhaseContext, iterations: int) -> ProfiledPass:
     """The component's phase run `iterations` times under Kineto; cached on the context."""
     key = f"kineto:{iterations}"
@@ -66,17 +78,11 @@ def profiled_pass(ctx: PhaseContext, iterations: int) -> ProfiledPass:
     ctx.replay()  # warm-up, outside the profiler
     if cuda:
         torch.cuda.synchronize()
-    prof = profile(activities=activities(ctx.device), record_shapes=False)
-    with _native_stderr_silenced():
-        prof.start()
-    try:
+    with quiet_profiler(profile(activities=activities(ctx.device), record_shapes=False)) as prof:
         for _ in range(iterations):
             with record_function(ctx.label):
                 ctx.replay()
         if cuda:
             torch.cuda.synchronize()
-    finally:
-        with _native_stderr_silenced():
-            prof.stop()
     ctx.shared[key] = ProfiledPass(prof, iterations, ctx.calls_per_replay)
     return ctx.shared[key]

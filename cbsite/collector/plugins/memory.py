@@ -1,15 +1,25 @@
-"""memory: a CUDA memory snapshot per component and phase (allocation history of one replay).
+"""memory: an allocation timeline per component and phase, as a snapshot and an offline HTML view.
 
-On CUDA, the caching allocator records every allocation and free, with stacks, while the phase is
-replayed once (untimed); the snapshot is saved as `artifacts/<slug>/<phase>.memory.pickle` (linked
-from `memory_file`; it opens in PyTorch's visualiser, torch.cuda._memory_viz / pytorch.org/memory_viz)
-beside an offline text view made by PyTorch's own `_memory_viz.segsum` and `_memory_viz.trace`.
-PyTorch's interactive HTML view (`_memory_viz.trace_plot`) imports its script and d3 from a CDN,
-which an offline site cannot use, so it is not written.
+The phase is replayed once more (untimed) while allocations are recorded:
+- on CUDA, the caching allocator's history (`torch.cuda.memory._record_memory_history`, with stacks)
+  gives `torch.cuda.memory._snapshot()`;
+- on CPU there is no allocator history, so the CUDA snapshot is "not available on CPU" (the run's
+  status says so); instead torch.profiler records the replay with `profile_memory=True`, and every
+  allocation and free it saw (with its Python stack, and the category its memory profile gives:
+  activation, gradient, parameter, ...) is written in the same snapshot format. PyTorch's own
+  converter (`_memory_viz._profile_to_snapshot`) is not used: it keeps only allocations proven to
+  be tensors by a later use inside the profile, which drops a component's outputs.
 
-On CPU there is no allocator history to record: the run says "not available on CPU" (run.json
-config.plugins.memory.status and a note on each row) and writes no file. Peak memory per phase is
-in `peak_memory_bytes` on both (the tensor census on CPU, the allocator's peak on CUDA).
+Either way the run gets, under `artifacts/<slug>/`:
+- `<phase>.memory.pickle`: the snapshot, which PyTorch's memory viewer opens as it is;
+- `<phase>.memory.html`: cbsite's own offline view of it (`memory_timeline.py` lays it out; one file,
+  no CDN: PyTorch's interactive view imports its script and d3 from the network, so it cannot be
+  used in an offline site), linked from `memory_file`;
+- on CUDA also `<phase>.memory.txt`, PyTorch's text views (`_memory_viz.segsum` and `trace`).
+
+Metrics: `memory.peak_bytes` (most bytes the phase added over what was live when it began),
+`memory.baseline_bytes`, `memory.events`, `memory.allocations`. Peak memory per phase is in
+`peak_memory_bytes` on both devices (the collector's tensor census on CPU, the allocator on CUDA).
 """
 
 from __future__ import annotations
@@ -19,46 +29,145 @@ from typing import Any
 
 import torch
 
+from cbsite.collector.plugins import memory_timeline
 from cbsite.collector.plugins.base import Option, PhaseContext, PluginResult, Profiler, RunContext
 
-CPU_STATUS = "not available on CPU: memory snapshots record the CUDA caching allocator; peak_memory_bytes holds the tensor census"
+CPU_STATUS = ("CUDA allocator snapshot not available on CPU: the timeline shows tensor allocations from "
+              "torch.profiler's memory profile; peak_memory_bytes holds the tensor census")
 
 
 class MemoryPlugin(Profiler):
     name = "memory"
-    description = "CUDA memory snapshot per component and phase, with PyTorch's text views (CUDA only)"
-    options = {"max_entries": Option(100_000, "allocator events recorded per snapshot")}
+    description = "allocation timeline per component and phase: snapshot + offline HTML view (CUDA allocator; CPU profiler)"
+    options = {
+        "max_entries": Option(100_000, "allocator events recorded per snapshot (CUDA)"),
+        "max_blocks": Option(1500, "allocations drawn one by one in the view; smaller ones form one band"),
+    }
 
     def start(self, run: RunContext) -> str | None:
         self.cuda = run.device.type == "cuda"
+        self.model = run.model_name
         return None if self.cuda else CPU_STATUS
 
     def profile(self, ctx: PhaseContext) -> PluginResult | None:
         if ctx.replay is None:
             return None
-        if not self.cuda:
-            return PluginResult(notes=["snapshot not available on CPU"])
-        snapshot, peak = self._record(ctx)
+        snapshot = self._record_cuda(ctx) if self.cuda else self._record_cpu(ctx)
+        device = torch.cuda.current_device() if self.cuda else None
+        data = memory_timeline.timeline(snapshot, device=device, max_blocks=self.opts["max_blocks"],
+                                        source="cuda-allocator" if self.cuda else "cpu-profiler")
         folder = ctx.artifact_dir()
         pickled = folder / f"{ctx.phase}.memory.pickle"
         pickled.write_bytes(pickle.dumps(snapshot))
-        (folder / f"{ctx.phase}.memory.txt").write_text(_text_view(snapshot))
-        events = sum(len(t) for t in snapshot.get("device_traces", []))
-        return PluginResult(columns={"memory_file": ctx.link(pickled)}, metrics={"peak_bytes": peak, "events": events})
+        view = folder / f"{ctx.phase}.memory.html"
+        title = f"{self.model} · {ctx.path or '(root)'} · {ctx.phase} memory"
+        view.write_text(memory_timeline.view_html(data, title, pickled.name), encoding="utf-8")
+        if self.cuda:
+            (folder / f"{ctx.phase}.memory.txt").write_text(_text_view(snapshot))
+        return PluginResult(columns={"memory_file": ctx.link(view)}, metrics={
+            "peak_bytes": data["phase_peak_bytes"], "baseline_bytes": data["baseline_bytes"],
+            "events": data["events"], "allocations": data["allocations"]})
 
-    def _record(self, ctx: PhaseContext) -> tuple[dict[str, Any], int]:
+    def _record_cuda(self, ctx: PhaseContext) -> dict[str, Any]:
         assert ctx.replay is not None
         torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
         torch.cuda.memory._record_memory_history(max_entries=self.opts["max_entries"])
         try:
             ctx.replay()
             torch.cuda.synchronize()
-            snapshot = torch.cuda.memory._snapshot()
+            return torch.cuda.memory._snapshot()
         finally:
             torch.cuda.memory._record_memory_history(enabled=None)
-        return snapshot, torch.cuda.max_memory_allocated() - base
+
+    def _record_cpu(self, ctx: PhaseContext) -> dict[str, Any]:
+        from cbsite.collector.plugins.kineto import quiet_profiler
+
+        assert ctx.replay is not None
+        ctx.replay()  # warm-up outside the recording: lazy initialisation is not the component's memory
+        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True,
+                                      record_shapes=True, with_stack=True)
+        with quiet_profiler(prof):
+            ctx.replay()
+        return cpu_snapshot(prof)
+
+
+def cpu_snapshot(prof: Any) -> dict[str, Any]:
+    """A stopped CPU profile (profile_memory, with_stack) in PyTorch's snapshot format, device 0 = CPU.
+
+    The trace holds every allocation and free the profiler recorded; `segments` hold what was live at
+    the end, including tensors that existed before and were used by the phase (parameters, inputs,
+    saved activations), laid out by address with `inactive` gaps as PyTorch's converter does.
+    """
+    from torch._C._profiler import _EventType
+    from torch.profiler._memory_profiler import Action, TensorKey
+
+    memory_profile = prof._memory_profile()
+
+    def category(key: Any, version: int) -> str:
+        cat = memory_profile._categories.get(key, version) if key is not None else None
+        return cat.name.lower() if cat is not None else "unknown"
+
+    trace: list[dict[str, Any]] = []
+    live: dict[int, dict[str, Any]] = {}
+    freed_before: set[int] = set()  # pointers freed during the phase that it never allocated
+    for node in memory_profile._op_tree.sorted_nodes:
+        if node.tag != _EventType.Allocation or node.extra_fields.device.type != "cpu":
+            continue
+        fields = node.extra_fields
+        ptr, size = int(fields.ptr), int(fields.alloc_size)
+        if size > 0:
+            event = {"action": "alloc", "addr": ptr, "size": size, "stream": 0, "frames": _python_stack(node),
+                     "category": category(TensorKey.from_allocation(fields), 0), "time_us": node.start_time_ns // 1000}
+            live[ptr] = event
+            trace.append(event)
+        elif size < 0:
+            event = live.pop(ptr, None)
+            if event is None:
+                freed_before.add(ptr)
+            frames = event["frames"] if event else _python_stack(node)
+            for action in ("free_requested", "free_completed"):
+                trace.append({"action": action, "addr": ptr, "size": -size, "stream": 0, "frames": frames,
+                              "time_us": node.start_time_ns // 1000})
+    at_end = {ptr: (e["size"], e["frames"], e["category"]) for ptr, e in live.items()}
+    for _, action, (key, version), size in memory_profile.timeline:
+        if action == Action.PREEXISTING and isinstance(key, TensorKey):
+            ptr = int(key.storage.ptr)
+            if ptr not in freed_before and ptr not in at_end and size > 0:
+                at_end[ptr] = (int(size), [], category(key, version))
+    return {"device_traces": [trace], "segments": _segments(at_end)}
+
+
+def _python_stack(node: Any) -> list[dict[str, Any]]:
+    """The Python frames above a profiler event, innermost first, as snapshot frames."""
+    from torch._C._profiler import _EventType
+
+    frames = []
+    parent = node.parent
+    while parent is not None:
+        if parent.tag in (_EventType.PyCall, _EventType.PyCCall):
+            frames.append({"filename": "none", "line": 0, "name": parent.name})
+        parent = parent.parent
+    return frames
+
+
+def _segments(blocks: dict[int, tuple[int, list[dict[str, Any]], str]]) -> list[dict[str, Any]]:
+    """One CPU segment spanning the live blocks by address, gaps marked inactive."""
+    if not blocks:
+        return []
+    start = min(blocks)
+    seg: dict[str, Any] = {"device": 0, "address": start, "total_size": 0, "stream": 0, "blocks": []}
+    cursor = start
+    for ptr in sorted(blocks):
+        size, frames, cat = blocks[ptr]
+        if ptr < cursor:
+            continue  # overlapping storage (already counted by the block below it)
+        if ptr > cursor:
+            seg["blocks"].append({"size": ptr - cursor, "state": "inactive"})
+        seg["blocks"].append({"size": size, "requested_size": size, "state": "active_allocated",
+                              "frames": frames, "category": cat})
+        cursor = ptr + size
+    seg["total_size"] = cursor - start
+    return [seg]
 
 
 def _text_view(snapshot: dict[str, Any]) -> str:
