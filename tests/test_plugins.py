@@ -164,14 +164,15 @@ def test_log_captures_prints_warnings_and_the_failure_traceback(fast_config, tmp
     assert "Traceback (most recent call last)" in broken and "planted failure for the log" in broken
 
 
-def test_memory_on_cpu_reports_its_status_and_writes_nothing(fast_config, tmp_path):
+def test_memory_on_cpu_says_the_cuda_snapshot_is_unavailable_and_writes_the_profiler_timeline(fast_config, tmp_path):
     run = profile(nn.Sequential(nn.Linear(4, 4)), torch.randn(2, 4), config=with_plugins(fast_config, "memory"))
     assert run.meta["config"]["plugins"]["memory"]["status"] == CPU_STATUS
-    for row in run.table().to_dicts():
-        assert row["memory_file"] is None and "memory: snapshot not available on CPU" in row["notes"]
-        assert row["peak_memory_bytes"] is not None  # the census still gives peak memory per phase
+    assert CPU_STATUS.startswith("CUDA allocator snapshot not available on CPU")
     saved = run.save(tmp_path)
-    assert not list(saved.glob("artifacts/**/*memory*"))
+    for row in run.table().to_dicts():
+        assert row["peak_memory_bytes"] is not None  # the census gives peak memory per phase as before
+        view = saved / row["memory_file"]  # the timeline (tests/test_memory_view.py checks its content)
+        assert view.stat().st_size > 0 and view.with_suffix(".pickle").stat().st_size > 0
 
 
 @pytest.mark.gpu
@@ -184,9 +185,10 @@ def test_memory_snapshot_on_cuda(tmp_path):
     saved = archive.read_run(run.save(tmp_path))
     for phase in ("forward", "backward"):
         row = rows_of(saved, phase)["0"]
-        snapshot = pickle.loads((saved.path / row["memory_file"]).read_bytes())
+        snapshot = pickle.loads((saved.path / row["memory_file"]).with_suffix(".pickle").read_bytes())
         assert snapshot["device_traces"] and any(e["action"] == "alloc" for e in snapshot["device_traces"][0])
         assert (saved.path / row["memory_file"]).with_suffix(".txt").read_text().startswith("== segments ==")
+        assert row["memory_file"].endswith(f"{phase}.memory.html")
         assert metrics(row)["memory.peak_bytes"] > 0
     assert "status" not in saved.meta["config"]["plugins"]["memory"]
 

@@ -116,7 +116,7 @@ def cpu_snapshot(prof: Any) -> dict[str, Any]:
         fields = node.extra_fields
         ptr, size = int(fields.ptr), int(fields.alloc_size)
         if size > 0:
-            event = {"action": "alloc", "addr": ptr, "size": size, "stream": 0, "frames": _python_stack(node),
+            event = {"action": "alloc", "addr": ptr, "size": size, "stream": 0, "frames": _stack_of(node),
                      "category": category(TensorKey.from_allocation(fields), 0), "time_us": node.start_time_ns // 1000}
             live[ptr] = event
             trace.append(event)
@@ -124,7 +124,7 @@ def cpu_snapshot(prof: Any) -> dict[str, Any]:
             event = live.pop(ptr, None)
             if event is None:
                 freed_before.add(ptr)
-            frames = event["frames"] if event else _python_stack(node)
+            frames = event["frames"] if event else _stack_of(node)
             for action in ("free_requested", "free_completed"):
                 trace.append({"action": action, "addr": ptr, "size": -size, "stream": 0, "frames": frames,
                               "time_us": node.start_time_ns // 1000})
@@ -137,14 +137,19 @@ def cpu_snapshot(prof: Any) -> dict[str, Any]:
     return {"device_traces": [trace], "segments": _segments(at_end)}
 
 
-def _python_stack(node: Any) -> list[dict[str, Any]]:
-    """The Python frames above a profiler event, innermost first, as snapshot frames."""
+def _stack_of(node: Any) -> list[dict[str, Any]]:
+    """The operators and Python frames above a profiler event, innermost first, as snapshot frames.
+
+    Operators (`aten::addmm`, `autograd::engine::evaluate_function: MmBackward0`) are kept beside the
+    Python frames: in backward the Python stack is only the autograd engine's entry point, and the
+    operator is what says which computation allocated.
+    """
     from torch._C._profiler import _EventType
 
     frames = []
     parent = node.parent
     while parent is not None:
-        if parent.tag in (_EventType.PyCall, _EventType.PyCCall):
+        if parent.tag in (_EventType.PyCall, _EventType.PyCCall, _EventType.TorchOp):
             frames.append({"filename": "none", "line": 0, "name": parent.name})
         parent = parent.parent
     return frames

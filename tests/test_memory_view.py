@@ -1,0 +1,215 @@
+"""The memory plugin's allocation timeline: its layout on hand-made and random snapshots (hypothesis),
+the real CPU path on a small model (its peak agrees with the collector's independent tensor census),
+and the offline view in a real browser, reached from the run page of a built site."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pickle
+import re
+import threading
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from cbsite import archive
+from cbsite.collector import profile
+from cbsite.collector.plugins import memory_timeline
+from cbsite.collector.plugins.memory import CPU_STATUS
+
+PROPERTY = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def alloc(addr, size, name="op", category=None):
+    e = {"action": "alloc", "addr": addr, "size": size, "stream": 0,
+         "frames": [{"filename": "model.py", "line": 7, "name": name}]}
+    if category:
+        e["category"] = category
+    return e
+
+
+def free(addr, size):
+    return [{"action": a, "addr": addr, "size": size, "stream": 0, "frames": []} for a in ("free_requested", "free_completed")]
+
+
+def test_hand_made_snapshot_intervals_baseline_and_peak():
+    # 0x100 (1000 B) existed before recording and is freed during it; 0x900 (64 B) is live throughout.
+    trace = [alloc(0x200, 300, "a"), *free(0x100, 1000), alloc(0x300, 500, "b", "activation"),
+             {"action": "oom", "size": 4096, "device_free": 10}, *free(0x200, 300), alloc(0x400, 50, "c")]
+    segments = [{"device": 0, "address": 0x300, "total_size": 2000, "stream": 0, "blocks": [
+        {"size": 500, "requested_size": 500, "state": "active_allocated", "frames": []},  # 0x300, allocated in the trace
+        {"size": 0x900 - 0x300 - 500, "state": "inactive"},
+        {"size": 64, "requested_size": 64, "state": "active_allocated", "frames": [{"name": "param"}]},  # 0x900
+    ]}]
+    t = memory_timeline.timeline({"device_traces": [trace], "segments": segments})
+    assert t["events"] == 5  # alloc a, free 0x100, alloc b, free a, alloc c (free_completed halves and the OOM do not count)
+    spans = sorted((b["start"], b["end"], b["size"], b["before"]) for b in t["blocks"])
+    assert spans == [(0, 2, 1000, True), (0, 6, 64, True), (1, 4, 300, False), (3, 6, 500, False), (5, 6, 50, False)]
+    assert t["baseline_bytes"] == 1064 and t["allocations"] == 3 and t["preexisting"] == 2
+    assert (t["peak_bytes"], t["peak_at"]) == (1364, 1)  # before a's 300 B ... the old 1000 B is freed at t=2
+    assert t["phase_peak_bytes"] == 300  # never more than 300 B above the 1064 B live at the start
+    assert t["ooms"] == [{"at": 3, "size": 4096, "free": 10}]
+    cats = {t["categories"][b["category"]] for b in t["blocks"]}
+    assert cats == {"before", "unknown", "activation"}
+    assert t["frames"][t["blocks"][[b["size"] for b in t["blocks"]].index(300)]["frames"]] == ["a (model.py:7)"]
+
+
+def _check_layout(t):
+    """At every t the drawn blocks tile [0, drawn live) with no gap or overlap, the band sits on top
+    with the rest, and the total is the bytes live."""
+    for when in range(t["events"] + 1):
+        spans = []
+        for b in t["blocks"]:
+            if b["start"] <= when < b["end"]:
+                y = [p[1] for p in b["points"] if p[0] <= when][-1]
+                spans.append((y, y + b["size"]))
+        spans.sort()
+        top = 0
+        for lo, hi in spans:
+            assert lo == top, (when, spans)
+            top = hi
+        base = [v for s, v in t["other"]["base"] if s <= when][-1]
+        height = [v for s, v in t["other"]["height"] if s <= when][-1]
+        assert base == top
+        yield when, top + height
+
+
+@st.composite
+def snapshots(draw):
+    """A random but well-formed trace: allocations at fresh addresses, frees of live (or pre-existing) ones."""
+    pre = draw(st.lists(st.integers(1, 5000), max_size=4))
+    live = {0x10000 + i: s for i, s in enumerate(pre)}
+    trace, nxt = [], 0x20000
+    for _ in range(draw(st.integers(0, 40))):
+        if live and draw(st.booleans()):
+            addr = draw(st.sampled_from(sorted(live)))
+            trace += free(addr, live.pop(addr))
+        else:
+            size = draw(st.integers(1, 10_000))
+            trace.append(alloc(nxt, size))
+            live[nxt] = size
+            nxt += 0x10000
+    survivors = {a: s for a, s in live.items() if a < 0x20000}  # pre-existing and never freed: in segments
+    blocks, cursor = [], 0x10000
+    for a in sorted(survivors):
+        if a > cursor:
+            blocks.append({"size": a - cursor, "state": "inactive"})
+        blocks.append({"size": survivors[a], "requested_size": survivors[a], "state": "active_allocated"})
+        cursor = a + survivors[a]
+    return {"device_traces": [trace], "segments": [{"device": 0, "address": 0x10000, "blocks": blocks}]}, pre
+
+
+@PROPERTY
+@given(snapshots(), st.integers(1, 50))
+def test_layout_tiles_the_live_bytes_at_every_event(snap, max_blocks):
+    snapshot, pre = snap
+    t = memory_timeline.timeline(snapshot, max_blocks=max_blocks)
+    totals = dict(_check_layout(t))
+    # Independent count of the bytes live after each event, straight from the trace.
+    live, expected, when = sum(pre), {0: sum(pre)}, 0
+    for e in snapshot["device_traces"][0]:
+        if e["action"] in ("alloc", "free_requested"):
+            when += 1
+            live += e["size"] if e["action"] == "alloc" else -e["size"]
+            expected[when] = live
+    assert totals == expected
+    assert t["peak_bytes"] == max(expected.values()) and t["baseline_bytes"] == sum(pre)
+    assert len(t["blocks"]) == min(max_blocks, len(pre) + t["allocations"])
+    assert t["other"]["count"] + len(t["blocks"]) == t["allocations"] + t["preexisting"]
+
+
+def test_view_is_one_offline_file_and_survives_hostile_frame_names():
+    snapshot = {"device_traces": [[alloc(0x10, 8, "</script><script>alert(1)</script>")]], "segments": []}
+    html = memory_timeline.view_html(memory_timeline.timeline(snapshot), "m · x <b> · forward memory", "f.pickle")
+    assert "<b>" not in html.split("<body>")[0]  # the title is escaped
+    payload = re.search(r'<script type="application/json" id="cbsite-memory-data">(.*?)</script>', html, re.S).group(1)
+    assert json.loads(payload)["timeline"]["frames"][0][0].startswith("</script>")
+    assert not re.search(r'(src|href)\s*=\s*"(https?:)?//', html) and "import " not in html and "fetch(" not in html
+
+
+def with_memory(cfg):
+    return dataclasses.replace(cfg, plugins=("memory",), num_threads=1)
+
+
+def test_cpu_timeline_peak_agrees_with_the_tensor_census(fast_config, tmp_path):
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 16))
+    run = profile(model, torch.randn(32, 64), config=with_memory(fast_config))
+    assert run.meta["config"]["plugins"]["memory"]["status"] == CPU_STATUS
+    saved = archive.read_run(run.save(tmp_path))
+    for row in saved.table().to_dicts():
+        m = {x["name"]: x["value"] for x in row["plugin_metrics"]}
+        # Two independent mechanisms: the collector's census of live tensors, the profiler's allocator events.
+        assert m["memory.peak_bytes"] == row["peak_memory_bytes"], (row["path"], row["phase"])
+        view = saved.path / row["memory_file"]
+        assert view.name == f"{row['phase']}.memory.html"
+        snapshot = pickle.loads(view.with_name(f"{row['phase']}.memory.pickle").read_bytes())
+        assert snapshot["device_traces"][0][0]["action"] == "alloc" and m["memory.allocations"] >= 1
+    fwd = {r["path"]: r for r in saved.table("forward").to_dicts()}
+    # The first Linear's forward: x, its weight and bias live before; its 32x128 fp32 output is what it adds.
+    m0 = {x["name"]: x["value"] for x in fwd["0"]["plugin_metrics"]}
+    assert m0["memory.baseline_bytes"] == 4 * (32 * 64 + 128 * 64 + 128) and m0["memory.peak_bytes"] == 4 * 32 * 128
+    data = json.loads(re.search(r'id="cbsite-memory-data">(.*?)</script>', (saved.path / fwd["0"]["memory_file"]).read_text(),
+                                re.S).group(1))
+    assert data["timeline"]["source"] == "cpu-profiler" and data["snapshot"] == "forward.memory.pickle"
+    frames = data["timeline"]["frames"][data["timeline"]["blocks"][-1]["frames"]]
+    assert frames[0] == "aten::addmm"  # the operator that allocated is the innermost frame
+
+
+@pytest.mark.browser
+def test_memory_view_opens_from_the_run_page_offline(fast_config, tmp_path):
+    from pathlib import Path
+
+    from cbsite.generator import build_site
+    from cbsite.generator.serve import make_server
+
+    chromium = Path("/usr/bin/chromium")
+    if not chromium.exists():
+        pytest.skip("Debian's chromium is not installed (make browser)")
+    from playwright.sync_api import sync_playwright
+
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 16))
+    runs = tmp_path / "runs"
+    profile(model, torch.randn(32, 64), config=with_memory(fast_config), model_name="mlp").save(runs)
+    built = build_site(runs, tmp_path / "site", quiet=True)
+    httpd = make_server(built, port=0)
+    port = httpd.server_address[1]
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=str(chromium), args=["--no-sandbox", "--disable-gpu"])
+            context = browser.new_context(viewport={"width": 1300, "height": 900})
+            page = context.new_page()
+            requests, errors = [], []
+            context.on("request", lambda r: requests.append(r.url))
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            run_dir = next((built / "runs" / "mlp" / "v0").iterdir())
+            page.goto(f"http://127.0.0.1:{port}/runs/mlp/v0/{run_dir.name}/")
+            page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=15000)
+            link = page.locator("#cbsite-table a", has_text="memory").first
+            href = link.get_attribute("href")
+            assert href.endswith(".memory.html")
+            page.goto(page.url + href)
+            page.wait_for_selector("body[data-ready='1']", timeout=15000)
+            assert page.locator("#chart path.block").count() >= 1
+            biggest = page.evaluate("""() => { let best = 0, area = -1;
+                document.querySelectorAll('#chart path.block').forEach((p, i) => {
+                    const b = p.getBBox(); if (b.width * b.height > area) { area = b.width * b.height; best = i; } });
+                return best; }""")
+            page.locator(f"#chart path.block[data-index='{biggest}']").hover()
+            tip = page.locator("#tip")
+            assert tip.is_visible() and re.search(r"KiB .* (allocated at event|live before the phase began)", tip.inner_text())
+            page.locator("#at-peak tr.pick").first.click()
+            assert "Selected allocation" in page.locator("#selected").inner_text()
+            snapshot_link = page.locator("#source a").get_attribute("href")
+            assert page.request.get(page.url.rsplit("/", 1)[0] + "/" + snapshot_link).ok
+            browser.close()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert not errors
+    assert all(r.startswith(f"http://127.0.0.1:{port}/") or r.startswith("data:") for r in requests), requests
