@@ -8,6 +8,7 @@ max_depth=2), and the baseline again (its spread is the noise floor). For each i
 Timings are data, not pass/fail; the machine is printed with them.
 
     .venv/bin/python benchmarks/plugin_cost.py [--size tiny|small] [--budget S] [--threads T] [--json OUT]
+                                               [--only WORD ...]   (cases whose name has WORD, plus the baselines)
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ CASES: list[tuple[str, tuple[str, ...], dict[str, dict[str, Any]]]] = [
     ("ops", ("ops",), {}),
     ("trace+ops (one shared profiled pass)", ("trace", "ops"), {}),
     ("log", ("log",), {}),
-    ("memory (CPU: status only)", ("memory",), {}),
+    ("memory (CPU: profiler allocation timeline)", ("memory",), {}),
     ("numerics (vs bfloat16)", ("numerics",), {}),
     ("compile (every component)", ("compile",), {}),
     ("compile max_depth=2", ("compile",), {"compile": {"max_depth": 2}}),
@@ -65,7 +66,9 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=0.05, help="timed seconds per component and phase")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--only", nargs="*", default=None, help="run only cases whose name contains one of these words")
     args = parser.parse_args()
+    cases = [c for c in CASES if args.only is None or c[0].startswith("baseline") or any(w in c[0] for w in args.only)]
     machine = {
         "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "torch": torch.__version__,
         "python": platform.python_version(), "threads": args.threads or torch.get_num_threads(),
@@ -74,7 +77,7 @@ def main() -> None:
     print(f"machine: {machine}", flush=True)
     one(args.size, args.budget, args.threads, ("trace", "compile"), {"compile": {"max_depth": 0}})  # warm-up
     results = []
-    for label, plugins, options in CASES:
+    for label, plugins, options in cases:
         r = one(args.size, args.budget, args.threads, plugins, options)
         results.append({"case": label, **r})
         print(f"  {label:<50} wall {r['wall_s']:7.2f}s  ({r['plugin_errors']} plugin errors)", flush=True)

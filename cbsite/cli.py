@@ -287,9 +287,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-# The demo's plugins: trace, ops, log and compile. Compiling every component on CPU takes seconds each,
+# The demo's plugins: trace, ops, log, memory and compile. Compiling every component on CPU takes seconds each,
 # so the demo compiles components down to depth 2 only (--plugin-option compile.max_depth=N changes it).
-DEMO_PLUGINS = ("trace", "ops", "log", "compile")
+DEMO_PLUGINS = ("trace", "ops", "log", "memory", "compile")
 DEMO_PLUGIN_OPTIONS = {"compile": {"max_depth": 2}}
 
 

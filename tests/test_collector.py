@@ -83,6 +83,27 @@ class FailsWhenAlone(nn.Module):
         return self.inner(x)
 
 
+class UsedTwice(nn.Module):
+    """Its input feeds two branches, so backward sums two gradients into one."""
+
+    def forward(self, x):
+        return x * 2 + x * 3
+
+
+def test_peak_memory_is_what_the_allocator_sees(fast_config):
+    batch, width = 32, 64
+    run = profile(nn.Sequential(nn.Linear(width, width), UsedTwice()), torch.randn(batch, width), config=fast_config)
+    fwd, bwd = rows_of(run, "forward"), rows_of(run, "backward")
+    act = batch * width * 4
+    assert fwd["0"]["peak_memory_bytes"] == act  # addmm's output is the Linear's only allocation
+    # UsedTwice forward: x*2, x*3 and their sum live at once (plus scalar constants of a few bytes).
+    assert 3 * act <= fwd["1"]["peak_memory_bytes"] < 3 * act + 64
+    # Backward: grad*2 and grad*3, then autograd adds the second into the first in place. A
+    # TorchDispatchMode (the FLOP census) would turn that into an out-of-place add, a third buffer;
+    # the peak must be the real run's.
+    assert 2 * act <= bwd["1"]["peak_memory_bytes"] < 3 * act
+
+
 def test_failing_component_is_recorded_and_parent_estimated(fast_config):
     model = nn.Sequential(FailsWhenAlone(), nn.Linear(8, 8))
     run = profile(model, torch.randn(2, 8), config=fast_config)

@@ -170,7 +170,7 @@ def test_memory_on_cpu_says_the_cuda_snapshot_is_unavailable_and_writes_the_prof
     assert CPU_STATUS.startswith("CUDA allocator snapshot not available on CPU")
     saved = run.save(tmp_path)
     for row in run.table().to_dicts():
-        assert row["peak_memory_bytes"] is not None  # the census gives peak memory per phase as before
+        assert row["peak_memory_bytes"] is not None  # the allocator's peak per phase, as on any run
         view = saved / row["memory_file"]  # the timeline (tests/test_memory_view.py checks its content)
         assert view.stat().st_size > 0 and view.with_suffix(".pickle").stat().st_size > 0
 

@@ -1,5 +1,5 @@
-"""Count what a component does, outside any timed region: FLOPs, bytes moved, tensor memory, and the
-ops we have no FLOP formula for.
+"""Count what a component does, outside any timed region: FLOPs, bytes moved, and the ops we have no
+FLOP formula for.
 
 Definitions (experts check these):
 - FLOPs are `torch.utils.flop_counter.FlopCounterMode` counts (matmul, conv, attention: 2 per
@@ -10,8 +10,8 @@ Definitions (experts check these):
   `unsupported_ops`, never silently counted as zero.
 - Bytes moved is a roofline estimate: for every aten op, the bytes of its distinct input tensors plus
   its output tensors (numel x itemsize). View ops move nothing.
-- Tensor memory is the peak of live bytes of tensors created by the component's ops, above what
-  existed before (inputs, parameters). It does not see allocator caching or kernel workspaces.
+- Peak memory is not counted here: a dispatch mode changes autograd's in-place choices, so it is
+  measured from the allocator instead (cpu_memory.py, measure.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
-from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, flop_registry, sdpa_backward_flop_count, sdpa_flop_count
@@ -125,27 +124,17 @@ class Census:
     """What the counting pass saw."""
 
     bytes_moved: int = 0
-    peak_bytes: int = 0
     unsupported: set[str] = field(default_factory=set)
     ops: dict[str, int] = field(default_factory=dict)  # op name -> calls
 
 
 class _CensusMode(TorchDispatchMode):
-    """Counts bytes moved, live tensor memory and ops without a FLOP formula, op by op."""
+    """Counts bytes moved and ops without a FLOP formula, op by op."""
 
-    def __init__(self, census: Census, known: list[torch.Tensor], formulas: set[Any]) -> None:
+    def __init__(self, census: Census, formulas: set[Any]) -> None:
         super().__init__()
         self.census = census
         self.formulas = formulas
-        # Storages that existed before the component ran (inputs, parameters) are not its allocations.
-        self.preexisting = {t.untyped_storage().data_ptr() for t in known if t.device.type != "meta"}
-        self.live: dict[int, tuple[StorageWeakRef, int]] = {}
-        self.live_bytes = 0
-
-    def _sweep(self) -> None:
-        dead = [ptr for ptr, (ref, _) in self.live.items() if ref.expired()]
-        for ptr in dead:
-            self.live_bytes -= self.live.pop(ptr)[1]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         kwargs = kwargs or {}
@@ -171,15 +160,6 @@ class _CensusMode(TorchDispatchMode):
             self.census.bytes_moved += _gathered_rows_bytes(table, index)
         self.census.bytes_moved += sum(_tensor_bytes(t) for t in inputs.values())
         self.census.bytes_moved += sum(_tensor_bytes(t) for t in outputs)
-        self._sweep()
-        for t in outputs:
-            storage = t.untyped_storage()
-            ptr = storage.data_ptr()
-            if ptr in self.preexisting or ptr in self.live or storage.nbytes() == 0:
-                continue
-            self.live[ptr] = (StorageWeakRef(storage), storage.nbytes())
-            self.live_bytes += storage.nbytes()
-        self.census.peak_bytes = max(self.census.peak_bytes, self.live_bytes)
         return out
 
 
@@ -187,24 +167,22 @@ class _CensusMode(TorchDispatchMode):
 class Counts:
     flops: int
     bytes_moved: int
-    peak_bytes: int
     unsupported_ops: list[str]
     flops_by_op: dict[str, int]
     op_calls: dict[str, int]
 
 
-def count(fn: Callable[[], Any], known: list[torch.Tensor]) -> tuple[Any, Counts]:
+def count(fn: Callable[[], Any]) -> tuple[Any, Counts]:
     """Run `fn` once under FLOP counting and the census; return its result and the counts."""
     census = Census()
     formulas = set(flop_registry) | set(EXTRA_FLOP_FORMULAS)
     counter = FlopCounterMode(display=False, custom_mapping=dict(EXTRA_FLOP_FORMULAS))
-    with counter, _CensusMode(census, known, formulas):
+    with counter, _CensusMode(census, formulas):
         result = fn()
     by_op = {str(k): int(v) for k, v in counter.get_flop_counts().get("Global", {}).items()}
     return result, Counts(
         flops=int(counter.get_total_flops()),
         bytes_moved=census.bytes_moved,
-        peak_bytes=census.peak_bytes,
         unsupported_ops=sorted(census.unsupported),
         flops_by_op=by_op,
         op_calls=dict(sorted(census.ops.items())),

@@ -24,6 +24,7 @@ from torch.utils.benchmark import Timer
 
 from cbsite.collector.capture import Call, describe, tensors_in
 from cbsite.collector.counting import Counts, count
+from cbsite.collector.cpu_memory import cpu_peak
 
 
 class NothingToDifferentiate(Exception):
@@ -111,6 +112,12 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig) -> Ti
     )
 
 
+def _peak(device: str, fn: Callable[[], Any]) -> int:
+    """Peak bytes the phase allocates in one run of batch 0, from the allocator itself: CUDA's peak
+    statistics, or on CPU the profiler's allocation events (not the census: see cpu_memory.py)."""
+    return _cuda_peak(fn) if device.startswith("cuda") else cpu_peak(fn)
+
+
 def _cuda_peak(fn: Callable[[], Any]) -> int:
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
@@ -190,12 +197,9 @@ class ComponentMeasurement:
             self._run(inputs, modes)
 
         first_inputs, first_modes = prepared[0]
-        known = tensors_in(first_inputs) + self.static
-        _, counts = count(lambda: self._run(first_inputs, first_modes), known)
+        _, counts = count(lambda: self._run(first_inputs, first_modes))
         timing = time_fn(fn, self.calls_per_batch, self.cfg)
-        peak = counts.peak_bytes
-        if self.cfg.device.startswith("cuda"):
-            peak = _cuda_peak(lambda: self._run(first_inputs, first_modes))
+        peak = _peak(self.cfg.device, lambda: self._run(first_inputs, first_modes))
         notes = ["timed with a copy of the inputs per run (in-place module)"] if self.inplace else []
         return PhaseResult(timing, _per_call(counts, self.calls_per_batch), peak, notes)
 
@@ -229,11 +233,9 @@ class ComponentMeasurement:
             state["i"] += 1
 
         roots, grads, wrt = graphs[0]
-        _, counts = count(lambda: grad_of(graphs[0]), roots + grads + wrt + self.static)
+        _, counts = count(lambda: grad_of(graphs[0]))
         timing = time_fn(fn, self.calls_per_batch, self.cfg)
-        peak = counts.peak_bytes
-        if self.cfg.device.startswith("cuda"):
-            peak = _cuda_peak(lambda: grad_of(graphs[0]))
+        peak = _peak(self.cfg.device, lambda: grad_of(graphs[0]))
         notes = []
         dense_tables = [
             m for m in self.module.modules()
@@ -253,7 +255,6 @@ def _per_call(counts: Counts, calls: int) -> Counts:
     return Counts(
         flops=counts.flops // calls,
         bytes_moved=counts.bytes_moved // calls,
-        peak_bytes=counts.peak_bytes,
         unsupported_ops=counts.unsupported_ops,
         flops_by_op={k: v // calls for k, v in counts.flops_by_op.items()},
         op_calls=counts.op_calls,

@@ -55,7 +55,7 @@
     return b;
   }
 
-  /* Artifact links of component i: traces (+ Perfetto) per phase, memory snapshot, log, op breakdown. */
+  /* Artifact links of component i: traces (+ Perfetto) and memory timelines per phase, log, op breakdown. */
   function artifacts(root, d, i, td, opsComponents, onOps) {
     (d.phases || []).forEach(function (phase) {
       var c = d[phase];
@@ -64,12 +64,12 @@
         td.appendChild(perfettoButton(root, d, i, phase, c.trace_file[i]));
       }
     });
-    var mem = null, log = null;
+    var log = null;
     (d.phases || []).forEach(function (phase) {
-      mem = mem || d[phase].memory_file[i];
+      var mem = d[phase].memory_file[i];
+      if (mem) td.appendChild(link(mem, "memory " + (phase === "forward" ? "fwd" : "bwd")));
       log = log || d[phase].log_file[i];
     });
-    if (mem) td.appendChild(link(mem, "memory"));
     if (log) td.appendChild(link(log, "log"));
     if (opsComponents && opsComponents[d.path[i]]) {
       var b = document.createElement("button");

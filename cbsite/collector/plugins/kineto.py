@@ -9,15 +9,13 @@ prepared before the profiler starts.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import sys
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from cbsite.collector.cpu_memory import quiet_profiler
 from cbsite.collector.plugins.base import PhaseContext
 
 
@@ -38,33 +36,6 @@ def activities(device: torch.device) -> list[ProfilerActivity]:
     if device.type == "cuda" and torch.cuda.is_available():
         acts.append(ProfilerActivity.CUDA)
     return acts
-
-
-@contextlib.contextmanager
-def _native_stderr_silenced() -> Iterator[None]:
-    """Kineto writes two lines to the process's stderr at every profiler start and stop (hundreds per
-    run); KINETO_LOG_LEVEL does not reach them once pyarrow is loaded. Silence fd 2 for just those calls."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "wb") as devnull:
-            os.dup2(devnull.fileno(), 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-@contextlib.contextmanager
-def quiet_profiler(prof: Any) -> Iterator[Any]:
-    """Run `prof` (a torch.profiler.profile) around the block, its native start/stop lines silenced."""
-    with _native_stderr_silenced():
-        prof.start()
-    try:
-        yield prof
-    finally:
-        with _native_stderr_silenced():
-            prof.stop()
 
 
 def profiled_pass(ctx: PhaseContext, iterations: int) -> ProfiledPass:

@@ -17,9 +17,9 @@ Either way the run gets, under `artifacts/<slug>/`:
   used in an offline site), linked from `memory_file`;
 - on CUDA also `<phase>.memory.txt`, PyTorch's text views (`_memory_viz.segsum` and `trace`).
 
-Metrics: `memory.peak_bytes` (most bytes the phase added over what was live when it began),
-`memory.baseline_bytes`, `memory.events`, `memory.allocations`. Peak memory per phase is in
-`peak_memory_bytes` on both devices (the collector's tensor census on CPU, the allocator on CUDA).
+Metrics: `memory.peak_bytes` (the most bytes live at once among the phase's own allocations: the
+definition of `peak_memory_bytes`, measured here on a separate replay), `memory.baseline_bytes`
+(live before the phase and used by it), `memory.events`, `memory.allocations`.
 """
 
 from __future__ import annotations
@@ -29,11 +29,12 @@ from typing import Any
 
 import torch
 
+from cbsite.collector.cpu_memory import quiet_profiler
 from cbsite.collector.plugins import memory_timeline
 from cbsite.collector.plugins.base import Option, PhaseContext, PluginResult, Profiler, RunContext
 
-CPU_STATUS = ("CUDA allocator snapshot not available on CPU: the timeline shows tensor allocations from "
-              "torch.profiler's memory profile; peak_memory_bytes holds the tensor census")
+CPU_STATUS = ("CUDA allocator snapshot not available on CPU: the timeline shows the CPU allocator's "
+              "allocations and frees as torch.profiler records them")
 
 
 class MemoryPlugin(Profiler):
@@ -65,7 +66,7 @@ class MemoryPlugin(Profiler):
         if self.cuda:
             (folder / f"{ctx.phase}.memory.txt").write_text(_text_view(snapshot))
         return PluginResult(columns={"memory_file": ctx.link(view)}, metrics={
-            "peak_bytes": data["phase_peak_bytes"], "baseline_bytes": data["baseline_bytes"],
+            "peak_bytes": data["allocated_peak_bytes"], "baseline_bytes": data["baseline_bytes"],
             "events": data["events"], "allocations": data["allocations"]})
 
     def _record_cuda(self, ctx: PhaseContext) -> dict[str, Any]:
@@ -80,13 +81,14 @@ class MemoryPlugin(Profiler):
             torch.cuda.memory._record_memory_history(enabled=None)
 
     def _record_cpu(self, ctx: PhaseContext) -> dict[str, Any]:
-        from cbsite.collector.plugins.kineto import quiet_profiler
-
         assert ctx.replay is not None
         ctx.replay()  # warm-up outside the recording: lazy initialisation is not the component's memory
         prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True,
                                       record_shapes=True, with_stack=True)
-        with quiet_profiler(prof):
+        # The CPU allocator warns on stderr for each free of a block allocated before the profiler
+        # started ("profiler results will not include the deallocation event"): silenced; such a
+        # block stays in the baseline until the end.
+        with quiet_profiler(prof, whole=True):
             ctx.replay()
         return cpu_snapshot(prof)
 

@@ -159,7 +159,6 @@ def timeline(snapshot: dict[str, Any], *, device: int | None = None, max_blocks:
     live = _live_bytes(allocs, horizon)
     peak_at = max(range(len(live)), key=lambda t: (live[t], -t))
     during = [a for a in allocs if not a.before]
-    baseline = live[0]
 
     order = sorted(range(len(allocs)), key=lambda i: (-allocs[i].size, i))
     keep = set(order[:max_blocks])
@@ -187,9 +186,9 @@ def timeline(snapshot: dict[str, Any], *, device: int | None = None, max_blocks:
     return {
         "format": FORMAT, "source": source, "device": device, "events": horizon,
         "allocations": len(during), "preexisting": len(allocs) - len(during),
-        "baseline_bytes": baseline, "peak_bytes": live[peak_at], "peak_at": peak_at,
-        # what the phase itself added at its worst, over what was live when recording began
-        "phase_peak_bytes": max(v - baseline for v in live) if live else 0,
+        "baseline_bytes": live[0], "peak_bytes": live[peak_at], "peak_at": peak_at,
+        # the most bytes live at once among the phase's own allocations (the collector's peak_memory_bytes)
+        "allocated_peak_bytes": max(_live_bytes(during, horizon)),
         "blocks": blocks, "frames": frames, "categories": categories,
         "other": {"count": len(others), "bytes": sum(a.size for a in others),
                   "base": _changes(drawn_live), "height": _changes(other_live)},
