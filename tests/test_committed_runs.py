@@ -30,6 +30,9 @@ def test_committed_run_is_valid(ref):
         t = tree.self_check(tree.build_tree(run.table(phase).to_dicts()))
         measured = [n for n in t if n["status"] == "measured"]
         assert measured and all(n["latency_ms"] > 0 for n in measured)
+    assert {"trace", "ops", "log", "memory", "compile"} <= set(run.meta["config"]["plugins"])  # the demo's set
+    for row in run.rows.filter(run.rows["status"] == "measured").to_dicts():
+        assert row["trace_file"] and row["memory_file"], (row["path"], row["phase"])
     links = run.rows.select(["trace_file", "memory_file", "log_file"]).to_dicts()
     for link in (v for row in links for v in row.values() if v):
         assert (ref.path / link).is_file(), link
