@@ -213,3 +213,15 @@ def test_memory_view_opens_from_the_run_page_offline(fast_config, tmp_path):
         httpd.server_close()
     assert not errors
     assert all(r.startswith(f"http://127.0.0.1:{port}/") or r.startswith("data:") for r in requests), requests
+
+
+def test_refresh_rewrites_views_with_the_current_template_and_keeps_their_data(tmp_path):
+    snapshot = {"device_traces": [[alloc(0x10, 8), alloc(0x20, 16)]], "segments": []}
+    data = memory_timeline.timeline(snapshot)
+    view = tmp_path / "a" / "forward.memory.html"
+    view.parent.mkdir()
+    old = memory_timeline.view_html(data, "t", "forward.memory.pickle").replace("<h2>Live at the peak</h2>", "<h2>old</h2>")
+    view.write_text(old)
+    assert memory_timeline.refresh_views(tmp_path) == 1
+    new = view.read_text()
+    assert "<h2>old</h2>" not in new and new == memory_timeline.view_html(data, "t", "forward.memory.pickle")

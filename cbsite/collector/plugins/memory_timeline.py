@@ -213,5 +213,24 @@ def view_html(data: dict[str, Any], title: str, snapshot_name: str | None) -> st
     return html.replace("__CBSITE_TITLE__", _escape(title)).replace("__CBSITE_DATA__", payload)
 
 
+def refresh_views(root: Path) -> int:
+    """Rewrite every `*.memory.html` under `root` with the current template, from the data it embeds
+    (the timeline is not recomputed). Returns the number of views rewritten."""
+    count = 0
+    for view in sorted(Path(root).rglob("*.memory.html")):
+        html = view.read_text(encoding="utf-8")
+        start = html.index('id="cbsite-memory-data">') + len('id="cbsite-memory-data">')
+        payload = json.loads(html[start:html.index("</script>", start)])
+        view.write_text(view_html(payload["timeline"], payload["title"], payload["snapshot"]), encoding="utf-8")
+        count += 1
+    return count
+
+
 def _escape(s: str) -> str:
     return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
+if __name__ == "__main__":  # python -m cbsite.collector.plugins.memory_timeline runs/
+    import sys
+
+    print(f"{sum(refresh_views(Path(a)) for a in sys.argv[1:])} memory views rewritten")
