@@ -84,3 +84,29 @@ def test_numerics_flags_the_planted_component(fast_config):
     assert fwd[""]["numerics_ok"] is False  # the root contains the planted component
     assert fwd["stable"]["numerics_max_rel_err"] < 1.6e-2
     assert fwd["naive"]["numerics_reference"].startswith("eager float32 on cpu vs bfloat16 (rtol 0.016")
+
+
+class UpcastsOnPurpose(nn.Module):
+    """Like torchrec's embedding bags: returns float32 whatever its own dtype."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(16, 16)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.head(self.proj(x).float())
+
+
+def test_numerics_autocast_mode_handles_a_model_that_mixes_dtypes(fast_config):
+    from cbsite.collector import profile
+
+    torch.manual_seed(0)
+    x = torch.randn(8, 16)
+    cast = dataclasses.replace(fast_config, phases=("forward",), plugins=("numerics",))
+    root = rows_of(profile(UpcastsOnPurpose(), x, config=cast), "forward")[""]
+    assert root["numerics_ok"] is None and "numerics.mode=autocast" in root["plugin_errors"][0]
+    auto = dataclasses.replace(cast, plugin_options={"numerics": {"mode": "autocast"}})
+    fwd = rows_of(profile(UpcastsOnPurpose(), x, config=auto), "forward")
+    assert fwd[""]["numerics_ok"] is True and 0 < fwd[""]["numerics_max_rel_err"] < 1.6e-2  # bf16 matmuls really ran
+    assert fwd[""]["numerics_reference"].startswith("eager float32 on cpu vs bfloat16 autocast (rtol 0.016")

@@ -1,9 +1,15 @@
 """numerics: a component's forward outputs under two configurations, with dtype-aware tolerances.
 
 The reference is the component as profiled (its run dtype, eager, on the run's device); the other
-configuration is one of: `bfloat16` / `float16` (a copy of the component and its inputs in that
-dtype), `compiled` (torch.compile, default inductor backend), `cuda` (a copy on the GPU). Both run
-under no_grad on every captured call of batch 0.
+configuration is one of: `bfloat16` / `float16`, `compiled` (torch.compile, default inductor
+backend), `cuda` (a copy on the GPU). Both run under no_grad on every captured call of batch 0.
+
+Lower precision comes in two modes (option `mode`): `cast` (default) runs a copy of the component and
+its floating inputs in that dtype, the whole computation in low precision; `autocast` runs the
+component as it is under `torch.autocast`, as mixed-precision training and serving do (matmuls in low
+precision, reductions and parameters in float32). Models that mix dtypes on purpose need `autocast`:
+torchrec's embedding bags return float32 whatever the table dtype, so a cast DLRM feeds float32 into
+a bfloat16 Linear and fails; the error says so.
 
 Errors are normwise, relative to the reference output's largest magnitude, so an output that is near
 zero in places is not flagged for tiny absolute differences there:
@@ -43,6 +49,8 @@ class NumericsPlugin(Profiler):
         "against": Option("bfloat16", "the other configuration", choices=AGAINST),
         "rtol": Option(None, "relative tolerance (default: by dtype, see TOLERANCES)", kind=float),
         "atol": Option(None, "absolute tolerance (default: by dtype)", kind=float),
+        "mode": Option("cast", "bfloat16/float16: cast the component and inputs, or run under torch.autocast",
+                       choices=("cast", "autocast")),
     }
 
     def start(self, run: RunContext) -> str | None:
@@ -55,13 +63,27 @@ class NumericsPlugin(Profiler):
         if ctx.phase != "forward" or ctx.replay is None:
             return None
         against = self.opts["against"]
-        module, dtype, device = self._candidate(ctx)
+        low = against in ("bfloat16", "float16")
+        autocast = low and self.opts["mode"] == "autocast"
         reference = self._outputs(ctx.module, ctx, ctx.dtype, ctx.device)
-        candidate = self._outputs(module, ctx, dtype, device)
-        rtol, atol = self._tolerance(ctx.dtype, dtype)
+        if autocast:
+            target = getattr(torch, against)
+            with torch.autocast(ctx.device.type, dtype=target):
+                candidate = self._outputs(ctx.module, ctx, ctx.dtype, ctx.device)
+        else:
+            module, target, device = self._candidate(ctx)
+            try:
+                candidate = self._outputs(module, ctx, target, device)
+            except RuntimeError as err:
+                if low and "dtype" in str(err):
+                    raise RuntimeError(f"{err} (the component mixes dtypes on purpose? "
+                                       f"--plugin-option numerics.mode=autocast compares it under torch.autocast)") from err
+                raise
+        rtol, atol = self._tolerance(ctx.dtype, target)
         abs_err, rel_err, ok = compare(reference, candidate, rtol, atol)
+        how = f"{against} autocast" if autocast else against
         return PluginResult(columns={
-            "numerics_reference": f"eager {str(ctx.dtype).removeprefix('torch.')} on {ctx.device.type} vs {against} "
+            "numerics_reference": f"eager {str(ctx.dtype).removeprefix('torch.')} on {ctx.device.type} vs {how} "
                                   f"(rtol {rtol:g}, atol {atol:g})",
             "numerics_max_abs_err": abs_err, "numerics_max_rel_err": rel_err, "numerics_ok": ok,
         })
