@@ -42,7 +42,26 @@ def test_compile_reports_speedup_and_graph_breaks(fast_config):
     assert branchy["graph_breaks"] >= 1 and branchy["graph_break_reasons"]
     assert branchy["compile_speedup"] is not None and branchy["plugin_errors"] is None
     assert fwd["0.0"]["compiled_latency_ms"] is None  # deeper than max_depth: not compiled
-    assert run.meta["config"]["plugins"]["compile"]["status"] == "compiled components: depth <= 1"
+    assert run.meta["config"]["plugins"]["compile"]["status"] == "compiled components: depth <= 1, cold inductor cache"
+
+
+def _cache_files(folder):
+    return [f for f in folder.rglob("*") if f.is_file()] if folder.exists() else []
+
+
+def test_cold_compiles_leave_the_users_inductor_cache_alone_and_warm_ones_use_it(fast_config, tmp_path, monkeypatch):
+    from cbsite.collector import profile
+
+    users_cache = tmp_path / "inductor"
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(users_cache))
+    model = nn.Sequential(nn.Linear(8, 8), nn.Tanh())
+    cold = dataclasses.replace(fast_config, phases=("forward",), plugins=("compile",),
+                               plugin_options={"compile": {"max_depth": 0}})
+    row = rows_of(profile(model, torch.randn(4, 8), config=cold), "forward")[""]
+    assert row["compiled_latency_ms"] > 0 and _cache_files(users_cache) == []  # compiled in a fresh, deleted cache
+    warm = dataclasses.replace(cold, plugin_options={"compile": {"max_depth": 0, "cache": "warm"}})
+    row = rows_of(profile(model, torch.randn(4, 8), config=warm), "forward")[""]
+    assert row["compiled_latency_ms"] > 0 and _cache_files(users_cache)  # the user's cache filled
 
 
 class NaiveLog1p(nn.Module):
