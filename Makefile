@@ -18,7 +18,7 @@ FBGEMM_PKG := fbgemm-gpu-cpu==$(FBGEMM_VERSION)
 endif
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: install demo collect-demo site test test-fast clean-venv clean browser
+.PHONY: install demo collect-demo site test test-fast clean-venv clean browser gpu-check
 
 install: $(STAMP)
 
@@ -46,6 +46,20 @@ demo: install
 
 test: install browser
 	$(PY) -m pytest -q
+
+# Every GPU check in one command, for a session lent a CUDA machine: the `gpu`-marked tests, then a
+# CUDA collection of the demo DLRM with trace, ops and memory (CUDA events, allocator peaks, kernel
+# rows, allocator snapshots) and numerics under bf16 autocast; the site is built from it. Prints
+# what a closing note should report.
+gpu-check: install
+	nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+	$(PY) -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available() and torch.cuda.get_device_name(0))"
+	$(PY) -m pytest -q -m gpu -rs
+	$(VENV)/bin/cbsite collect dlrm --device cuda --version gpu-check --runs gpu-runs --no-progress \
+	  --plugin trace --plugin ops --plugin memory --plugin numerics \
+	  --plugin-option numerics.mode=autocast
+	$(VENV)/bin/cbsite show dlrm@gpu-check --runs gpu-runs
+	$(VENV)/bin/cbsite build --runs gpu-runs --out gpu-site
 
 clean-venv:
 	rm -rf $(VENV)
