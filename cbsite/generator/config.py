@@ -124,6 +124,9 @@ def project_config(site: SiteConfig, nav: list[Any], *, versioned: bool) -> tupl
     cfg["docs_dir"] = "docs"
     cfg["site_dir"] = "site"
     cfg["nav"] = nav  # Only home and model pages: a nav of every run page would grow with the square of pages.
+    # Run and diff pages are reached from those pages, on purpose not from the nav: say so to MkDocs,
+    # which otherwise lists every one of them at each build.
+    cfg["not_in_nav"] = "/runs/\n/diffs/\n"
     theme = cfg.get("theme") or {}
     if isinstance(theme, str):
         theme = {"name": theme}
