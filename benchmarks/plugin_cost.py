@@ -38,7 +38,8 @@ CASES: list[tuple[str, tuple[str, ...], dict[str, dict[str, Any]]]] = [
     ("numerics (vs bfloat16)", ("numerics",), {}),
     ("compile (every component)", ("compile",), {}),
     ("compile max_depth=2", ("compile",), {"compile": {"max_depth": 2}}),
-    ("demo set: trace, ops, log, compile max_depth=2", ("trace", "ops", "log", "compile"), {"compile": {"max_depth": 2}}),
+    ("demo set: trace, ops, log, memory, compile max_depth=2", ("trace", "ops", "log", "memory", "compile"),
+     {"compile": {"max_depth": 2}}),
     ("baseline again", (), {}),
 ]
 
