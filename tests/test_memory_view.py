@@ -58,6 +58,24 @@ def test_hand_made_snapshot_intervals_baseline_and_peak():
     assert t["frames"][t["blocks"][[b["size"] for b in t["blocks"]].index(300)]["frames"]] == ["a (model.py:7)"]
 
 
+def test_cuda_format_block_addresses_awaiting_free_and_segment_events():
+    """The CUDA snapshot's own shape: blocks carry their address and rounded size, a block can await
+    a free on another stream, and segment_alloc / segment_free events are not allocations."""
+    trace = [{"action": "segment_alloc", "addr": 0x1000, "size": 2 << 20, "stream": 0, "frames": []},
+             alloc(0x1000, 512, "x"), *free(0x1000, 512), alloc(0x1200, 1024, "y"),
+             {"action": "segment_free", "addr": 0x9000, "size": 2 << 20, "stream": 0, "frames": []}]
+    segments = [{"device": 0, "address": 0x1000, "total_size": 2 << 20, "stream": 0, "blocks": [
+        {"address": 0x1000, "size": 512, "requested_size": 0, "state": "inactive"},
+        {"address": 0x1200, "size": 1024, "requested_size": 1000, "state": "active_allocated", "frames": []},
+        {"address": 0x8000, "size": 2048, "requested_size": 2000, "state": "active_awaiting_free", "frames": []},
+    ]}, {"device": 1, "address": 0x5000, "total_size": 4096, "stream": 0, "blocks": [
+        {"address": 0x5000, "size": 4096, "requested_size": 4096, "state": "active_allocated", "frames": []}]}]
+    t = memory_timeline.timeline({"device_traces": [trace, []], "segments": segments}, device=0)
+    assert t["events"] == 3 and t["allocations"] == 2 and t["preexisting"] == 1
+    assert t["baseline_bytes"] == 2048  # the awaiting-free block at 0x8000; device 1's segment is not ours
+    assert t["peak_bytes"] == 2048 + 1024 and t["allocated_peak_bytes"] == 1024
+
+
 def _check_layout(t):
     """At every t the drawn blocks tile [0, drawn live) with no gap or overlap, the band sits on top
     with the rest, and the total is the bytes live."""

@@ -61,16 +61,20 @@ def pick_device(snapshot: dict[str, Any]) -> int:
 
 
 def _blocks_at_end(snapshot: dict[str, Any], device: int) -> list[tuple[int, int, tuple[str, ...], str | None]]:
-    """(addr, size, frames, category) of the blocks live when the snapshot was taken, from its segments."""
+    """(addr, size, frames, category) of the blocks live when the snapshot was taken, from its segments.
+
+    Sizes are the allocator's block sizes (CUDA rounds requests up), as in the trace's events; a block's
+    address is its own `address` where the snapshot gives one, else the running sum over its segment.
+    """
     out = []
     for seg in snapshot.get("segments") or []:
         if seg.get("device", device) != device or seg.get("address") is None:
             continue
         addr = int(seg["address"])
         for block in seg.get("blocks") or []:
-            if block.get("state") in ("active_allocated", "active_pending_free"):
-                size = int(block.get("requested_size") or block["size"])
-                out.append((addr, size, _stack(block.get("frames")), block.get("category")))
+            addr = int(block.get("address", addr))
+            if block.get("state") in ("active_allocated", "active_awaiting_free"):
+                out.append((addr, int(block["size"]), _stack(block.get("frames")), block.get("category")))
             addr += int(block["size"])
     return out
 
