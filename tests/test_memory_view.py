@@ -138,6 +138,8 @@ def test_layout_tiles_the_live_bytes_at_every_event(snap, max_blocks):
     assert t["peak_bytes"] == max(expected.values()) and t["baseline_bytes"] == sum(pre)
     assert len(t["blocks"]) == min(max_blocks, len(pre) + t["allocations"])
     assert t["other"]["count"] + len(t["blocks"]) == t["allocations"] + t["preexisting"]
+    if t["peak_bytes"] > 0:  # the peak is always explained: allocations live at it are drawn first
+        assert t["at_peak"]
 
 
 def test_view_is_one_offline_file_and_survives_hostile_frame_names():

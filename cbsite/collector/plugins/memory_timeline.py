@@ -10,8 +10,9 @@ Input is the snapshot format PyTorch's own tools share (`torch.cuda.memory._snap
   the saved forward graph during backward) start at 0 and are flagged `before`;
 - allocations are stacked in the order they were made, each at the summed size of the live ones
   below it, so the stack's height at t is exactly the bytes live at t (as in PyTorch's active
-  memory timeline). The largest `max_blocks` are drawn one by one; the rest form one band on top
-  with the same total, so no byte is dropped from the heights or the peak.
+  memory timeline). `max_blocks` are drawn one by one (the largest live at the peak first, then the
+  largest of all); the rest form one band on top with the same total, so no byte is dropped from the
+  heights or the peak.
 
 Pure Python (no torch): the collector calls it, the tests check its invariants directly.
 """
@@ -117,6 +118,19 @@ def allocations(snapshot: dict[str, Any], device: int) -> tuple[list[_Alloc], in
     return allocs, t, ooms
 
 
+def _drawn(allocs: list[_Alloc], peak_at: int, max_blocks: int) -> set[int]:
+    """Which allocations are drawn one by one: the largest of those live at the peak first (up to half
+    the budget, so the peak is always explained), then the largest of all."""
+    by_size = sorted(range(len(allocs)), key=lambda i: (-allocs[i].size, i))
+    at_peak = [i for i in by_size if allocs[i].start <= peak_at < allocs[i].end]  # type: ignore[operator]
+    keep = set(at_peak[:max(1, max_blocks // 2)][:max_blocks])
+    for i in by_size:
+        if len(keep) >= max_blocks:
+            break
+        keep.add(i)
+    return keep
+
+
 def _live_bytes(allocs: list[_Alloc], horizon: int) -> list[int]:
     """Bytes live at each t in 0..horizon (a difference array over the intervals)."""
     diff = [0] * (horizon + 2)
@@ -164,8 +178,7 @@ def timeline(snapshot: dict[str, Any], *, device: int | None = None, max_blocks:
     peak_at = max(range(len(live)), key=lambda t: (live[t], -t))
     during = [a for a in allocs if not a.before]
 
-    order = sorted(range(len(allocs)), key=lambda i: (-allocs[i].size, i))
-    keep = set(order[:max_blocks])
+    keep = _drawn(allocs, peak_at, max_blocks)
     drawn = [a for i, a in enumerate(allocs) if i in keep]
     others = [a for i, a in enumerate(allocs) if i not in keep]
     steps = _stack_layout(drawn)
