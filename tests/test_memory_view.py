@@ -245,3 +245,37 @@ def test_refresh_rewrites_views_with_the_current_template_and_keeps_their_data(t
     assert memory_timeline.refresh_views(tmp_path) == 1
     new = view.read_text()
     assert "<h2>old</h2>" not in new and new == memory_timeline.view_html(data, "t", "forward.memory.pickle")
+
+
+@pytest.mark.browser
+def test_view_with_a_band_of_other_allocations_renders_from_a_file(tmp_path):
+    """Straight from disk (file://, no server) with most allocations in the band: the view still draws."""
+    from pathlib import Path
+
+    chromium = Path("/usr/bin/chromium")
+    if not chromium.exists():
+        pytest.skip("Debian's chromium is not installed (make browser)")
+    from playwright.sync_api import sync_playwright
+
+    trace, live = [], {}
+    for i in range(2000):
+        if live and i % 3 == 0:
+            addr = min(live)
+            trace += free(addr, live.pop(addr))
+        else:
+            trace.append(alloc(0x1000 + i, 64 * (1 + i % 7), f"f{i % 5}"))
+            live[0x1000 + i] = 64 * (1 + i % 7)
+    t = memory_timeline.timeline({"device_traces": [trace], "segments": []}, max_blocks=5)
+    view = tmp_path / "forward.memory.html"
+    view.write_text(memory_timeline.view_html(t, "band", None))
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(chromium), args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page()
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(view.as_uri())
+        page.wait_for_selector("body[data-ready='1']", timeout=15000)
+        assert page.locator("#chart path.other").count() == 1 and page.locator("#chart path.block").count() == 5
+        assert "other allocations, together" in page.locator("#at-peak").inner_text()
+        browser.close()
+    assert not errors
