@@ -1,6 +1,6 @@
 """The memory plugin's allocation timeline: its layout on hand-made and random snapshots (hypothesis),
 the real CPU path on a small model (its peak agrees with the collector's peak_memory_bytes, measured on another replay),
-and the offline view in a real browser, reached from the run page of a built site."""
+and the site's one offline viewer in a real browser, reached from the run page of a built site."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import dataclasses
 import json
 import pickle
 import re
+import shutil
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +23,7 @@ from cbsite.collector import profile
 from cbsite.collector.plugins import memory_timeline
 from cbsite.collector.plugins.memory import CPU_STATUS
 
+HOSTILE = "</script><img src=x onerror=\"window.pwned=1\">"
 PROPERTY = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -142,13 +145,15 @@ def test_layout_tiles_the_live_bytes_at_every_event(snap, max_blocks):
         assert t["at_peak"]
 
 
-def test_view_is_one_offline_file_and_survives_hostile_frame_names():
-    snapshot = {"device_traces": [[alloc(0x10, 8, "</script><script>alert(1)</script>")]], "segments": []}
-    html = memory_timeline.view_html(memory_timeline.timeline(snapshot), "m · x <b> · forward memory", "f.pickle")
-    assert "<b>" not in html.split("<body>")[0]  # the title is escaped
-    payload = re.search(r'<script type="application/json" id="cbsite-memory-data">(.*?)</script>', html, re.S).group(1)
-    assert json.loads(payload)["timeline"]["frames"][0][0].startswith("</script>")
-    assert not re.search(r'(src|href)\s*=\s*"(https?:)?//', html) and "import " not in html and "fetch(" not in html
+VIEWER = Path(__file__).resolve().parents[1] / "site_templates" / "assets" / "memory.html"
+
+
+def test_the_viewer_loads_nothing_from_elsewhere_and_only_same_origin_data():
+    html = VIEWER.read_text()
+    assert not re.search(r'(src|href)\s*=\s*"(https?:)?//', html) and "import " not in html
+    assert re.findall(r'<script src="([^"]+)"', html) == ["format.js"]  # the site's own formats, beside it
+    assert "dataUrl.origin !== location.origin" in html and html.count("fetch(") == 1
+    assert ".innerHTML" not in html  # frame names and titles only ever land as text
 
 
 def with_memory(cfg):
@@ -165,15 +170,14 @@ def test_cpu_timeline_peak_agrees_with_peak_memory_bytes(fast_config, tmp_path):
         # The same definition measured on two replays: the collector's and the plugin's.
         assert m["memory.peak_bytes"] == row["peak_memory_bytes"], (row["path"], row["phase"])
         view = saved.path / row["memory_file"]
-        assert view.name == f"{row['phase']}.memory.html"
+        assert view.name == f"{row['phase']}.memory.json"
         snapshot = pickle.loads(view.with_name(f"{row['phase']}.memory.pickle").read_bytes())
         assert snapshot["device_traces"][0][0]["action"] == "alloc" and m["memory.allocations"] >= 1
     fwd = {r["path"]: r for r in saved.table("forward").to_dicts()}
     # The first Linear's forward: x, its weight and bias live before; its 32x128 fp32 output is what it adds.
     m0 = {x["name"]: x["value"] for x in fwd["0"]["plugin_metrics"]}
     assert m0["memory.baseline_bytes"] == 4 * (32 * 64 + 128 * 64 + 128) and m0["memory.peak_bytes"] == 4 * 32 * 128
-    data = json.loads(re.search(r'id="cbsite-memory-data">(.*?)</script>', (saved.path / fwd["0"]["memory_file"]).read_text(),
-                                re.S).group(1))
+    data = json.loads((saved.path / fwd["0"]["memory_file"]).read_text())
     assert data["timeline"]["source"] == "cpu-profiler" and data["snapshot"] == "forward.memory.pickle"
     frames = data["timeline"]["frames"][data["timeline"]["blocks"][-1]["frames"]]
     assert frames[0] == "aten::addmm"  # the operator that allocated is the innermost frame
@@ -181,8 +185,6 @@ def test_cpu_timeline_peak_agrees_with_peak_memory_bytes(fast_config, tmp_path):
 
 @pytest.mark.browser
 def test_memory_view_opens_from_the_run_page_offline(fast_config, tmp_path):
-    from pathlib import Path
-
     from cbsite.generator import build_site
     from cbsite.generator.serve import make_server
 
@@ -212,7 +214,7 @@ def test_memory_view_opens_from_the_run_page_offline(fast_config, tmp_path):
             page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=15000)
             link = page.locator("#cbsite-table a", has_text="memory").first
             href = link.get_attribute("href")
-            assert href.endswith(".memory.html")
+            assert "memory.html?data=" in href and href.endswith(".memory.json")  # the site's one viewer
             page.goto(page.url + href)
             page.wait_for_selector("body[data-ready='1']", timeout=15000)
             assert page.locator("#chart path.block").count() >= 1
@@ -222,11 +224,14 @@ def test_memory_view_opens_from_the_run_page_offline(fast_config, tmp_path):
                 return best; }""")
             page.locator(f"#chart path.block[data-index='{biggest}']").hover()
             tip = page.locator("#tip")
-            assert tip.is_visible() and re.search(r"KiB .* (allocated at event|live before the phase began)", tip.inner_text())
+            assert tip.is_visible() and re.search(r"kB .* (allocated at event|live before the phase began)", tip.inner_text())
             page.locator("#at-peak tr.pick").first.click()
             assert "Selected allocation" in page.locator("#selected").inner_text()
             snapshot_link = page.locator("#source a").get_attribute("href")
-            assert page.request.get(page.url.rsplit("/", 1)[0] + "/" + snapshot_link).ok
+            assert snapshot_link.endswith(".memory.pickle") and page.request.get(snapshot_link).ok
+            page.locator("#back").click()  # back to the run page the timeline belongs to
+            page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=15000)
+            assert page.url == f"http://127.0.0.1:{port}/runs/mlp/v0/{run_dir.name}/"
             browser.close()
     finally:
         httpd.shutdown()
@@ -235,22 +240,11 @@ def test_memory_view_opens_from_the_run_page_offline(fast_config, tmp_path):
     assert all(r.startswith(f"http://127.0.0.1:{port}/") or r.startswith("data:") for r in requests), requests
 
 
-def test_refresh_rewrites_views_with_the_current_template_and_keeps_their_data(tmp_path):
-    snapshot = {"device_traces": [[alloc(0x10, 8), alloc(0x20, 16)]], "segments": []}
-    data = memory_timeline.timeline(snapshot)
-    view = tmp_path / "a" / "forward.memory.html"
-    view.parent.mkdir()
-    old = memory_timeline.view_html(data, "t", "forward.memory.pickle").replace("<h2>Live at the peak</h2>", "<h2>old</h2>")
-    view.write_text(old)
-    assert memory_timeline.refresh_views(tmp_path) == 1
-    new = view.read_text()
-    assert "<h2>old</h2>" not in new and new == memory_timeline.view_html(data, "t", "forward.memory.pickle")
-
-
 @pytest.mark.browser
-def test_view_with_a_band_of_other_allocations_renders_from_a_file(tmp_path):
-    """Straight from disk (file://, no server) with most allocations in the band: the view still draws."""
-    from pathlib import Path
+def test_view_with_a_band_of_other_allocations_a_hostile_frame_name_and_foreign_data(tmp_path):
+    """Most allocations in the band: the view still draws; a frame name full of markup stays text; a
+    `data` URL on another origin is refused without a request."""
+    from cbsite.generator.serve import make_server
 
     chromium = Path("/usr/bin/chromium")
     if not chromium.exists():
@@ -263,19 +257,41 @@ def test_view_with_a_band_of_other_allocations_renders_from_a_file(tmp_path):
             addr = min(live)
             trace += free(addr, live.pop(addr))
         else:
-            trace.append(alloc(0x1000 + i, 64 * (1 + i % 7), f"f{i % 5}"))
-            live[0x1000 + i] = 64 * (1 + i % 7)
+            size = 64 * (1 + i % 7) if i else 10**6  # the first, largest of all, is drawn on its own
+            trace.append(alloc(0x1000 + i, size, f"f{i % 5}" if i else HOSTILE))
+            live[0x1000 + i] = size
     t = memory_timeline.timeline({"device_traces": [trace], "segments": []}, max_blocks=5)
-    view = tmp_path / "forward.memory.html"
-    view.write_text(memory_timeline.view_html(t, "band", None))
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(chromium), args=["--no-sandbox", "--disable-gpu"])
-        page = browser.new_page()
-        errors = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(view.as_uri())
-        page.wait_for_selector("body[data-ready='1']", timeout=15000)
-        assert page.locator("#chart path.other").count() == 1 and page.locator("#chart path.block").count() == 5
-        assert "other allocations, together" in page.locator("#at-peak").inner_text()
-        browser.close()
+    (tmp_path / "assets").mkdir()
+    for name in ("memory.html", "format.js"):
+        shutil.copyfile(VIEWER.with_name(name), tmp_path / "assets" / name)
+    data = tmp_path / "run" / "artifacts" / "x" / "forward.memory.json"
+    data.parent.mkdir(parents=True)
+    data.write_text(json.dumps({"title": "band <b>x</b>", "snapshot": None, "timeline": t}))
+    httpd = make_server(tmp_path, port=0)
+    port = httpd.server_address[1]
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=str(chromium), args=["--no-sandbox", "--disable-gpu"])
+            page = browser.new_page()
+            errors, requests = [], []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("request", lambda r: requests.append(r.url))
+            page.goto(f"http://127.0.0.1:{port}/assets/memory.html?data=/run/artifacts/x/forward.memory.json")
+            page.wait_for_selector("body[data-ready='1']", timeout=15000)
+            assert page.locator("#chart path.other").count() == 1 and page.locator("#chart path.block").count() == 5
+            assert "other allocations, together" in page.locator("#at-peak").inner_text()
+            assert page.locator("#title").inner_text() == "band <b>x</b>"  # the title stays text
+            # The block whose stack is markup: selected, its stack shows literally and no element is made of it.
+            index = next(i for i, b in enumerate(t["blocks"]) if t["frames"][b["frames"]] == [HOSTILE + " (model.py:7)"])
+            page.locator(f"#chart path.block[data-index='{index}']").dispatch_event("click")
+            assert HOSTILE in page.locator("#selected").inner_text()
+            assert page.locator("img").count() == 0 and not page.evaluate("window.pwned === 1")
+            page.goto(f"http://127.0.0.1:{port}/assets/memory.html?data=http://example.com/x.json")
+            assert "No memory timeline given" in page.locator("#title").inner_text()
+            browser.close()
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
     assert not errors
+    assert all(r.startswith(f"http://127.0.0.1:{port}/") for r in requests), requests

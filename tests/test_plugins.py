@@ -188,7 +188,7 @@ def test_memory_snapshot_on_cuda(tmp_path):
         snapshot = pickle.loads((saved.path / row["memory_file"]).with_suffix(".pickle").read_bytes())
         assert snapshot["device_traces"] and any(e["action"] == "alloc" for e in snapshot["device_traces"][0])
         assert (saved.path / row["memory_file"]).with_suffix(".txt").read_text().startswith("== segments ==")
-        assert row["memory_file"].endswith(f"{phase}.memory.html")
+        assert row["memory_file"].endswith(f"{phase}.memory.json")
         assert metrics(row)["memory.peak_bytes"] > 0
     assert "status" not in saved.meta["config"]["plugins"]["memory"]
 

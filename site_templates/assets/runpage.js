@@ -41,6 +41,11 @@
     return a;
   }
 
+  /* The site's one memory viewer, given the timeline's path on this site. */
+  function memoryView(root, file) {
+    return root.getAttribute("data-memory-viewer") + "?data=" + encodeURIComponent(new URL(file, location.href).pathname);
+  }
+
   function perfettoButton(root, d, i, phase, file) {
     var b = document.createElement("button");
     b.type = "button";
@@ -67,7 +72,7 @@
     var log = null;
     (d.phases || []).forEach(function (phase) {
       var mem = d[phase].memory_file[i];
-      if (mem) td.appendChild(link(mem, "memory " + (phase === "forward" ? "fwd" : "bwd")));
+      if (mem) td.appendChild(link(memoryView(root, mem), "memory " + (phase === "forward" ? "fwd" : "bwd")));
       log = log || d[phase].log_file[i];
     });
     if (log) td.appendChild(link(log, "log"));

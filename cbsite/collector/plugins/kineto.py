@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from cbsite.collector.cpu_memory import quiet_profiler
+from cbsite.collector.quiet_profiler import quiet_profiler
 from cbsite.collector.plugins.base import PhaseContext
 
 

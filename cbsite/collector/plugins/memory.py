@@ -1,4 +1,4 @@
-"""memory: an allocation timeline per component and phase, as a snapshot and an offline HTML view.
+"""memory: an allocation timeline per component and phase, as a snapshot and a timeline the site draws.
 
 The phase is replayed once more (untimed) while allocations are recorded:
 - on CUDA, the caching allocator's history (`torch.cuda.memory._record_memory_history`, with stacks)
@@ -12,9 +12,9 @@ The phase is replayed once more (untimed) while allocations are recorded:
 
 Either way the run gets, under `artifacts/<slug>/`:
 - `<phase>.memory.pickle`: the snapshot, which PyTorch's memory viewer opens as it is;
-- `<phase>.memory.html`: cbsite's own offline view of it (`memory_timeline.py` lays it out; one file,
-  no CDN: PyTorch's interactive view imports its script and d3 from the network, so it cannot be
-  used in an offline site), linked from `memory_file`;
+- `<phase>.memory.json`: the timeline laid out by `memory_timeline.py`, linked from `memory_file`;
+  the site draws it with its one offline viewer (PyTorch's interactive view imports its script and
+  d3 from the network, so an offline site cannot use it);
 - on CUDA also `<phase>.memory.txt`, PyTorch's text views (`_memory_viz.segsum` and `trace`).
 
 Metrics: `memory.peak_bytes` (the most bytes live at once among the phase's own allocations: the
@@ -24,12 +24,14 @@ definition of `peak_memory_bytes`, measured here on a separate replay), `memory.
 
 from __future__ import annotations
 
+import json
 import pickle
 from typing import Any
 
 import torch
 
-from cbsite.collector.cpu_memory import quiet_profiler
+from cbsite.collector.cpu_memory import allocation_nodes
+from cbsite.collector.quiet_profiler import quiet_profiler
 from cbsite.collector.plugins import memory_timeline
 from cbsite.collector.plugins.base import Option, PhaseContext, PluginResult, Profiler, RunContext
 
@@ -39,7 +41,7 @@ CPU_STATUS = ("CUDA allocator snapshot not available on CPU: the timeline shows 
 
 class MemoryPlugin(Profiler):
     name = "memory"
-    description = "allocation timeline per component and phase: snapshot + offline HTML view (CUDA allocator; CPU profiler)"
+    description = "allocation timeline per component and phase: snapshot + timeline for the site's view (CUDA allocator; CPU profiler)"
     options = {
         "max_entries": Option(100_000, "allocator events recorded per snapshot (CUDA)"),
         "max_blocks": Option(1500, "allocations drawn one by one in the view; smaller ones form one band"),
@@ -60,9 +62,9 @@ class MemoryPlugin(Profiler):
         folder = ctx.artifact_dir()
         pickled = folder / f"{ctx.phase}.memory.pickle"
         pickled.write_bytes(pickle.dumps(snapshot))
-        view = folder / f"{ctx.phase}.memory.html"
+        view = folder / f"{ctx.phase}.memory.json"
         title = f"{self.model} · {ctx.path or '(root)'} · {ctx.phase} memory"
-        view.write_text(memory_timeline.view_html(data, title, pickled.name), encoding="utf-8")
+        view.write_text(json.dumps({"title": title, "snapshot": pickled.name, "timeline": data}, separators=(",", ":")))
         if self.cuda:
             (folder / f"{ctx.phase}.memory.txt").write_text(_text_view(snapshot))
         return PluginResult(columns={"memory_file": ctx.link(view)}, metrics={
@@ -100,7 +102,6 @@ def cpu_snapshot(prof: Any) -> dict[str, Any]:
     the end, including tensors that existed before and were used by the phase (parameters, inputs,
     saved activations), laid out by address with `inactive` gaps as PyTorch's converter does.
     """
-    from torch._C._profiler import _EventType
     from torch.profiler._memory_profiler import Action, TensorKey
 
     memory_profile = prof._memory_profile()
@@ -112,9 +113,7 @@ def cpu_snapshot(prof: Any) -> dict[str, Any]:
     trace: list[dict[str, Any]] = []
     live: dict[int, dict[str, Any]] = {}
     freed_before: set[int] = set()  # pointers freed during the phase that it never allocated
-    for node in memory_profile._op_tree.sorted_nodes:
-        if node.tag != _EventType.Allocation or node.extra_fields.device.type != "cpu":
-            continue
+    for node in allocation_nodes(memory_profile._op_tree):  # the tree the memory profile already built
         fields = node.extra_fields
         ptr, size = int(fields.ptr), int(fields.alloc_size)
         if size > 0:

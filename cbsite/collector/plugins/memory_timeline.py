@@ -1,9 +1,9 @@
-"""An allocation timeline from a PyTorch memory snapshot, laid out for the offline memory view.
+"""An allocation timeline from a PyTorch memory snapshot, laid out for the site's memory view.
 
 Input is the snapshot format PyTorch's own tools share (`torch.cuda.memory._snapshot()` on CUDA;
 `torch.cuda._memory_viz._profile_to_snapshot` of a memory profile on CPU): per device a trace of
 `alloc` / `free_requested` / `free_completed` / `oom` events and, for the state at the end,
-`segments` with their blocks. Output is plain JSON for `memory_view.html`:
+`segments` with their blocks. Output is plain JSON for the viewer:
 
 - the x axis is the event index: t = 0 is before the first event, each alloc or free moves it by one;
 - an allocation is live over `[start, end)`; ones made before recording began (parameters, inputs,
@@ -14,19 +14,18 @@ Input is the snapshot format PyTorch's own tools share (`torch.cuda.memory._snap
   largest of all); the rest form one band on top with the same total, so no byte is dropped from the
   heights or the peak.
 
-Pure Python (no torch): the collector calls it, the tests check its invariants directly.
+Pure Python (no torch): the collector calls it and writes the result as `<phase>.memory.json`; the
+site's one viewer (`site_templates/assets/memory.html`) draws any of them; the tests check the
+layout's invariants directly.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterable
 
 FORMAT = "cbsite.memory-timeline/1"
 MAX_FRAMES = 24  # stack frames kept per allocation (the innermost ones)
-VIEW_TEMPLATE = Path(__file__).with_name("memory_view.html")
 
 
 @dataclass
@@ -220,34 +219,3 @@ def _changes(series: list[int]) -> list[list[int]]:
         if not out or out[-1][1] != v:
             out.append([t, v])
     return out
-
-
-def view_html(data: dict[str, Any], title: str, snapshot_name: str | None) -> str:
-    """The self-contained offline view: the template with the timeline embedded (no file or network fetch)."""
-    payload = json.dumps({"title": title, "snapshot": snapshot_name, "timeline": data}, separators=(",", ":"))
-    payload = payload.replace("</", "<\\/")  # a frame name containing </script> cannot end the script
-    html = VIEW_TEMPLATE.read_text(encoding="utf-8")
-    return html.replace("__CBSITE_TITLE__", _escape(title)).replace("__CBSITE_DATA__", payload)
-
-
-def refresh_views(root: Path) -> int:
-    """Rewrite every `*.memory.html` under `root` with the current template, from the data it embeds
-    (the timeline is not recomputed). Returns the number of views rewritten."""
-    count = 0
-    for view in sorted(Path(root).rglob("*.memory.html")):
-        html = view.read_text(encoding="utf-8")
-        start = html.index('id="cbsite-memory-data">') + len('id="cbsite-memory-data">')
-        payload = json.loads(html[start:html.index("</script>", start)])
-        view.write_text(view_html(payload["timeline"], payload["title"], payload["snapshot"]), encoding="utf-8")
-        count += 1
-    return count
-
-
-def _escape(s: str) -> str:
-    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
-
-
-if __name__ == "__main__":  # python -m cbsite.collector.plugins.memory_timeline runs/
-    import sys
-
-    print(f"{sum(refresh_views(Path(a)) for a in sys.argv[1:])} memory views rewritten")
