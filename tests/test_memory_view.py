@@ -4,6 +4,7 @@ and the site's one offline viewer in a real browser, reached from the run page o
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import pickle
@@ -183,74 +184,75 @@ def test_cpu_timeline_peak_agrees_with_peak_memory_bytes(fast_config, tmp_path):
     assert frames[0] == "aten::addmm"  # the operator that allocated is the innermost frame
 
 
-@pytest.mark.browser
-def test_memory_view_opens_from_the_run_page_offline(fast_config, tmp_path):
-    from cbsite.generator import build_site
-    from cbsite.generator.serve import make_server
-
+@contextlib.contextmanager
+def served_page(folder: Path):
+    """A chromium page (Debian's) and the base URL of `folder` served on 127.0.0.1; the page records its
+    requests and console/page errors in `page.requests` and `page.errors`."""
     chromium = Path("/usr/bin/chromium")
     if not chromium.exists():
         pytest.skip("Debian's chromium is not installed (make browser)")
     from playwright.sync_api import sync_playwright
 
-    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 16))
-    runs = tmp_path / "runs"
-    profile(model, torch.randn(32, 64), config=with_memory(fast_config), model_name="mlp").save(runs)
-    built = build_site(runs, tmp_path / "site", quiet=True)
-    httpd = make_server(built, port=0)
-    port = httpd.server_address[1]
+    from cbsite.generator.serve import make_server
+
+    httpd = make_server(folder, port=0)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=str(chromium), args=["--no-sandbox", "--disable-gpu"])
             context = browser.new_context(viewport={"width": 1300, "height": 900})
             page = context.new_page()
-            requests, errors = [], []
-            context.on("request", lambda r: requests.append(r.url))
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            run_dir = next((built / "runs" / "mlp" / "v0").iterdir())
-            page.goto(f"http://127.0.0.1:{port}/runs/mlp/v0/{run_dir.name}/")
-            page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=15000)
-            link = page.locator("#cbsite-table a", has_text="memory").first
-            href = link.get_attribute("href")
-            assert "memory.html?data=" in href and href.endswith(".memory.json")  # the site's one viewer
-            page.goto(page.url + href)
-            page.wait_for_selector("body[data-ready='1']", timeout=15000)
-            assert page.locator("#chart path.block").count() >= 1
-            biggest = page.evaluate("""() => { let best = 0, area = -1;
-                document.querySelectorAll('#chart path.block').forEach((p, i) => {
-                    const b = p.getBBox(); if (b.width * b.height > area) { area = b.width * b.height; best = i; } });
-                return best; }""")
-            page.locator(f"#chart path.block[data-index='{biggest}']").hover()
-            tip = page.locator("#tip")
-            assert tip.is_visible() and re.search(r"kB .* (allocated at event|live before the phase began)", tip.inner_text())
-            page.locator("#at-peak tr.pick").first.click()
-            assert "Selected allocation" in page.locator("#selected").inner_text()
-            snapshot_link = page.locator("#source a").get_attribute("href")
-            assert snapshot_link.endswith(".memory.pickle") and page.request.get(snapshot_link).ok
-            page.locator("#back").click()  # back to the run page the timeline belongs to
-            page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=15000)
-            assert page.url == f"http://127.0.0.1:{port}/runs/mlp/v0/{run_dir.name}/"
+            page.requests, page.errors = [], []
+            context.on("request", lambda r: page.requests.append(r.url))
+            page.on("console", lambda m: page.errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: page.errors.append(str(e)))
+            yield page, f"http://127.0.0.1:{httpd.server_address[1]}/"
             browser.close()
     finally:
         httpd.shutdown()
         httpd.server_close()
-    assert not errors
-    assert all(r.startswith(f"http://127.0.0.1:{port}/") or r.startswith("data:") for r in requests), requests
+
+
+@pytest.mark.browser
+def test_memory_view_opens_from_the_run_page_offline(fast_config, tmp_path):
+    from cbsite.generator import build_site
+
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 16))
+    runs = tmp_path / "runs"
+    profile(model, torch.randn(32, 64), config=with_memory(fast_config), model_name="mlp").save(runs)
+    built = build_site(runs, tmp_path / "site", quiet=True)
+    with served_page(built) as (page, base):
+        run_dir = next((built / "runs" / "mlp" / "v0").iterdir())
+        page.goto(f"{base}runs/mlp/v0/{run_dir.name}/")
+        page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=15000)
+        link = page.locator("#cbsite-table a", has_text="memory").first
+        href = link.get_attribute("href")
+        assert "memory.html?data=" in href and href.endswith(".memory.json")  # the site's one viewer
+        page.goto(page.url + href)
+        page.wait_for_selector("body[data-ready='1']", timeout=15000)
+        assert page.locator("#chart path.block").count() >= 1
+        biggest = page.evaluate("""() => { let best = 0, area = -1;
+            document.querySelectorAll('#chart path.block').forEach((p, i) => {
+                const b = p.getBBox(); if (b.width * b.height > area) { area = b.width * b.height; best = i; } });
+            return best; }""")
+        page.locator(f"#chart path.block[data-index='{biggest}']").hover()
+        tip = page.locator("#tip")
+        assert tip.is_visible() and re.search(r"kB .* (allocated at event|live before the phase began)", tip.inner_text())
+        page.locator("#at-peak tr.pick").first.click()
+        assert "Selected allocation" in page.locator("#selected").inner_text()
+        snapshot_link = page.locator("#source a").get_attribute("href")
+        assert snapshot_link.endswith(".memory.pickle") and page.request.get(snapshot_link).ok
+        page.locator("#back").click()  # back to the run page the timeline belongs to
+        page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=15000)
+        assert page.url == f"{base}runs/mlp/v0/{run_dir.name}/"
+    assert not page.errors
+    assert all(r.startswith(base) or r.startswith("data:") for r in page.requests), page.requests
 
 
 @pytest.mark.browser
 def test_view_with_a_band_of_other_allocations_a_hostile_frame_name_and_foreign_data(tmp_path):
     """Most allocations in the band: the view still draws; a frame name full of markup stays text; a
     `data` URL on another origin is refused without a request."""
-    from cbsite.generator.serve import make_server
-
-    chromium = Path("/usr/bin/chromium")
-    if not chromium.exists():
-        pytest.skip("Debian's chromium is not installed (make browser)")
-    from playwright.sync_api import sync_playwright
-
     trace, live = [], {}
     for i in range(2000):
         if live and i % 3 == 0:
@@ -267,31 +269,18 @@ def test_view_with_a_band_of_other_allocations_a_hostile_frame_name_and_foreign_
     data = tmp_path / "run" / "artifacts" / "x" / "forward.memory.json"
     data.parent.mkdir(parents=True)
     data.write_text(json.dumps({"title": "band <b>x</b>", "snapshot": None, "timeline": t}))
-    httpd = make_server(tmp_path, port=0)
-    port = httpd.server_address[1]
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(chromium), args=["--no-sandbox", "--disable-gpu"])
-            page = browser.new_page()
-            errors, requests = [], []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.on("request", lambda r: requests.append(r.url))
-            page.goto(f"http://127.0.0.1:{port}/assets/memory.html?data=/run/artifacts/x/forward.memory.json")
-            page.wait_for_selector("body[data-ready='1']", timeout=15000)
-            assert page.locator("#chart path.other").count() == 1 and page.locator("#chart path.block").count() == 5
-            assert "other allocations, together" in page.locator("#at-peak").inner_text()
-            assert page.locator("#title").inner_text() == "band <b>x</b>"  # the title stays text
-            # The block whose stack is markup: selected, its stack shows literally and no element is made of it.
-            index = next(i for i, b in enumerate(t["blocks"]) if t["frames"][b["frames"]] == [HOSTILE + " (model.py:7)"])
-            page.locator(f"#chart path.block[data-index='{index}']").dispatch_event("click")
-            assert HOSTILE in page.locator("#selected").inner_text()
-            assert page.locator("img").count() == 0 and not page.evaluate("window.pwned === 1")
-            page.goto(f"http://127.0.0.1:{port}/assets/memory.html?data=http://example.com/x.json")
-            assert "No memory timeline given" in page.locator("#title").inner_text()
-            browser.close()
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-    assert not errors
-    assert all(r.startswith(f"http://127.0.0.1:{port}/") for r in requests), requests
+    with served_page(tmp_path) as (page, base):
+        page.goto(f"{base}assets/memory.html?data=/run/artifacts/x/forward.memory.json")
+        page.wait_for_selector("body[data-ready='1']", timeout=15000)
+        assert page.locator("#chart path.other").count() == 1 and page.locator("#chart path.block").count() == 5
+        assert "other allocations, together" in page.locator("#at-peak").inner_text()
+        assert page.locator("#title").inner_text() == "band <b>x</b>"  # the title stays text
+        # The block whose stack is markup: selected, its stack shows literally and no element is made of it.
+        index = next(i for i, b in enumerate(t["blocks"]) if t["frames"][b["frames"]] == [HOSTILE + " (model.py:7)"])
+        page.locator(f"#chart path.block[data-index='{index}']").dispatch_event("click")
+        assert HOSTILE in page.locator("#selected").inner_text()
+        assert page.locator("img").count() == 0 and not page.evaluate("window.pwned === 1")
+        page.goto(f"{base}assets/memory.html?data=http://example.com/x.json")
+        assert "No memory timeline given" in page.locator("#title").inner_text()
+    assert not page.errors
+    assert all(r.startswith(base) for r in page.requests), page.requests
