@@ -26,6 +26,7 @@ from cbsite.errors import CbsiteError
 RUN_JSON = "run.json"
 COMPONENTS_FILE = "components.parquet"
 OPS_FILE = "ops.parquet"
+SAMPLES_FILE = "samples.parquet"
 ARTIFACTS_DIR = "artifacts"
 
 
@@ -58,6 +59,7 @@ class Run:
     artifacts: Path | None = None  # folder whose content becomes <run>/artifacts/
     ops: pl.DataFrame | None = None
     path: Path | None = None  # where it lives in an archive, once saved or read
+    samples: pl.DataFrame | None = None  # raw timed blocks (samples.parquet); None for runs before schema 2
 
     @property
     def run_id(self) -> str:
@@ -91,7 +93,8 @@ class Run:
     def save(self, root: str | os.PathLike[str] = "runs") -> Path:
         """Write this run into the archive at `root` atomically and return its folder."""
         ops = self.ops.to_arrow() if self.ops is not None else None
-        self.path = write_run(root, self.meta, self.rows.to_arrow(), self.artifacts, ops)
+        samples = self.samples.to_arrow() if self.samples is not None else None
+        self.path = write_run(root, self.meta, self.rows.to_arrow(), self.artifacts, ops, samples)
         return self.path
 
 
@@ -112,6 +115,7 @@ def write_run(
     table: pa.Table,
     artifacts: Path | None = None,
     ops: pa.Table | None = None,
+    samples: pa.Table | None = None,
 ) -> Path:
     """Write a run under `<root>/<model>/<version>/<run_id>/`, visible only once complete."""
     schema.check_meta(meta)
@@ -127,6 +131,8 @@ def write_run(
         pq.write_table(_table_with_meta(table, meta), staging / COMPONENTS_FILE)
         if ops is not None and ops.num_rows:
             pq.write_table(_table_with_meta(ops, meta), staging / OPS_FILE)
+        if samples is not None and samples.num_rows:
+            pq.write_table(_table_with_meta(samples.cast(schema.SAMPLES_SCHEMA), meta), staging / SAMPLES_FILE)
         if artifacts is not None and Path(artifacts).is_dir() and any(Path(artifacts).iterdir()):
             shutil.copytree(artifacts, staging / ARTIFACTS_DIR)
         os.rename(staging, final)  # atomic on one file system: the run appears whole or not at all
@@ -138,7 +144,20 @@ def write_run(
 
 # One function per schema step: MIGRATIONS[n] turns version n into n + 1.
 Migration = Callable[[dict[str, Any], pl.DataFrame], tuple[dict[str, Any], pl.DataFrame]]
-MIGRATIONS: dict[int, Migration] = {}
+
+
+def _v1_to_v2(meta: dict[str, Any], rows: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]:
+    """Schema 2 keeps raw samples; a version-1 run had none, and says so instead of inventing them."""
+    meta = dict(meta)
+    meta.setdefault("samples", None)
+    meta.setdefault("rounds", 1)
+    meta.setdefault(
+        "samples_note", "collected before schema 2: no raw timing samples were kept; latencies are within-run medians"
+    )
+    return meta, rows
+
+
+MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2}
 
 
 def migrate(meta: dict[str, Any], rows: pl.DataFrame, path: Path | str = "") -> tuple[dict[str, Any], pl.DataFrame]:
@@ -180,6 +199,7 @@ def read_run(path: str | os.PathLike[str]) -> Run:
         meta = json.loads((folder / RUN_JSON).read_text())
         rows = pl.read_parquet(folder / COMPONENTS_FILE)
         ops = pl.read_parquet(folder / OPS_FILE) if (folder / OPS_FILE).exists() else None
+        samples = pl.read_parquet(folder / SAMPLES_FILE) if (folder / SAMPLES_FILE).exists() else None
     except FileNotFoundError as exc:
         raise CbsiteError(f"run folder {folder} is incomplete: {Path(exc.filename).name} is missing") from exc
     except (json.JSONDecodeError, OSError, pl.exceptions.PolarsError) as exc:
@@ -189,7 +209,7 @@ def read_run(path: str | os.PathLike[str]) -> Run:
     missing = [c for c in schema.COLUMNS if c not in rows.columns]
     if missing:
         raise CbsiteError(f"{folder / COMPONENTS_FILE} lacks columns {missing}")
-    return Run(meta=meta, rows=rows, ops=ops, path=folder)
+    return Run(meta=meta, rows=rows, ops=ops, path=folder, samples=samples)
 
 
 @dataclass(frozen=True, order=True)

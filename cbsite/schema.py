@@ -13,7 +13,11 @@ import pyarrow as pa
 
 from cbsite.errors import CbsiteError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Version history (one migration per step in archive.MIGRATIONS):
+#   1 -> 2: raw timing samples (samples.parquet) and the `samples` / `rounds` keys of run.json. Runs
+#           written at version 1 kept no samples: they migrate with `samples: null` and say so; no
+#           sample is ever invented for them.
 
 # Key under which run.json is embedded in the Parquet key-value metadata.
 PARQUET_META_KEY = b"cbsite.run"
@@ -113,6 +117,31 @@ OPS_SCHEMA = pa.schema(
     ]
 )
 OPS_COLUMNS: list[str] = OPS_SCHEMA.names
+
+# samples.parquet: every timed block behind a run's (or a comparison's) latencies. Medians, intervals
+# and verdicts are derived from these rows, never the other way round.
+SAMPLES_SCHEMA = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),  # the run this arm's blocks belong to
+        pa.field("model", pa.string(), nullable=False),
+        pa.field("version", pa.string(), nullable=False),
+        pa.field("session_id", pa.string(), nullable=False),  # the measurement session (= run id of a plain run)
+        pa.field("path", pa.string(), nullable=False),  # component path in this arm's model
+        pa.field("key", pa.string(), nullable=False),  # aligned component key of a comparison (the head path)
+        pa.field("phase", pa.string(), nullable=False),
+        pa.field("process", pa.int32(), nullable=False),  # 0 = the collecting process; 1.. = fresh workers
+        pa.field("round", pa.int32(), nullable=False),  # repetition the block belongs to (= process here)
+        pa.field("pair", pa.int32(), nullable=False),  # A/B block pair within the process (block index for one arm)
+        pa.field("arm", pa.string(), nullable=False),  # "run" | "base" | "head"
+        pa.field("position", pa.int8(), nullable=False),  # order within the pair: 0 first, 1 second
+        pa.field("seconds_per_call", pa.float64(), nullable=False),
+        pa.field("calls", pa.int64(), nullable=False),  # calls of the component in the block
+        pa.field("start_s", pa.float64(), nullable=False),  # wall-clock start, epoch seconds
+        pa.field("wait_s", pa.float64(), nullable=False),  # seconds the process waited for a CPU in the block
+        pa.field("contended", pa.bool_(), nullable=False),  # waited long enough to be left out of medians
+    ]
+)
+SAMPLES_COLUMNS: list[str] = SAMPLES_SCHEMA.names
 
 # Metrics that add up across children (per call x call_count); the rest are ratios or maxima.
 ADDITIVE_METRICS = ("latency_ms", "cpu_time_ms", "device_time_ms", "flops", "bytes_moved")

@@ -23,12 +23,24 @@ from torch import nn
 from torch.utils.benchmark import Timer
 
 from cbsite.collector.capture import Call, describe, tensors_in
+from cbsite.collector.contention import WaitProbe, contended, wait_for_quiet
 from cbsite.collector.counting import Counts, count
 from cbsite.collector.cpu_memory import cpu_peak
 
 
 class NothingToDifferentiate(Exception):
     """Backward is not applicable: no output requires grad or nothing to take a gradient for."""
+
+
+@dataclass(frozen=True)
+class Block:
+    """One timed block: the raw sample that samples.parquet keeps (medians are derived from these)."""
+
+    seconds_per_call: float
+    calls: int  # calls of the component inside the block
+    start_s: float  # wall-clock start (epoch seconds)
+    wait_s: float  # seconds this process's threads waited for a CPU during the block
+    contended: bool
 
 
 @dataclass
@@ -39,7 +51,12 @@ class Timing:
     samples: int
     cpu_time_ms: float
     device_time_ms: float | None
-    timed_s: float = 0.0  # wall seconds spent inside Timer's timed blocks (the floor of any collector)
+    timed_s: float = 0.0  # wall seconds spent inside timed blocks (the floor of any collector)
+    blocks: list[Block] = field(default_factory=list)
+    contended_blocks: int = 0
+    flagged: bool = False  # too few uncontended blocks: the latency includes waiting for a CPU
+    cut_short: bool = False  # the per-component cap ended timing before the budget was spent
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -52,13 +69,24 @@ class PhaseResult:
 
 @dataclass(frozen=True)
 class TimingConfig:
-    min_run_time: float = 0.1  # seconds of timed runs per component and phase
+    min_run_time: float = 0.1  # seconds of uncontended timed blocks per component and phase
     warmup: int = 3
     num_threads: int = 1
     device: str = "cpu"
+    # Wall seconds one component and phase may take in timing, re-measurement included; past it the
+    # row keeps what it has and says it was cut short. None: 20x the budget, at least 5 s.
+    max_component_s: float | None = None
+    # How long to wait for a quiet machine when blocks keep waiting for a CPU (per wait; at most 3).
+    quiet_wait_s: float = 5.0
+
+    def cap_s(self) -> float:
+        return self.max_component_s if self.max_component_s is not None else max(5.0, 20 * self.min_run_time)
 
 
 MIN_BLOCKS = 5
+BLOCKS_PER_BUDGET = 20  # a block is about budget / 20 long, so contention is seen block by block
+MIN_BLOCK_S = 1e-3
+MAX_QUIET_WAITS = 3
 
 
 def _sync(device: str) -> None:
@@ -66,32 +94,95 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def block_size(timer: Timer, target_s: float) -> int:
+    """Calls of the statement per block so that one block lasts about `target_s` (at least one call)."""
+    number = 1
+    while True:
+        per_stmt = timer.timeit(number).times[0]
+        if per_stmt * number >= target_s or number >= 2**30:
+            return number
+        number = min(2**30, max(number * 2, int(number * target_s / max(per_stmt * number, 1e-9) * 1.05)))
+
+
+def timed_block(timer: Timer, number: int, calls_per_stmt: int, probe: WaitProbe | None = None) -> Block:
+    """Time `number` statements once; note how long this process waited for a CPU meanwhile."""
+    probe = probe or WaitProbe()
+    start = time.time()
+    probe.start()
+    per_stmt = timer.timeit(number).times[0]
+    wall = per_stmt * number
+    wait = probe.stop(wall)
+    return Block(per_stmt / calls_per_stmt, number * calls_per_stmt, start, wait, contended(wait, wall))
+
+
+def summarise(blocks: list[Block]) -> tuple[float, float, float, list[Block], bool]:
+    """Median and quartiles (seconds per call) of the uncontended blocks, or of all when too few are.
+
+    Returns (median, p25, p75, blocks used, flagged).
+    """
+    good = [b for b in blocks if not b.contended]
+    flagged = len(good) < min(MIN_BLOCKS, len(blocks))
+    used = blocks if flagged else good
+    times = sorted(b.seconds_per_call for b in used)
+    if len(times) >= 2:
+        q = statistics.quantiles(times, n=4, method="inclusive")
+        return statistics.median(times), q[0], q[2], used, flagged
+    return times[0], times[0], times[0], used, flagged
+
+
 def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig) -> Timing:
-    """Time `fn` (which makes `calls_per_stmt` calls of the component) and return per-call figures."""
+    """Time `fn` (which makes `calls_per_stmt` calls of the component) and return per-call figures.
+
+    Blocks of about budget/20 are timed with `Timer.timeit` until at least MIN_BLOCKS uncontended blocks
+    hold the budget. A block whose threads waited for a CPU (contention.py) is kept as a sample but not
+    used for the median; when blocks keep waiting, timing pauses until the machine is quiet (up to
+    MAX_QUIET_WAITS times). If too few clean blocks remain, the row is flagged instead of silently
+    reporting the waiting. Every block is kept for samples.parquet.
+    """
+    started = time.perf_counter()
     for _ in range(cfg.warmup):
         fn()
     _sync(cfg.device)
     timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=cfg.num_threads)
-    m = timer.blocked_autorange(min_run_time=cfg.min_run_time)
-    times = list(m.times)  # seconds per stmt, one value per timed block
-    # A component slower than the budget gets one block; a median and quartiles need a few more.
-    while len(times) < MIN_BLOCKS:
-        times.extend(timer.timeit(m.number_per_run).times)
-    times.sort()
-    if len(times) >= 2:
-        q = statistics.quantiles(times, n=4, method="inclusive")
-        p25, p75 = q[0], q[2]
-    else:
-        p25 = p75 = times[0]
-    per_call = 1e3 / calls_per_stmt
-    # CPU time of the whole process (all intra-op threads) over a short untimed-by-Timer loop: beside
+    number = block_size(timer, max(MIN_BLOCK_S, cfg.min_run_time / BLOCKS_PER_BUDGET))
+    blocks: list[Block] = []
+    probe = WaitProbe()
+    waits, since_wait, cut_short = 0, 0, False
+    while True:
+        block = timed_block(timer, number, calls_per_stmt, probe)
+        blocks.append(block)
+        good = [b for b in blocks if not b.contended]
+        if len(good) >= MIN_BLOCKS and sum(b.seconds_per_call * b.calls for b in good) >= cfg.min_run_time:
+            break
+        if time.perf_counter() - started > cfg.cap_s():
+            cut_short = len(good) < MIN_BLOCKS or sum(b.seconds_per_call * b.calls for b in good) < cfg.min_run_time
+            break
+        since_wait += block.contended
+        if since_wait >= MIN_BLOCKS:
+            if waits >= MAX_QUIET_WAITS:
+                break  # the machine stayed busy: keep what there is and flag it
+            waits, since_wait = waits + 1, 0
+            wait_for_quiet(min(cfg.quiet_wait_s, max(0.0, cfg.cap_s() - (time.perf_counter() - started))))
+    median, p25, p75, used, flagged = summarise(blocks)
+    n_contended = sum(b.contended for b in blocks)
+    notes = []
+    if flagged:
+        waited = sum(b.wait_s for b in used) / max(1e-12, sum(b.seconds_per_call * b.calls for b in used))
+        notes.append(
+            f"contended: {n_contended} of {len(blocks)} timed blocks waited for a CPU ({waited:.0%} of their time) "
+            f"and the machine did not become quiet; this latency includes waiting"
+        )
+    if cut_short:
+        notes.append(f"cut short: timing stopped at the {cfg.cap_s():.3g} s per-component cap with {len(blocks)} blocks")
+    per_call = 1e3
+    # CPU time of the whole process (all intra-op threads) over a short loop outside the blocks: beside
     # the wall latency it shows how parallel the component runs.
-    loops = max(1, min(m.number_per_run * len(times), int(cfg.min_run_time / 4 / max(times[len(times) // 2], 1e-9))))
+    loops = max(1, min(sum(b.calls for b in blocks) // calls_per_stmt, int(cfg.min_run_time / 4 / max(median * calls_per_stmt, 1e-9))))
     cpu0 = time.process_time()
     for _ in range(loops):
         fn()
     _sync(cfg.device)
-    cpu_ms = (time.process_time() - cpu0) / loops * per_call
+    cpu_ms = (time.process_time() - cpu0) / loops / calls_per_stmt * per_call
     device_ms = None
     if cfg.device.startswith("cuda"):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -102,13 +193,18 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig) -> Ti
         torch.cuda.synchronize()
         device_ms = start.elapsed_time(end) / loops / calls_per_stmt
     return Timing(
-        median_ms=statistics.median(times) * per_call,
+        median_ms=median * per_call,
         p25_ms=p25 * per_call,
         p75_ms=p75 * per_call,
-        samples=m.number_per_run * len(times),
+        samples=sum(b.calls for b in used),
         cpu_time_ms=cpu_ms,
         device_time_ms=device_ms,
-        timed_s=sum(times) * m.number_per_run,
+        timed_s=sum(b.seconds_per_call * b.calls for b in blocks),
+        blocks=blocks,
+        contended_blocks=n_contended,
+        flagged=flagged,
+        cut_short=cut_short,
+        notes=notes,
     )
 
 
@@ -184,24 +280,43 @@ class ComponentMeasurement:
         roots, grads, wrt = self._graph(batch, seed=0, module=module)
         return lambda: torch.autograd.grad(roots, wrt, grads, retain_graph=True, allow_unused=True)
 
-    def forward(self) -> PhaseResult:
-        prepared = [
-            ([c.replay_inputs(with_grad=c.grad_enabled) for c in batch], [c.grad_enabled for c in batch])
-            for batch in self.batches
-        ]
+    def rotation(self, phase: str, graphs: list[Any] | None = None) -> Callable[[], Any]:
+        """The timed statement of `phase`: one run of every call of batch i, cycling through the batches.
+
+        Inputs (and for backward the forward graphs, one per batch) are prepared once, here, so the
+        statement holds only the component's own work. The session's workers time the same statement.
+        """
         state = {"i": 0}
+        if phase == "forward":
+            prepared = [
+                ([c.replay_inputs(with_grad=c.grad_enabled) for c in batch], [c.grad_enabled for c in batch])
+                for batch in self.batches
+            ]
 
-        def fn() -> None:
-            inputs, modes = prepared[state["i"] % len(prepared)]
+            def forward_fn() -> None:
+                inputs, modes = prepared[state["i"] % len(prepared)]
+                state["i"] += 1
+                self._run(inputs, modes)
+
+            return forward_fn
+        graphs = graphs or [self._graph(batch, seed=i) for i, batch in enumerate(self.batches)]
+
+        def backward_fn() -> None:
+            roots, grads, wrt = graphs[state["i"] % len(graphs)]
             state["i"] += 1
-            self._run(inputs, modes)
+            torch.autograd.grad(roots, wrt, grads, retain_graph=True, allow_unused=True)
 
-        first_inputs, first_modes = prepared[0]
+        return backward_fn
+
+    def forward(self) -> PhaseResult:
+        first = self.batches[0]
+        first_inputs = [c.replay_inputs(with_grad=c.grad_enabled) for c in first]
+        first_modes = [c.grad_enabled for c in first]
         _, counts = count(lambda: self._run(first_inputs, first_modes))
-        timing = time_fn(fn, self.calls_per_batch, self.cfg)
+        timing = time_fn(self.rotation("forward"), self.calls_per_batch, self.cfg)
         peak = _peak(self.cfg.device, lambda: self._run(first_inputs, first_modes))
         notes = ["timed with a copy of the inputs per run (in-place module)"] if self.inplace else []
-        return PhaseResult(timing, _per_call(counts, self.calls_per_batch), peak, notes)
+        return PhaseResult(timing, _per_call(counts, self.calls_per_batch), peak, notes + timing.notes)
 
     def _graph(
         self, batch: list[Call], seed: int, module: nn.Module | None = None
@@ -222,20 +337,15 @@ class ComponentMeasurement:
 
     def backward(self) -> PhaseResult:
         graphs = [self._graph(batch, seed=i) for i, batch in enumerate(self.batches)]
-        state = {"i": 0}
+        graph = graphs[0]
 
         def grad_of(graph: tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]) -> Any:
             roots, grads, wrt = graph
             return torch.autograd.grad(roots, wrt, grads, retain_graph=True, allow_unused=True)
 
-        def fn() -> None:
-            grad_of(graphs[state["i"] % len(graphs)])
-            state["i"] += 1
-
-        roots, grads, wrt = graphs[0]
-        _, counts = count(lambda: grad_of(graphs[0]))
-        timing = time_fn(fn, self.calls_per_batch, self.cfg)
-        peak = _peak(self.cfg.device, lambda: grad_of(graphs[0]))
+        _, counts = count(lambda: grad_of(graph))
+        timing = time_fn(self.rotation("backward", graphs), self.calls_per_batch, self.cfg)
+        peak = _peak(self.cfg.device, lambda: grad_of(graph))
         notes = []
         dense_tables = [
             m for m in self.module.modules()
@@ -246,7 +356,7 @@ class ComponentMeasurement:
             notes.append(
                 f"dense embedding gradient: backward writes whole tables ({rows} rows), not just the rows looked up"
             )
-        return PhaseResult(timing, _per_call(counts, self.calls_per_batch), peak, notes)
+        return PhaseResult(timing, _per_call(counts, self.calls_per_batch), peak, notes + timing.notes)
 
 
 def _per_call(counts: Counts, calls: int) -> Counts:

@@ -1,0 +1,96 @@
+"""What betrays waiting: the time this process's threads spent runnable but not running.
+
+A busy neighbour does not slow a component down, it makes it *wait*: the kernel leaves one of our
+threads on a run queue while another process holds the core (with several intra-op threads, one
+descheduled OpenMP worker stalls all the others at the next barrier, which is how a 24 us Linear comes
+out at 8 ms). Linux counts that wait per thread in `/proc/self/task/<tid>/schedstat` (second field,
+nanoseconds), so a timed block can say how much of its wall time was spent waiting, whatever the cause
+and however many threads: no load-average guess, no quantisation heuristic.
+
+Where schedstat is missing (not Linux, or a kernel without schedstats), the fallback compares the
+calling thread's CPU time with the wall time, which is exact for one intra-op thread and blind to
+stalls of the others.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+_TASKS = "/proc/self/task"
+
+# A block is contended when its threads waited for a CPU for more than this share of its wall time,
+# plus a small absolute allowance for the kernel's own housekeeping on a quiet machine.
+WAIT_SHARE = 0.05
+WAIT_ALLOWANCE_S = 50e-6
+
+
+def _schedstat_available() -> bool:
+    try:
+        with open(f"{_TASKS}/{os.getpid()}/schedstat") as f:
+            return len(f.read().split()) >= 2
+    except OSError:
+        return False
+
+
+HAVE_SCHEDSTAT = _schedstat_available()
+
+
+def run_queue_wait_s() -> float:
+    """Seconds every thread of this process has spent waiting on a run queue, since it started."""
+    total = 0
+    try:
+        tids = os.listdir(_TASKS)
+    except OSError:
+        return 0.0
+    for tid in tids:
+        try:
+            with open(f"{_TASKS}/{tid}/schedstat") as f:
+                total += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that ended between listdir and open
+    return total / 1e9
+
+
+@dataclass
+class WaitProbe:
+    """Brackets one timed block: `start()` before, `stop(wall_s)` after; returns the waiting seconds."""
+
+    _wait0: float = 0.0
+    _cpu0: float = 0.0
+
+    def start(self) -> None:
+        self._wait0 = run_queue_wait_s() if HAVE_SCHEDSTAT else 0.0
+        self._cpu0 = time.thread_time()
+
+    def stop(self, wall_s: float) -> float:
+        if HAVE_SCHEDSTAT:
+            return max(0.0, run_queue_wait_s() - self._wait0)
+        return max(0.0, wall_s - (time.thread_time() - self._cpu0))
+
+
+def contended(wait_s: float, wall_s: float) -> bool:
+    """Did a block wait for a CPU long enough to distort its time?"""
+    return wait_s > WAIT_SHARE * wall_s + WAIT_ALLOWANCE_S
+
+
+def wait_for_quiet(max_s: float, probe_s: float = 0.05) -> bool:
+    """Sleep-and-probe until a short busy loop of this process no longer waits for a CPU.
+
+    Returns True when the machine looked quiet within `max_s`. The probe spins in Python for `probe_s`
+    (one thread), so it asks the scheduler exactly the question the next block will ask.
+    """
+    deadline = time.perf_counter() + max_s
+    probe = WaitProbe()
+    while True:
+        probe.start()
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < probe_s:
+            pass
+        wall = time.perf_counter() - t0
+        if not contended(probe.stop(wall), wall):
+            return True
+        if time.perf_counter() >= deadline:
+            return False
+        time.sleep(min(0.25, max(0.0, deadline - time.perf_counter())))
