@@ -28,7 +28,7 @@ from cbsite import archive
 from cbsite import diff as cdiff
 from cbsite.archive import Run
 from cbsite.errors import CbsiteError
-from cbsite.generator import charts, diffdata, pages, rundata
+from cbsite.generator import charts, diffdata, pages, rundata, sitedir
 from cbsite.generator.catalog import Catalog, load_catalog
 from cbsite.generator.config import SiteConfig, dump_yaml, load_site_config, project_config
 
@@ -46,6 +46,7 @@ class BuildResult:
     project: Path | None
     warnings: list[str] = field(default_factory=list)
     pages: int = 0
+    runs: int = 0  # runs on the site (0: an empty archive)
 
 
 @dataclass
@@ -256,27 +257,43 @@ def _mkdocs_build(project: Path, out: Path, strict: bool, quiet: bool, epoch: in
         logger.setLevel(old_level)
 
 
-def _check_out(out: Path, runs: Path) -> None:
-    """Refuse to wipe a folder that is not a site: mkdocs empties its site_dir before building."""
-    if out.resolve() == runs.resolve() or runs.resolve() in out.resolve().parents:
-        raise CbsiteError(f"the site folder {out} is inside the archive {runs}; choose another --out")
-    if out.exists() and not out.is_dir():
-        raise CbsiteError(f"{out} exists and is not a folder; choose another --out")
-    if out.is_dir() and any(out.iterdir()) and not (out / "sitemap.xml").exists() and not (out / "index.html").exists():
-        raise CbsiteError(f"{out} is not empty and does not look like a built site; choose an empty or new --out")
-
-
 def build(
     runs: Path, out: Path, *, config: Path | None = None, perfetto_origin: str = "https://ui.perfetto.dev",
     extra_diffs: Sequence[tuple[str, str]] = (), strict: bool = True, quiet: bool = False,
-    versioned: bool = False, project_dir: Path | None = None,
+    versioned: bool = False, project_dir: Path | None = None, allow_empty: bool = False,
 ) -> BuildResult:
-    """Build the site for the archive `runs` into `out`; keep the generated project in `project_dir` if given."""
+    """Build the site for the archive `runs` into `out`; keep the generated project in `project_dir` if given.
+
+    The site is built beside `out` and swapped in when complete, under a lock (see sitedir.py): a failed or
+    killed build leaves the old site whole. An archive with no readable run does not replace an existing
+    site unless `allow_empty`.
+    """
     # Absolute: mkdocs resolves a relative site_dir against the generated project, not the caller.
     runs, out = Path(runs).resolve(), Path(out).resolve()
-    _check_out(out, runs)
+    sitedir.check_out(out, runs)
     site = load_site_config(Path(config) if config is not None else None, perfetto_origin)
-    catalog = load_catalog(runs, extra_diffs)
+    with sitedir.locked(out):
+        sitedir.check_out(out, runs)  # as found once the lock is held
+        catalog = load_catalog(runs, extra_diffs)
+        if not catalog.runs() and sitedir.holds_files(out) and not allow_empty:
+            raise CbsiteError(empty_archive_message(runs, out, catalog.warnings))
+        with sitedir.staged(out) as stage:
+            result = _build_into(catalog, site, stage, strict=strict, quiet=quiet, versioned=versioned,
+                                 project_dir=project_dir)
+    for w in result.warnings:
+        pywarnings.warn(w, SiteWarning, stacklevel=3)
+    return BuildResult(site=out, project=project_dir, warnings=result.warnings, pages=result.pages, runs=result.runs)
+
+
+def empty_archive_message(runs: Path, out: Path, warnings: Sequence[str], flag: str = "--allow-empty") -> str:
+    what = "does not exist" if not runs.exists() else ("has no readable run" if warnings else "holds no run")
+    skipped = f" ({len(warnings)} run{'s' * (len(warnings) != 1)} skipped: {warnings[0]})" if warnings else ""
+    return (f"the archive {runs} {what}{skipped}, and building would replace the site in {out} with an empty one; "
+            f"check --runs, or pass {flag} to do it anyway")
+
+
+def _build_into(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool, quiet: bool, versioned: bool,
+                project_dir: Path | None) -> BuildResult:
     warnings = list(catalog.warnings)
     with contextlib.ExitStack() as stack:
         if project_dir is None:
@@ -295,6 +312,4 @@ def build(
         _mkdocs_build(project, out, strict, quiet, _epoch(catalog.newest_run_time()))
     for run in catalog.runs():
         rundata.copy_artifacts(run, out / pages.run_url(run))
-    for w in warnings:
-        pywarnings.warn(w, SiteWarning, stacklevel=3)
-    return BuildResult(site=out, project=project_dir, warnings=warnings, pages=n_pages)
+    return BuildResult(site=out, project=project_dir, warnings=warnings, pages=n_pages, runs=len(catalog.runs()))

@@ -7,7 +7,8 @@
 
 mike itself only writes to a git branch; the bookkeeping (ordering, moving aliases) reuses its Versions class.
 Publishing a version rewrites only its own folder, the folders of its aliases, versions.json and (when asked,
-or when there is none yet) the root redirect; other versions are never touched.
+or when there is none yet) the root redirect; other versions are never touched. The root carries cbsite's
+marker (sitedir.py) and a publish holds its lock; each folder is swapped in whole.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from mike.versions import Versions
 
 from cbsite import schema
 from cbsite.errors import CbsiteError
-from cbsite.generator import build, pages
+from cbsite.generator import build, pages, sitedir
 
 VERSIONS_JSON = "versions.json"
 
@@ -50,51 +51,64 @@ def _dump_versions(versions: Versions) -> str:
 
 
 def _replace_dir(src: Path, dest: Path) -> None:
-    """Put a copy of `src` at `dest`, swapping it in only once complete."""
-    staging = dest.parent / f".{dest.name}.publishing"
-    if staging.exists():
-        shutil.rmtree(staging)
-    shutil.copytree(src, staging)
-    old = dest.parent / f".{dest.name}.old"
-    if dest.exists():
-        if old.exists():
-            shutil.rmtree(old)
-        os.rename(dest, old)
-    os.rename(staging, dest)
-    if old.exists():
-        shutil.rmtree(old)
+    """Put a copy of `src` at `dest`, swapping it in only once complete (under the publish root's lock)."""
+    sitedir.check_out(dest, None, flag="version folder")
+    with sitedir.staged(dest) as stage:
+        shutil.copytree(src, stage, dirs_exist_ok=True)
+
+
+def _write(path: Path, text: str) -> None:
+    """Replace a file whole: a reader (or a kill) never sees half of it."""
+    tmp = path.parent / f".{path.name}.cbsite-tmp"
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def publish(
     runs: Path, out: Path, site_version: str, *, aliases: Sequence[str] = (), set_default: bool = False,
     title: str | None = None, config: Path | None = None, perfetto_origin: str = "https://ui.perfetto.dev",
-    extra_diffs: Sequence[tuple[str, str]] = (), strict: bool = True, quiet: bool = False,
+    extra_diffs: Sequence[tuple[str, str]] = (), strict: bool = True, quiet: bool = False, allow_empty: bool = False,
 ) -> Path:
-    """Build the archive and publish it as `site_version` into `out`; return the version's folder."""
-    out = Path(out)
+    """Build the archive and publish it as `site_version` into `out`; return the version's folder.
+
+    `out` must be new, empty or a folder cbsite published into (its marker file); the version and alias
+    folders are replaced whole, each swapped in when complete, under a lock on `out`. An archive with no
+    readable run replaces no existing version or alias unless `allow_empty`.
+    """
+    runs, out = Path(runs).resolve(), Path(out).resolve()
     schema.check_name("site version", site_version)
     for alias in aliases:
         schema.check_name("alias", alias)
     if site_version in aliases:
         raise CbsiteError(f"alias {site_version!r} is the version's own name; choose another alias")
-    out.mkdir(parents=True, exist_ok=True)
-    versions = _load_versions(out)
-    for info in versions:
-        if site_version in info.aliases:
-            raise CbsiteError(f"{site_version!r} is already an alias of version {info.version}; choose another version name")
-        if str(info.version) in aliases:
-            raise CbsiteError(f"alias {str(info.version)!r} is already a published version; choose another alias")
-    with tempfile.TemporaryDirectory(prefix="cbsite-publish-") as tmp:
-        site = Path(tmp) / "site"
-        build.build(runs, site, config=config, perfetto_origin=perfetto_origin, extra_diffs=extra_diffs,
-                    strict=strict, quiet=quiet, versioned=True)
-        _replace_dir(site, out / site_version)
-    for alias in aliases:
-        _replace_dir(out / site_version, out / alias)
-    versions.add(site_version, title, list(aliases), update_aliases=True)
-    (out / VERSIONS_JSON).write_text(_dump_versions(versions))
-    index = out / "index.html"
-    if set_default or not index.exists():
-        target = aliases[0] if aliases else site_version
-        index.write_text(pages.environment().get_template("publish/redirect.html.j2").render(target=target))
+    sitedir.check_out(out, runs, kind=sitedir.PUBLISHED)
+    with sitedir.locked(out):
+        sitedir.check_out(out, runs, kind=sitedir.PUBLISHED)
+        out.mkdir(parents=True, exist_ok=True)
+        if sitedir.marker_kind(out) is None:
+            sitedir.write_marker(out, sitedir.PUBLISHED)
+        versions = _load_versions(out)
+        for info in versions:
+            if site_version in info.aliases:
+                raise CbsiteError(f"{site_version!r} is already an alias of version {info.version}; choose another version name")
+            if str(info.version) in aliases:
+                raise CbsiteError(f"alias {str(info.version)!r} is already a published version; choose another alias")
+        for name in (site_version, *aliases):
+            sitedir.check_out(out / name, None, flag="version folder")
+        with tempfile.TemporaryDirectory(prefix="cbsite-publish-") as tmp:
+            site = Path(tmp) / "site"
+            result = build.build(runs, site, config=config, perfetto_origin=perfetto_origin, extra_diffs=extra_diffs,
+                                 strict=strict, quiet=quiet, versioned=True)
+            replaced = [out / n for n in (site_version, *aliases) if (out / n).exists()]
+            if not result.runs and replaced and not allow_empty:
+                raise CbsiteError(build.empty_archive_message(runs, replaced[0], result.warnings))
+            _replace_dir(site, out / site_version)
+        for alias in aliases:
+            _replace_dir(out / site_version, out / alias)
+        versions.add(site_version, title, list(aliases), update_aliases=True)
+        _write(out / VERSIONS_JSON, _dump_versions(versions))
+        index = out / "index.html"
+        if set_default or not index.exists():
+            target = aliases[0] if aliases else site_version
+            _write(index, pages.environment().get_template("publish/redirect.html.j2").render(target=target))
     return out / site_version
