@@ -156,7 +156,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         counts = meta.get("counts", {})
         table.add_row(
             ref.model, ref.version, ref.run_id, str(meta["device"].get("name", "?")),
-            str(sum(counts.values())), str(counts.get("failed", 0)), f"{meta.get('wall_time_s', 0):.1f}",
+            str(meta.get("components", sum(counts.values()))), str(counts.get("failed", 0)), f"{meta.get('wall_time_s', 0):.1f}",
         )
     _console().print(table)
     return 0
@@ -264,7 +264,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     pairs = [tuple(p.split("..", 1)) for p in args.diff]
     if any(len(p) != 2 for p in pairs):
         raise CbsiteError("--diff takes BASE..HEAD, e.g. --diff dlrm@v1..dlrm@v3")
-    out = build_site(args.runs, args.out, config=args.config, perfetto_origin=args.perfetto_origin, extra_diffs=pairs)
+    out = build_site(args.runs, args.out, config=args.config, perfetto_origin=args.perfetto_origin, extra_diffs=pairs,
+                     allow_empty=args.allow_empty)
     print(f"site built in {out}")
     return 0
 
@@ -274,7 +275,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
     out = publish_site(
         args.runs, args.out, args.site_version, aliases=args.alias, set_default=args.set_default,
-        title=args.title, config=args.config, perfetto_origin=args.perfetto_origin,
+        title=args.title, config=args.config, perfetto_origin=args.perfetto_origin, allow_empty=args.allow_empty,
     )
     print(f"published version {args.site_version} into {out} (serve it over HTTP: cbsite serve {args.out})")
     return 0
@@ -297,6 +298,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from cbsite.collector.collect import CollectRequest, collect
 
     config = _collect_config(args, _plugin_selection(args, DEMO_PLUGINS, DEMO_PLUGIN_OPTIONS))
+    if not args.collect_only:  # a site folder that would be refused is refused before minutes of collecting
+        from cbsite.generator.sitedir import check_out
+
+        check_out(args.out, args.runs)
     for provider, name, version, options in DEMO:
         print(f"collecting {name}@{version} ...", flush=True)
         run = collect(CollectRequest(provider=provider, options=options, model_name=name, version=version,
@@ -368,6 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
     def site_args(q: argparse.ArgumentParser) -> None:
         q.add_argument("--config", type=Path, default=None, help="base mkdocs.yml (default: ./mkdocs.yml)")
         q.add_argument("--perfetto-origin", default="https://ui.perfetto.dev", help="Perfetto UI origin (self-hosted too)")
+        q.add_argument("--allow-empty", action="store_true",
+                       help="let an archive with no readable run replace an existing site (refused otherwise)")
 
     p = sub.add_parser("build", help="build the site from the archive")
     p.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
