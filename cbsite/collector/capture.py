@@ -7,13 +7,16 @@ tensors required grad, so a replay can reproduce exactly what the full model did
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
 from torch.utils import _pytree as pytree
+
+from cbsite.errors import CbsiteError
 
 
 @dataclass
@@ -41,6 +44,20 @@ class Call:
 
         args, kwargs = pytree.tree_map(fresh, (self.args, self.kwargs))
         return args, kwargs
+
+
+def refuse_iterators(batches: Sequence[tuple[tuple[Any, ...], dict[str, Any]]]) -> None:
+    """Refuse generator and iterator inputs up front: the first call uses them up, so every replay (and the
+    FLOP count) would see an empty input and report nothing."""
+    for i, (args, kwargs) in enumerate(batches):
+        named = [(f"positional argument {k}", a) for k, a in enumerate(args)] + [(f"keyword argument {k!r}", v) for k, v in kwargs.items()]
+        for where, value in named:
+            bad = [x for x in pytree.tree_leaves(value) if isinstance(x, collections.abc.Iterator)]
+            if bad:
+                raise CbsiteError(
+                    f"{where} of example batch {i} is (or holds) a {type(bad[0]).__name__}, an iterator: the first call would use "
+                    "it up and every replay would see nothing; pass a list or tuple instead (e.g. list(...))"
+                )
 
 
 def moved(obj: Any, device: torch.device, dtype: torch.dtype) -> Any:

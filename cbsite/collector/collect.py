@@ -10,7 +10,7 @@ from cbsite.collector.plugins.registry import load
 from cbsite.collector.preprocess import describe_inputs
 from cbsite.collector.profiler import CollectConfig, profile_model
 from cbsite.collector.providers import provide
-from cbsite.errors import CbsiteError
+from cbsite.errors import CbsiteError, user_code_error
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,12 @@ class CollectRequest:
 def collect(request: CollectRequest) -> Run:
     if request.batches < 1:
         raise CbsiteError(f"--batches must be at least 1, got {request.batches}")
-    provided = provide(request.provider, dict(request.options), batches=request.batches, seed=request.seed)
+    try:
+        provided = provide(request.provider, dict(request.options), batches=request.batches, seed=request.seed)
+    except CbsiteError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the user's provider raised: one line, the traceback in a file
+        raise user_code_error(f"the provider {request.provider!r}", exc, "provider") from exc
     model, inputs = provided.model, list(provided.inputs)
     steps: list[dict[str, Any]] = []
     pre = request.preprocessing

@@ -321,7 +321,16 @@ class ComponentMeasurement:
     def _graph(
         self, batch: list[Call], seed: int, module: nn.Module | None = None
     ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]:
-        """Forward once with grad: (outputs to differentiate, their grad_outputs, tensors to differentiate for)."""
+        """Forward once with grad: (outputs to differentiate, their grad_outputs, tensors to differentiate for).
+
+        Only the calls the full model made with grad enabled: a call under `torch.no_grad()` has no backward.
+        """
+        batch = [c for c in batch if c.grad_enabled]
+        if not batch:
+            raise NothingToDifferentiate(
+                "every captured call ran with grad disabled (torch.no_grad or inference mode), so the model "
+                "runs no backward through it"
+            )
         inputs = [c.replay_inputs(with_grad=True) for c in batch]
         leaves = [t for t in tensors_in(inputs) if t.requires_grad]
         outs = self._run(inputs, [True] * len(batch), module)
@@ -347,6 +356,12 @@ class ComponentMeasurement:
         timing = time_fn(self.rotation("backward", graphs), self.calls_per_batch, self.cfg)
         peak = _peak(self.cfg.device, lambda: grad_of(graph))
         notes = []
+        live = sum(c.grad_enabled for c in self.batches[0])
+        if live < self.calls_per_batch:
+            notes.append(
+                f"backward of {live} of {self.calls_per_batch} calls per forward (the others ran with grad disabled); "
+                "figures are per call over all of them"
+            )
         dense_tables = [
             m for m in self.module.modules()
             if isinstance(m, (nn.Embedding, nn.EmbeddingBag)) and not m.sparse and m.weight.requires_grad

@@ -24,19 +24,26 @@ from rich.markup import escape
 from torch import nn
 
 from cbsite import archive, schema, tree
-from cbsite.collector.capture import Capture, capture, moved
+from cbsite.collector.capture import Capture, capture, moved, refuse_iterators
 from cbsite.collector.device import describe_device
 from cbsite.collector.measure import ComponentMeasurement, NothingToDifferentiate, PhaseResult, TimingConfig
 from cbsite.collector.preprocess import batch_size_of
+from cbsite.collector.restore import preserved
 from cbsite.collector.providers import Inputs as ProvidedInputs
 from cbsite.collector.plan import Component, PlanConfig, breadth_first, component_tree, selected
 from cbsite.collector.plugins import registry
 from cbsite.collector.plugins.base import PhaseContext, RunContext
 from cbsite.collector.plugins.runner import PluginRunner, RowPatch, label, slug, staging_folder
-from cbsite.errors import CbsiteError
+from cbsite.errors import CbsiteError, user_code_error
 from cbsite.provenance import git_state, package_versions
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+MAX_BUDGET_S = 60.0  # a larger budget per component and phase is a slip (hours for a model), not a choice
+
+
+def _seconds(value: Any, most: float) -> bool:
+    """A real number of seconds in (0, most]: not a bool, not nan, not inf."""
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 < value <= most
 
 
 @dataclass(frozen=True)
@@ -67,8 +74,11 @@ class CollectConfig:
             problems.append(f"phases must be a non-empty subset of {schema.PHASES}, got {self.phases}")
         if self.dtype not in DTYPES:
             problems.append(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
-        if self.min_run_time <= 0:
-            problems.append(f"the time budget must be positive, got {self.min_run_time}")
+        if not _seconds(self.min_run_time, MAX_BUDGET_S):  # nan would never end timing, inf neither
+            problems.append(f"the time budget (--budget) must be a finite number of seconds above 0 and at most "
+                            f"{MAX_BUDGET_S:g} per component and phase, got {self.min_run_time!r}")
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or not 0 <= self.warmup <= 1000:
+            problems.append(f"warmup must be a whole number of runs from 0 to 1000, got {self.warmup!r}")
         if not (self.device == "cpu" or self.device.startswith("cuda")):
             problems.append(f"device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
         elif self.device.startswith("cuda") and not torch.cuda.is_available():
@@ -77,9 +87,12 @@ class CollectConfig:
             self.selection()  # an unknown plugin or option is refused before anything runs
         except CbsiteError as exc:
             problems.append(str(exc))
+        try:
+            PlanConfig(self.max_depth, self.include, self.exclude)  # validates the plan part
+        except CbsiteError as exc:
+            problems.append(str(exc))
         if problems:
             raise CbsiteError("; ".join(problems))
-        PlanConfig(self.max_depth, self.include, self.exclude)  # validates the plan part
 
     def selection(self) -> registry.Selection:
         """The validated plugin selection (entry points are loaded, not run)."""
@@ -222,13 +235,24 @@ def profile_model(
     schema.check_name("version", version)
     if not batches:
         raise CbsiteError("no example inputs: give at least one batch of (args, kwargs)")
+    refuse_iterators(batches)
     caller_threads = torch.get_num_threads()
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
     try:
-        return _profile(model, batches, config, model_name, version, provider, preprocessing, inputs_description, tags, notes)
+        with preserved(model):  # the caller's model is left as it was found: values, dtype, device, RNG (restore.py)
+            return _profile(model, batches, config, model_name, version, provider, preprocessing, inputs_description, tags,
+                            notes)
     finally:
         torch.set_num_threads(caller_threads)  # a notebook keeps its own setting
+
+
+def _captured(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], grad: bool, index: int) -> Capture:
+    """The capture of one batch; a forward that raises is the user's to fix: one line, the traceback in a file."""
+    try:
+        return capture(model, args, kwargs, grad=grad)
+    except Exception as exc:  # noqa: BLE001 - the user's model, not cbsite
+        raise user_code_error(f"the model's forward on example batch {index}", exc, "forward") from exc
 
 
 def _load_warnings(num_threads: int, when: str) -> list[str]:
@@ -273,7 +297,7 @@ def _profile(
     batches = [moved(b, device, dtype) for b in batches]
 
     grad = "backward" in config.phases
-    captures: list[Capture] = [capture(model, args, kwargs, grad=grad) for args, kwargs in batches]
+    captures: list[Capture] = [_captured(model, args, kwargs, grad, i) for i, (args, kwargs) in enumerate(batches)]
     components = component_tree(model)
     modules = dict(model.named_modules())
     plan = PlanConfig(config.max_depth, config.include, config.exclude)
@@ -334,6 +358,9 @@ def _profile(
         row["run_id"] = run_id
     rows = _estimate(rows, config.phases, peak_flops, peak_bw)
     counts = {s: sum(1 for r in rows if r["phase"] == config.phases[0] and r["status"] == s) for s in schema.STATUSES}
+    # Every failed phase of every component, as measured: a failed parent is estimated from its children
+    # and a failed backward has no row in the counts phase, yet both failed.
+    counts["failed"] = sum(1 for per in outcomes.values() for o in per.values() if o.status == "failed")
     meta = {
         "schema_version": schema.SCHEMA_VERSION,
         "run_id": run_id,
@@ -364,6 +391,7 @@ def _profile(
         # counting passes and calibration.
         "timed_s": round(sum(o.result.timing.timed_s for per in outcomes.values() for o in per.values() if o.result), 3),
         "counts": counts,
+        "components": len(in_run),
         "warnings": load_warnings + _load_warnings(num_threads, "after"),
         "counts_phase": config.phases[0],
     }
