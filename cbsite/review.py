@@ -13,7 +13,8 @@ names work too). A rule is broken where a per-forward value grew by more than N 
 * a value that is missing (failed or skipped component) cannot be judged: it is listed as unknown and
   does not break the rule, so the report says what the gate could not see;
 * every compared phase is checked (or the one `--phase` names); parameter bytes are static and are
-  checked once, in the first phase.
+  checked once, in the first phase;
+* a glob that matches no component of either run is an error (CbsiteError, exit 2), never a silent pass.
 Rules come from ``--fail-on`` or, when none is given, from ``fail_on`` in the ``gate`` table of the
 configuration file (``[tool.cbsite.gate]`` in pyproject.toml or ``[gate]`` in cbsite.toml, found from
 the working directory upwards as the plugin settings are). Every bad rule is reported at once.
@@ -21,6 +22,7 @@ the working directory upwards as the plugin settings are). Every bad rule is rep
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import math
 import re
@@ -163,6 +165,7 @@ class GateResult:
 def check(rd: RunDiff, rules: Sequence[Rule], phases: Sequence[str] | None = None) -> GateResult:
     """Apply `rules` to a diff in `phases` (default: every compared phase); see the module docstring."""
     phases = list(phases) if phases else rd.phases
+    _refuse_unmatched(rd, rules, phases)
     result = GateResult(rules=list(rules))
     for rule in rules:
         # Parameter bytes do not depend on the phase: judge them once.
@@ -176,6 +179,24 @@ def check(rd: RunDiff, rules: Sequence[Rule], phases: Sequence[str] | None = Non
                         _judge(result, rule, phase, c.path, c.base_path, c.base[rule.metric], c.head[rule.metric],
                                c.noise[rule.metric], exists=(c.kind != "added", True))
     return result
+
+
+def _refuse_unmatched(rd: RunDiff, rules: Sequence[Rule], phases: Sequence[str]) -> None:
+    """A rule whose glob matches no component of either run is a typo that would turn the gate off: refuse it."""
+    paths = sorted({p for ph in phases for c in rd.for_phase(ph) for p in (c.path, c.base_path) if p is not None})
+    problems = []
+    for rule in rules:
+        if rule.glob is None or any(fnmatch.fnmatchcase(p, rule.glob) for p in paths):
+            continue
+        near = difflib.get_close_matches(rule.glob.replace("*", "").strip("."), paths, n=3, cutoff=0.6)
+        hint = f" (did you mean {', '.join(repr(n) for n in near)}?)" if near else ""
+        problems.append(f"{rule.text!r}: {rule.glob!r} matches no component{hint}")
+    if problems:
+        raise CbsiteError(
+            f"gate rule{'s' * (len(problems) > 1)} that match nothing: " + "; ".join(problems)
+            + ". A glob matches whole component paths (`*` crosses dots), e.g. 'over_arch.*'; "
+            "`cbsite show RUN` lists the paths"
+        )
 
 
 def _judge(result: GateResult, rule: Rule, phase: str, path: str | None, base_path: str | None,
