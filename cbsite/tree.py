@@ -108,20 +108,22 @@ def derive_ratios(row: dict[str, Any], peak_flops: float | None, peak_bandwidth:
 
     tflops_per_s = flops / latency; mfu = achieved / peak FLOP/s; bandwidth_gbps = bytes / latency;
     bandwidth_util = achieved / peak bytes/s; arithmetic_intensity = flops / bytes.
+    A ratio is null (n/a), never 0, where its numerator is zero or unknown: a FLOP-free module
+    (ReLU, LayerNorm) has no MFU, a module that moves no bytes has no bandwidth utilisation.
     """
     latency_s = row["latency_ms"] / 1e3 if row.get("latency_ms") else None
     flops, nbytes = row.get("flops"), row.get("bytes_moved")
-    row["tflops_per_s"] = flops / latency_s / 1e12 if latency_s and flops is not None else None
+    row["tflops_per_s"] = flops / latency_s / 1e12 if latency_s and flops else None
     row["mfu"] = (
         row["tflops_per_s"] * 1e12 / peak_flops if row["tflops_per_s"] is not None and peak_flops else None
     )
-    row["bandwidth_gbps"] = nbytes / latency_s / 1e9 if latency_s and nbytes is not None else None
+    row["bandwidth_gbps"] = nbytes / latency_s / 1e9 if latency_s and nbytes else None
     row["bandwidth_util"] = (
         row["bandwidth_gbps"] * 1e9 / peak_bandwidth
         if row["bandwidth_gbps"] is not None and peak_bandwidth
         else None
     )
-    row["arithmetic_intensity"] = flops / nbytes if flops is not None and nbytes else None
+    row["arithmetic_intensity"] = flops / nbytes if flops and nbytes else None
 
 
 def estimate_containers(tree: Tree, peak_flops: float | None, peak_bandwidth: float | None) -> Tree:

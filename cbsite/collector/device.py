@@ -2,15 +2,20 @@
 
 GPU peaks come from a table of dense (not sparsity) datasheet figures and can be overridden. A CPU has
 no trustworthy datasheet figure for the cores a process actually gets, so its peaks are calibrated here:
-the best of several matmul shapes (one shape alone is beaten by some components) and a large copy.
+the best of several matmul shapes (one shape alone is beaten by some components) and a large copy,
+repeated (best of repeats) in a fresh spawned worker with the run's intra-op thread count, so that
+no plugin, compiler or thread pool of the collecting process weighs on it. `peaks.check_peaks`
+calibrates again at the end of the run and on the shapes of any component that beats the peak.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import platform
-from functools import lru_cache
-from typing import Any
+import time
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any, Callable
 
 import torch
 from torch.utils.benchmark import Timer
@@ -40,9 +45,13 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-@lru_cache(maxsize=None)
-def calibrate_cpu(dtype: torch.dtype, num_threads: int, min_run_time: float = 0.2) -> dict[str, Any]:
-    """Measure the best matmul FLOP/s over several shapes and the best copy bandwidth, on this process's threads."""
+CALIBRATION_REPEATS = 3
+CALIBRATION_MIN_RUN_TIME = 0.1  # seconds of timed runs per shape (and for the copy), per repeat
+WORKER_TIMEOUT_S = 300.0
+
+
+def calibrate_once(dtype: torch.dtype, num_threads: int, min_run_time: float = CALIBRATION_MIN_RUN_TIME) -> dict[str, Any]:
+    """One calibration pass on this process's threads: the best matmul FLOP/s over the shapes, and the copy bandwidth."""
     best_flops, best_shape = 0.0, None
     for m, k, n in MATMUL_SHAPES:
         a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
@@ -54,15 +63,82 @@ def calibrate_cpu(dtype: torch.dtype, num_threads: int, min_run_time: float = 0.
     dst = torch.empty_like(src)
     t = Timer("dst.copy_(src)", globals={"src": src, "dst": dst}, num_threads=num_threads)
     bandwidth = 2 * COPY_BYTES / t.blocked_autorange(min_run_time=min_run_time).median  # read + write
+    return {"flops": best_flops, "bandwidth": bandwidth, "best_matmul_shape": list(best_shape) if best_shape else None}
+
+
+def _calibrate_repeats(dtype_name: str, num_threads: int, repeats: int, min_run_time: float) -> list[dict[str, Any]]:
+    """The worker's job (module level, so a spawned process can import it): `repeats` passes in a row."""
+    dtype = getattr(torch, dtype_name)
+    torch.set_num_threads(num_threads)
+    return [calibrate_once(dtype, num_threads, min_run_time) for _ in range(repeats)]
+
+
+def _refuse_in_bootstrap() -> None:
+    """A spawned worker imports the caller's main script: a profiling call at its top level must not run there."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise RuntimeError(
+            "cbsite was asked to profile while a spawned worker imported the main script; "
+            "put the profiling call under `if __name__ == \"__main__\":`"
+        )
+
+
+def in_clean_worker(fn: Callable[..., Any], *args: Any, timeout: float = WORKER_TIMEOUT_S) -> tuple[Any, str]:
+    """Run `fn(*args)` in a fresh spawned process (no plugin, compiler or thread pool of this one), or here.
+
+    Returns (result, method): method is "clean worker (spawn)" or "in-process (<why the worker failed>)".
+    `fn` must be importable by module and name; its result must pickle.
+    """
+    _refuse_in_bootstrap()
+    try:
+        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            return pool.submit(fn, *args).result(timeout=timeout), "clean worker (spawn)"
+    except Exception as exc:  # noqa: BLE001 - any failure to start or finish the worker falls back to this process
+        why = f"{type(exc).__name__}: {exc}".strip().rstrip(":")[:300]
+    return fn(*args), f"in-process (the clean worker failed: {why})"
+
+
+def calibrate_cpu(
+    dtype: torch.dtype,
+    num_threads: int,
+    min_run_time: float = CALIBRATION_MIN_RUN_TIME,
+    *,
+    repeats: int = CALIBRATION_REPEATS,
+    clean: bool = True,
+) -> dict[str, Any]:
+    """Calibrate the CPU peaks: `repeats` passes in a clean spawned worker with `num_threads` intra-op threads.
+
+    The peaks are the best of the repeats; every repeat is recorded. Never cached: each collection
+    calibrates for itself, before its plugins start (a process that has compiled is no clean state).
+    """
+    started = time.perf_counter()
+    dtype_name = str(dtype).replace("torch.", "")
+    args = (dtype_name, num_threads, repeats, min_run_time)
+    if clean:
+        passes, method = in_clean_worker(_calibrate_repeats, *args)
+    else:
+        passes, method = _calibrate_repeats(*args), "in-process"
+    best = max(passes, key=lambda p: p["flops"])
     return {
-        "flops": best_flops,
-        "bandwidth": bandwidth,
+        "flops": best["flops"],
+        "bandwidth": max(p["bandwidth"] for p in passes),
         "detail": {
-            "matmul_shapes": [list(s) for s in MATMUL_SHAPES],
-            "best_matmul_shape": list(best_shape) if best_shape else None,
-            "copy_bytes": COPY_BYTES,
-            "num_threads": num_threads,
+            "method": method,
+            "best_matmul_shape": best["best_matmul_shape"],
+            "repeats": [{k: p[k] for k in ("flops", "bandwidth", "best_matmul_shape")} for p in passes],
+            "seconds": round(time.perf_counter() - started, 3),
         },
+    }
+
+
+def calibration_setup(num_threads: int) -> dict[str, Any]:
+    """What every calibration of a run shares (recorded once, beside its start and end)."""
+    return {
+        "matmul_shapes": [list(s) for s in MATMUL_SHAPES],
+        "copy_bytes": COPY_BYTES,
+        "num_threads": num_threads,
+        "repeats": CALIBRATION_REPEATS,
+        "min_run_time_s": CALIBRATION_MIN_RUN_TIME,
+        "rule": "best of repeats; each repeat is the best matmul over the shapes and one large copy",
     }
 
 
@@ -95,7 +171,12 @@ def describe_device(
             cal = calibrate_cpu(dtype, num_threads)
             flops, bandwidth = cal["flops"], cal["bandwidth"]
             source = {"flops": "calibrated", "bandwidth": "calibrated"}
-            info["calibration"] = cal["detail"]
+            info["calibration"] = {
+                **calibration_setup(num_threads),
+                "method": cal["detail"]["method"],  # the start's; the end's is under "end"
+                "best_matmul_shape": cal["detail"]["best_matmul_shape"],
+                "start": {"flops": cal["flops"], "bandwidth": cal["bandwidth"], **cal["detail"]},
+            }
     if peak_flops is not None:
         flops, source["flops"] = float(peak_flops), "given"
     if peak_bandwidth is not None:

@@ -27,6 +27,7 @@ from cbsite import archive, schema, tree
 from cbsite.collector.capture import Capture, capture, moved, refuse_iterators
 from cbsite.collector.device import describe_device
 from cbsite.collector.measure import ComponentMeasurement, NothingToDifferentiate, PhaseResult, TimingConfig
+from cbsite.collector.peaks import check_peaks
 from cbsite.collector.preprocess import batch_size_of
 from cbsite.collector.restore import preserved
 from cbsite.collector.providers import Inputs as ProvidedInputs
@@ -125,6 +126,7 @@ class _Outcome:
     notes: list[str] = field(default_factory=list)
     traceback: str | None = None  # full text, for the log plugin; `error` is the one-line summary
     patch: RowPatch | None = None  # what profiler plugins add to the row
+    measurement: ComponentMeasurement | None = None  # kept for check_peaks' replays (shares the captured inputs)
 
 
 @dataclass
@@ -189,6 +191,8 @@ def _measure(
             outcome = outcomes[phase]
             ctx = plugged.context(module, phase, outcome, measurement, batches, cfg)
             outcome.patch = plugged.runner.after(ctx, outcome.patch or RowPatch())
+    for outcome in outcomes.values():
+        outcome.measurement = measurement
     return outcomes
 
 
@@ -357,6 +361,7 @@ def _profile(
     for row in rows:
         row["run_id"] = run_id
     rows = _estimate(rows, config.phases, peak_flops, peak_bw)
+    peak_warnings = check_peaks(rows, device_info, lambda path, phase: _replay_of(outcomes.get(path, {}).get(phase), phase))
     counts = {s: sum(1 for r in rows if r["phase"] == config.phases[0] and r["status"] == s) for s in schema.STATUSES}
     # Every failed phase of every component, as measured: a failed parent is estimated from its children
     # and a failed backward has no row in the counts phase, yet both failed.
@@ -392,7 +397,7 @@ def _profile(
         "timed_s": round(sum(o.result.timing.timed_s for per in outcomes.values() for o in per.values() if o.result), 3),
         "counts": counts,
         "components": len(in_run),
-        "warnings": load_warnings + _load_warnings(num_threads, "after"),
+        "warnings": load_warnings + _load_warnings(num_threads, "after") + peak_warnings,
         "counts_phase": config.phases[0],
     }
     table = pl.from_arrow(archive.rows_to_table(rows))
@@ -483,6 +488,13 @@ def _rows(
                 )
             rows.append(row)
     return rows
+
+
+def _replay_of(outcome: _Outcome | None, phase: str) -> Callable[[], Any] | None:
+    """A measured component's replay of `phase`, for check_peaks; None where there is none."""
+    if outcome is None or outcome.status != "measured" or outcome.measurement is None:
+        return None
+    return outcome.measurement.replay(phase)
 
 
 def _estimate(rows: list[dict[str, Any]], phases: Sequence[str], peak_flops: float | None, peak_bw: float | None) -> list[dict[str, Any]]:

@@ -28,6 +28,15 @@
     flops: function (v) { return si(v, "FLOP"); },
     pct: function (v) { return isNum(v) ? sig(v * 100, 3) + "%" : DASH; },
     num: function (v) { return isNum(v) ? sig(v, 4) : (v === null || v === undefined ? DASH : String(v)); },
+    NA: "n/a",
+    /* MFU above 100 % is suspect (timing noise, or a peak the run could not confirm): shown with a marker. */
+    suspect: function (v) { return isNum(v) && v > 1; },
+    /* A utilisation (MFU, bandwidth): n/a where its numerator is zero by definition (a FLOP-free
+       module has no MFU), a dash where it was not measured, a marker where MFU beats its peak. */
+    util: function (v, numerator, mark) {
+      if (!isNum(v)) return numerator === 0 ? "n/a" : DASH;
+      return (mark && v > 1 ? "\u26a0 " : "") + sig(v * 100, 3) + "%";
+    },
     signed: function (v, fmt) {
       if (!isNum(v)) return DASH;
       return (v > 0 ? "+" : v < 0 ? "\u2212" : "\u00b1") + fmt(Math.abs(v));

@@ -30,6 +30,19 @@
     return v;
   }
 
+  /* MFU and bandwidth utilisation as text: n/a where FLOPs (bytes) are zero by definition, and MFU
+     above 100 % marked as suspect, never shown as the best value (the run's warnings say why). */
+  var SUSPECT = "MFU above 100 %: suspect (timing noise, or a peak this run could not confirm); see the warnings under the run's summary";
+  var NUMERATOR = { mfu: "flops", tflops_per_s: "flops", bandwidth_util: "bytes_moved", bandwidth_gbps: "bytes_moved" };
+  function utilText(d, phase, key, i) {
+    return F.util(metric(d, phase, key, i), metric(d, phase, NUMERATOR[key], i), key === "mfu");
+  }
+  function utilCell(d, phase, key, i, td) {
+    var v = metric(d, phase, key, i);
+    td.textContent = utilText(d, phase, key, i);
+    if (key === "mfu" && F.suspect(v)) { td.classList.add("cbsite-suspect"); td.title = SUSPECT; }
+  }
+
   function label(d, i) { return d.path[i] === "" ? d.model : d.name[i]; }
   function fullPath(d, i) { return d.path[i] === "" ? d.model + " (root)" : d.path[i]; }
   function status(d, phase, i) { return d[phase] ? (d[phase].status[i] || "absent") : "absent"; }
@@ -102,8 +115,8 @@
       ["latency (median, per call)", "latency_ms", F.ms], ["latency p25", "latency_p25_ms", F.ms],
       ["latency p75", "latency_p75_ms", F.ms], ["samples", "samples", F.num], ["CPU time", "cpu_time_ms", F.ms],
       ["GPU time", "device_time_ms", F.ms], ["FLOPs per call", "flops", F.flops], ["TFLOP/s", "tflops_per_s", F.num],
-      ["MFU", "mfu", F.pct], ["bytes moved (estimate)", "bytes_moved", F.bytes], ["bandwidth GB/s", "bandwidth_gbps", F.num],
-      ["bandwidth utilisation", "bandwidth_util", F.pct], ["arithmetic intensity", "arithmetic_intensity", F.num],
+      ["MFU", "mfu", "util"], ["bytes moved (estimate)", "bytes_moved", F.bytes], ["bandwidth GB/s", "bandwidth_gbps", F.num],
+      ["bandwidth utilisation", "bandwidth_util", "util"], ["arithmetic intensity", "arithmetic_intensity", F.num],
       ["peak memory", "peak_memory_bytes", F.bytes], ["ops without a FLOP formula", "unsupported_ops", null],
       ["notes", "notes", null], ["input shapes", "input_shapes", String]];
     // Plugin columns the run has (compile, numerics, plugin metrics), by their schema names.
@@ -112,12 +125,16 @@
     ["", ].concat(d.phases).forEach(function (ph) { var th = document.createElement("th"); th.textContent = ph; head.appendChild(th); });
     t.appendChild(head);
     rows.forEach(function (r) {
-      var any = d.phases.some(function (ph) { var v = d[ph][r[1]] ? d[ph][r[1]][i] : null; return v !== null && v !== undefined && !(Array.isArray(v) && !v.length); });
+      var any = d.phases.some(function (ph) {
+        var v = d[ph][r[1]] ? d[ph][r[1]][i] : null;
+        if (r[2] === "util" && utilText(d, ph, r[1], i) === F.NA) return true;  // n/a is an answer
+        return v !== null && v !== undefined && !(Array.isArray(v) && !v.length); });
       if (!any) return;
       var tr = document.createElement("tr");
       var th = document.createElement("th"); th.textContent = r[0]; tr.appendChild(th);
       d.phases.forEach(function (ph) {
         var v = d[ph][r[1]] ? d[ph][r[1]][i] : null, td = document.createElement("td");
+        if (r[2] === "util") { utilCell(d, ph, r[1], i, td); tr.appendChild(td); return; }
         var fmt = r[2] || String;
         if (typeof v === "number" && fmt === String) fmt = F.num;
         td.textContent = v === null || v === undefined ? F.DASH : Array.isArray(v) ? (v.join("; ") || F.DASH) : fmt(v);
@@ -170,8 +187,9 @@
         ["FLOPs per forward", F.flops(metric(d, phase, "flops", i))],
         ["parameters", F.bytes(d.param_bytes[i])],
         ["peak memory", F.bytes(metric(d, phase, "peak_memory_bytes", i))],
-        ["MFU", F.pct(metric(d, phase, "mfu", i))],
-        ["bandwidth utilisation", F.pct(metric(d, phase, "bandwidth_util", i))]];
+        ["MFU", utilText(d, phase, "mfu", i)],
+        ["bandwidth utilisation", utilText(d, phase, "bandwidth_util", i)]];
+      if (F.suspect(metric(d, phase, "mfu", i))) rows.push(["", SUSPECT, "warn"]);
       if (colourSpec && colourSpec.extra) rows.push([colourSpec.label, colourSpec.fmt(colourSpec.value(i))]);
       if (info.share !== null && info.share !== undefined) rows.push(["share of parent", F.pct(info.share)]);
       if (info.self !== null && info.self !== undefined) rows.push(["self share", F.pct(info.self)]);
@@ -196,6 +214,7 @@
     function colourFn() {
       var c = colours[state.colour];
       if (c.extra) return function (i) { return c.value(i, state.phase); };
+      if (state.colour === "mfu") return function (i) { var v = metric(d, state.phase, "mfu", i); return F.suspect(v) ? null : v; };
       return function (i) { return metric(d, state.phase, state.colour, i); };
     }
     function opts() {
@@ -216,7 +235,8 @@
       var sc = icicle.scale, c = colours[state.colour];
       legend.textContent = "colour: " + c.label + (sc.lo === null ? " (no values)" :
         " from " + c.fmt(sc.lo) + " to " + c.fmt(sc.hi)) + " \u00b7 width: " + WIDTH[state.width].label +
-        " \u00b7 hatched = estimated or failed, \u2248 estimated, \u2715 failed, grey = no value";
+        " \u00b7 hatched = estimated or failed, \u2248 estimated, \u2715 failed, grey = no value" +
+        (state.colour === "mfu" ? " or MFU above 100 % (suspect: see the run's warnings)" : "");
       crumb.textContent = icicle.zoom === 0 ? "" : "zoomed into " + fullPath(d, icicle.zoom) + " \u2014 click the top bars or the node to back out";
     };
     ic.render();
@@ -257,11 +277,13 @@
       { key: "param_bytes", label: "size MB", title: "static size: parameters and buffers of the subtree", numeric: true,
         value: function (i) { return d.param_bytes[i]; }, cell: function (i, td) { text(td, F.mb(d.param_bytes[i])); } },
       num("tflops_per_s", F.num, "TFLOP/s", "achieved TFLOP/s (selected phase)"),
-      num("mfu", F.pct, "MFU", "model FLOPs utilisation against the peak in the summary"),
+      { key: "mfu", label: "MFU", title: "model FLOPs utilisation against the peak in the summary (\u26a0 above 100 %: suspect)", numeric: true,
+        value: function (i) { return metric(d, ph(), "mfu", i); }, cell: function (i, td) { utilCell(d, ph(), "mfu", i, td); } },
       num("cpu_time_ms", F.ms, "CPU time", "CPU time per forward of the model"),
       num("device_time_ms", F.ms, "GPU time", "device time per forward of the model"),
       num("bandwidth_gbps", F.num, "GB/s", "estimated bandwidth (roofline bytes / latency)"),
-      num("bandwidth_util", F.pct, "BW util", "estimated bandwidth against the peak in the summary"),
+      { key: "bandwidth_util", label: "BW util", title: "estimated bandwidth against the peak in the summary (above 100 %: a cache-resident working set)", numeric: true,
+        value: function (i) { return metric(d, ph(), "bandwidth_util", i); }, cell: function (i, td) { utilCell(d, ph(), "bandwidth_util", i, td); } },
       { key: "status", label: "status", value: function (i) { return status(d, ph(), i); },
         cell: function (i, td) {
           var s = status(d, ph(), i);

@@ -1,0 +1,355 @@
+"""Honest peaks: check, at the end of a collection, that no component beats the peak it is divided by.
+
+`check_peaks` runs once after the ratios are derived:
+
+1. **End calibration.** The CPU peak is calibrated again in a clean worker (`device.calibration.end`).
+   When start and end differ by more than 10 % the run gets a warning; a calibrated peak becomes the
+   higher of the two (a slower pass measured a busier machine, not a slower chip). A given or table
+   peak is the user's word and is left as it is.
+2. **Component shapes.** A measured row whose achieved FLOP/s beats the peak is replayed once under a
+   dispatch mode that records its matmul and convolution calls (shapes, strides, dtypes); those calls
+   are timed standalone in a clean worker (best of repeats) and their FLOP/s is that component's
+   ceiling. A ceiling above the peak raises the peak, with its source
+   `calibrated (component shapes: <path>)`.
+3. Every row's ratios are derived again from the peak used; a row still above 100 % MFU gets a note,
+   and the run a warning that names it. Bandwidth utilisation above 100 % is normal for a working
+   set that stays in cache (the bandwidth peak is a DRAM copy): a note, never a peak change.
+
+MFU above 100 % is thus never silent: either the peak is raised, with the reason in run.json's
+`warnings` and `device.calibration`, or the row says it is suspect.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.benchmark import Timer
+from torch.utils.flop_counter import FlopCounterMode
+
+from cbsite import tree
+from cbsite.collector.device import calibrate_cpu, in_clean_worker
+
+# aten ops whose standalone speed is a component's FLOP/s ceiling. linear and matmul are composite
+# (they reach the dispatcher as mm/addmm/bmm), listed for completeness.
+RECORDED_OPS = frozenset(
+    {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "convolution", "_convolution", "convolution_backward"}
+)
+DRIFT_WARNING = 0.10  # start vs end calibration: a relative difference above this is reported
+MAX_COMPONENTS = 24  # components re-calibrated on their shapes per run (the fastest first)
+MAX_SIGNATURES = 64  # distinct op calls timed per run
+SHAPE_REPEATS = 3
+SHAPE_MIN_RUN_TIME = 0.05
+
+MFU_NOTE = "MFU above 100 %"
+BANDWIDTH_NOTE = (
+    "bandwidth utilisation above 100 %: the working set stays in cache, and the bandwidth peak is a DRAM copy "
+    "(a roofline estimate, not an error)"
+)
+
+Replay = Callable[[], Any]
+Signature = tuple[str, tuple[Any, ...], tuple[tuple[str, Any], ...]]
+
+
+def _gflops(rate: float | None) -> str:
+    return "n/a" if rate is None else f"{rate / 1e9:.3g} GFLOP/s"
+
+
+def _gbps(rate: float | None) -> str:
+    return "n/a" if rate is None else f"{rate / 1e9:.3g} GB/s"
+
+
+def _label(row: dict[str, Any]) -> str:
+    return f"{row['path'] or '<root>'} ({row['phase']})"
+
+
+# ----- recording a component's matmul calls -------------------------------------------------------
+
+
+def _spec(value: Any) -> Any:
+    """A picklable description of one argument: tensors by layout, lists element-wise, the rest as is."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), tuple(value.stride()), str(value.dtype).replace("torch.", ""), str(value.device))
+    if isinstance(value, (list, tuple)):
+        return ("seq", type(value).__name__, tuple(_spec(v) for v in value))
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return ("value", value)
+    if isinstance(value, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
+        return ("value", value)
+    raise TypeError(f"cannot describe an argument of type {type(value).__name__}")
+
+
+class _ShapeRecorder(TorchDispatchMode):
+    """Records every call of a RECORDED_OPS op: (op name, argument specs, keyword specs)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[Signature] = []
+        self.skipped: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol
+        kwargs = kwargs or {}
+        if func.overloadpacket.__name__ in RECORDED_OPS:
+            try:
+                sig = (func.name(), tuple(_spec(a) for a in args), tuple(sorted((k, _spec(v)) for k, v in kwargs.items())))
+                self.calls.append(sig)
+            except TypeError:
+                self.skipped.add(func.name())
+        return func(*args, **kwargs)
+
+
+def record_shapes(replay: Replay) -> tuple[list[Signature], list[str]]:
+    """Run `replay` once and return the matmul/convolution calls it made (and ops it could not describe)."""
+    recorder = _ShapeRecorder()
+    with recorder:
+        replay()
+    return recorder.calls, sorted(recorder.skipped)
+
+
+# ----- timing the calls standalone (in a clean worker) ---------------------------------------------
+
+
+def _build(spec: Any) -> Any:
+    kind = spec[0]
+    if kind == "tensor":
+        _, shape, stride, dtype_name, device = spec
+        dtype = getattr(torch, dtype_name)
+        size = 1 + sum((s - 1) * st for s, st in zip(shape, stride) if s > 0) if all(s > 0 for s in shape) else 0
+        if dtype.is_floating_point or dtype.is_complex:
+            base = torch.randn(max(size, 1), dtype=dtype, device=device)
+        else:
+            base = torch.zeros(max(size, 1), dtype=dtype, device=device)
+        return base.as_strided(shape, stride)
+    if kind == "seq":
+        items = [_build(s) for s in spec[2]]
+        return items if spec[1] == "list" else tuple(items)
+    return spec[1]
+
+
+def _op(name: str) -> Any:
+    namespace, rest = name.split("::", 1)
+    packet, _, overload = rest.partition(".")
+    return getattr(getattr(getattr(torch.ops, namespace), packet), overload or "default")
+
+
+def time_signatures(signatures: list[Signature], num_threads: int, repeats: int, min_run_time: float) -> list[dict[str, Any]]:
+    """Time each call standalone (best of `repeats` medians) and count its FLOPs; the worker's job."""
+    torch.set_num_threads(num_threads)
+    out = []
+    for name, arg_specs, kwarg_specs in signatures:
+        try:
+            op = _op(name)
+            args = [_build(s) for s in arg_specs]
+            kwargs = {k: _build(s) for k, s in kwarg_specs}
+            with FlopCounterMode(display=False) as counter:
+                op(*args, **kwargs)
+            flops = counter.get_total_flops()
+            timer = Timer("op(*args, **kwargs)", globals={"op": op, "args": args, "kwargs": kwargs}, num_threads=num_threads)
+            medians = [timer.blocked_autorange(min_run_time=min_run_time).median for _ in range(repeats)]
+            out.append({"flops": int(flops), "seconds": min(medians), "repeats_s": medians})
+        except Exception as exc:  # noqa: BLE001 - an op we cannot rebuild is reported, never fatal
+            out.append({"flops": None, "seconds": None, "error": f"{type(exc).__name__}: {exc}"[:300]})
+    return out
+
+
+def _describe(sig: Signature) -> str:
+    def shape(spec: Any) -> str:
+        if spec[0] == "tensor":
+            return "x".join(map(str, spec[1])) or "scalar"
+        return ""
+
+    shapes = [shape(s) for s in sig[1] if s[0] == "tensor"]
+    return f"{sig[0].split('::')[-1]}({', '.join(shapes)})"
+
+
+# ----- the check ---------------------------------------------------------------------------------
+
+
+def _rederive(rows: Iterable[dict[str, Any]], peak_flops: float | None, peak_bw: float | None) -> None:
+    """Ratios of every row from its additive metrics (estimated containers hold their sums already)."""
+    for row in rows:
+        tree.derive_ratios(row, peak_flops, peak_bw)
+
+
+def _achieved(row: dict[str, Any]) -> float | None:
+    return row["tflops_per_s"] * 1e12 if row.get("tflops_per_s") is not None else None
+
+
+def _add_note(row: dict[str, Any], note: str) -> None:
+    notes = list(row.get("notes") or [])
+    if note not in notes:
+        notes.append(note)
+    row["notes"] = notes
+
+
+def _end_calibration(device_info: dict[str, Any], warnings: list[str]) -> tuple[float | None, float | None]:
+    """Calibrate again (clean worker); a calibrated peak becomes the higher of start and end."""
+    cal = device_info["calibration"]
+    start = cal["start"]
+    dtype = getattr(torch, device_info.get("dtype") or "float32")
+    end = calibrate_cpu(dtype, int(cal.get("num_threads") or device_info.get("num_threads") or torch.get_num_threads()))
+    cal["end"] = {"flops": end["flops"], "bandwidth": end["bandwidth"], **end["detail"]}
+    source = device_info.setdefault("peak_source", {"flops": None, "bandwidth": None})
+    dtype_name = device_info.get("dtype") or "float32"
+    peak = (device_info.get("peak_flops") or {}).get(dtype_name)
+    peak_bw = device_info.get("peak_bandwidth")
+    used = cal.setdefault("used", {})
+    for key, what, fmt in (("flops", "matmul FLOP/s", _gflops), ("bandwidth", "copy bandwidth", _gbps)):
+        a, b = start.get(key), end[key]
+        if a and b and abs(b - a) / min(a, b) > DRIFT_WARNING:
+            warnings.append(
+                f"the calibrated {what} differed by {abs(b - a) / min(a, b):.0%} between the start ({fmt(a)}) and the "
+                f"end ({fmt(b)}) of the run: the machine's speed varied while timing (load, frequency); "
+                "the higher is the peak, and latencies may carry the same variation"
+            )
+        if source.get(key) != "calibrated":
+            used[key] = source.get(key)
+            continue
+        used[key] = "end" if b and a and b > a else "start"
+        if key == "flops" and b and (peak is None or b > peak):
+            peak = b
+        if key == "bandwidth" and b and (peak_bw is None or b > peak_bw):
+            peak_bw = b
+    for when in ("start", "end"):
+        method = cal[when].get("method", "")
+        if method.startswith("in-process"):
+            warnings.append(f"the {when} calibration ran {method}: the peak may be low if this process was busy")
+    return peak, peak_bw
+
+
+def _component_ceilings(
+    above: list[dict[str, Any]],
+    recalibrate_for: Callable[[str, str], Replay | None],
+    num_threads: int,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """Record each row's matmul calls, time the distinct calls in one clean worker, and sum per row."""
+    records: list[dict[str, Any]] = []
+    unique: dict[Signature, int] = {}
+    for row in above[:MAX_COMPONENTS]:
+        rec: dict[str, Any] = {"path": row["path"], "phase": row["phase"], "achieved_flops_per_s": _achieved(row)}
+        try:
+            replay = recalibrate_for(row["path"], row["phase"])
+            if replay is None:
+                rec["error"] = "no replay for this component"
+            else:
+                calls, skipped = record_shapes(replay)
+                rec["calls"] = calls
+                if skipped:
+                    rec["undescribed_ops"] = skipped
+                for sig in calls:
+                    if sig not in unique and len(unique) < MAX_SIGNATURES:
+                        unique[sig] = len(unique)
+        except Exception as exc:  # noqa: BLE001 - the replay is user code
+            rec["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        records.append(rec)
+    method = None
+    timings: list[dict[str, Any]] = []
+    if unique:
+        sigs = list(unique)
+        timings, method = in_clean_worker(time_signatures, sigs, num_threads, SHAPE_REPEATS, SHAPE_MIN_RUN_TIME)
+    for rec in records:
+        calls = rec.pop("calls", None)
+        if calls is None:
+            continue
+        ops: dict[Signature, dict[str, Any]] = {}
+        flops = seconds = 0.0
+        complete = True
+        for sig in calls:
+            t = timings[unique[sig]] if sig in unique else {"flops": None, "seconds": None, "error": "not timed (cap)"}
+            entry = ops.setdefault(sig, {"op": _describe(sig), "calls": 0, **t})
+            entry["calls"] += 1
+            if t.get("flops") is None or not t.get("seconds"):
+                complete = False
+                continue
+            flops += t["flops"]
+            seconds += t["seconds"]
+        rec["ops"] = list(ops.values())
+        if not calls:
+            rec["error"] = "no matmul or convolution call to calibrate on"
+        elif flops and seconds:
+            rec["ceiling_flops_per_s"] = flops / seconds
+            if not complete:
+                rec["partial"] = True
+    return records, method
+
+
+def check_peaks(
+    rows: Sequence[dict[str, Any]],
+    device_info: dict[str, Any],
+    recalibrate_for: Callable[[str, str], Replay | None],
+) -> list[str]:
+    """Check the run's peaks against its rows; fix what can be fixed; return warnings for run.json.
+
+    Mutates `rows` (ratios, notes) and `device_info` (peak_flops, peak_bandwidth, peak_source,
+    calibration) in place. `recalibrate_for(path, phase)` returns a zero-argument replay of that
+    component's phase (or None).
+    """
+    started = time.perf_counter()
+    warnings: list[str] = []
+    dtype_name = device_info.get("dtype") or "float32"
+    peak_flops = (device_info.get("peak_flops") or {}).get(dtype_name)
+    peak_bw = device_info.get("peak_bandwidth")
+    source = device_info.setdefault("peak_source", {"flops": None, "bandwidth": None})
+    cal = device_info.get("calibration")
+    if isinstance(cal, dict) and isinstance(cal.get("start"), dict):
+        peak_flops, peak_bw = _end_calibration(device_info, warnings)
+    num_threads = int(device_info.get("num_threads") or torch.get_num_threads())
+
+    _rederive(rows, peak_flops, peak_bw)
+    above = sorted(
+        (r for r in rows if r["status"] == "measured" and r.get("mfu") is not None and r["mfu"] > 1),
+        key=lambda r: -(_achieved(r) or 0.0),
+    )
+    if above and peak_flops:
+        before, before_source = peak_flops, source.get("flops")
+        records, method = _component_ceilings(above, recalibrate_for, num_threads)
+        best = max((r for r in records if r.get("ceiling_flops_per_s")), key=lambda r: r["ceiling_flops_per_s"], default=None)
+        raised = best is not None and best["ceiling_flops_per_s"] > peak_flops
+        if raised:
+            peak_flops = best["ceiling_flops_per_s"]
+            source["flops"] = f"calibrated (component shapes: {best['path'] or '<root>'})"
+        if not isinstance(cal, dict):
+            cal = device_info["calibration"] = {}
+        cal["component_shapes"] = {"method": method, "peak_before": before, "source_before": before_source, "components": records}
+        named = ", ".join(f"{_label(r)} at {_gflops(_achieved(r))}" for r in above[:8])
+        more = f" and {len(above) - 8} more" if len(above) > 8 else ""
+        head = f"{len(above)} row(s) beat the peak of {_gflops(before)} ({before_source}): {named}{more}"
+        if raised:
+            warnings.append(
+                f"{head}; re-calibrated on their own matmul shapes in a clean worker, "
+                f"{best['path'] or '<root>'} ({best['phase']}) runs its calls at {_gflops(peak_flops)} standalone, "
+                f"so the peak was raised to {_gflops(peak_flops)} and every MFU derived from it"
+            )
+        else:
+            ceilings = [r["ceiling_flops_per_s"] for r in records if r.get("ceiling_flops_per_s")]
+            why = (f"their own matmul shapes run at most at {_gflops(max(ceilings))} standalone, not above the peak"
+                   if ceilings else "none had matmul calls to re-calibrate on")
+            warnings.append(f"{head}; {why}, so the peak was kept")
+        _rederive(rows, peak_flops, peak_bw)
+
+    still = [r for r in rows if r.get("mfu") is not None and r["mfu"] > 1]
+    for row in still:
+        _add_note(
+            row,
+            f"{MFU_NOTE}: {_gflops(_achieved(row))} achieved against a peak of {_gflops(peak_flops)} "
+            "(timing noise, or FLOPs this device runs faster than any calibration); see run warnings",
+        )
+    if still:
+        named = ", ".join(f"{_label(r)} {r['mfu']:.0%}" for r in still[:12])
+        more = f" and {len(still) - 12} more" if len(still) > 12 else ""
+        warnings.append(
+            f"MFU above 100 % remains for {len(still)} row(s) after re-calibration: {named}{more}; "
+            "read their MFU as suspect (the site marks it)"
+        )
+    for row in rows:
+        if row.get("bandwidth_util") is not None and row["bandwidth_util"] > 1:
+            _add_note(row, BANDWIDTH_NOTE)
+
+    if peak_flops:
+        device_info["peak_flops"] = {dtype_name: peak_flops}
+    device_info["peak_bandwidth"] = peak_bw
+    if isinstance(cal, dict):
+        cal["check_s"] = round(time.perf_counter() - started, 3)
+    return warnings

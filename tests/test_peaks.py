@@ -1,0 +1,207 @@
+"""Honest peaks: calibration in a clean worker (repeats, start and end), re-calibration on a component's
+own shapes when it beats the peak, null ratios for FLOP-free modules, and never a silent MFU above 100 %.
+
+The collections here calibrate for real (a few seconds each); what they assert never depends on how
+fast the machine is: a peak that is deliberately low is given or planted, never hoped for.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from cbsite import tree
+from cbsite.collector import CollectConfig, device, peaks, profile
+
+
+def mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(128, 256), nn.ReLU(), nn.LayerNorm(256), nn.Linear(256, 64))
+
+
+def rows_of(run) -> list[dict]:
+    return run.table().to_dicts()
+
+
+def label(row: dict) -> str:
+    return f"{row['path'] or '<root>'} ({row['phase']})"
+
+
+def assert_no_silent_mfu(run) -> None:
+    """Every row above 100 % MFU carries the note and is named by a run warning."""
+    text = " ".join(run.meta["warnings"])
+    for row in rows_of(run):
+        if row["mfu"] is not None and row["mfu"] > 1:
+            assert any(n.startswith(peaks.MFU_NOTE) for n in row["notes"]), label(row)
+            assert label(row) in text, f"{label(row)} has MFU {row['mfu']:.2f} and no run warning names it"
+
+
+@pytest.fixture(scope="module")
+def low_given_peak_run():
+    """A small MLP with a given peak of 1 MFLOP/s (every matmul beats it) and a given 1 B/s bandwidth peak."""
+    config = CollectConfig(min_run_time=0.01, warmup=1, peak_flops=1e6, peak_bandwidth=1.0, progress=False)
+    return profile(mlp(), torch.randn(32, 128), config=config)
+
+
+def test_low_given_peak_warns_and_no_mfu_above_one_goes_unnamed(low_given_peak_run):
+    run = low_given_peak_run
+    warnings = run.meta["warnings"]
+    assert any("beat the peak of 0.001 GFLOP/s (given)" in w for w in warnings), warnings
+    assert_no_silent_mfu(run)
+    dev = run.meta["device"]
+    shapes = dev["calibration"]["component_shapes"]
+    assert shapes["peak_before"] == 1e6 and shapes["source_before"] == "given"
+    assert {c["path"] for c in shapes["components"]} >= {"0", "3"}  # both Linears beat 1 MFLOP/s
+    # The peak was raised on the components' own matmul shapes (and says so), or kept with a warning.
+    peak = dev["peak_flops"]["float32"]
+    if peak > 1e6:
+        assert dev["peak_source"]["flops"].startswith("calibrated (component shapes: ")
+        assert any("the peak was raised to" in w for w in warnings)
+    for table in (run.table("forward"), run.table("backward")):
+        tree.self_check(tree.build_tree(table.to_dicts()))
+
+
+def test_flop_free_modules_have_null_mfu(low_given_peak_run):
+    for row in rows_of(low_given_peak_run):
+        if row["path"] in ("1", "2"):  # ReLU, LayerNorm
+            assert row["flops"] == 0 and row["status"] == "measured"
+            assert row["mfu"] is None and row["tflops_per_s"] is None and row["arithmetic_intensity"] is None
+            assert row["bytes_moved"] > 0 and row["bandwidth_util"] is not None
+
+
+def test_bandwidth_above_one_is_a_note_not_a_peak_change(low_given_peak_run):
+    run = low_given_peak_run
+    assert run.meta["device"]["peak_bandwidth"] == 1.0 and run.meta["device"]["peak_source"]["bandwidth"] == "given"
+    for row in rows_of(run):
+        if row["bandwidth_util"] is not None:
+            assert row["bandwidth_util"] > 1 and peaks.BANDWIDTH_NOTE in row["notes"]
+
+
+def test_calibration_record_has_repeats_start_and_end(low_given_peak_run):
+    cal = low_given_peak_run.meta["device"]["calibration"]
+    assert cal["repeats"] == device.CALIBRATION_REPEATS and cal["num_threads"] == torch.get_num_threads()
+    for when in ("start", "end"):
+        record = cal[when]
+        assert len(record["repeats"]) == device.CALIBRATION_REPEATS
+        assert record["flops"] == max(r["flops"] for r in record["repeats"]) > 0
+        assert record["bandwidth"] == max(r["bandwidth"] for r in record["repeats"]) > 0
+        assert record["method"] == "clean worker (spawn)"
+    assert cal["used"] == {"flops": "given", "bandwidth": "given"}
+
+
+def test_shape_recalibration_raises_a_low_calibrated_peak(monkeypatch):
+    """A calibration planted at 1 MFLOP/s: the Linears beat it, their own shapes raise the peak."""
+
+    def low(dtype, num_threads, *args, **kwargs):
+        repeats = [{"flops": 1e6, "bandwidth": 1e12, "best_matmul_shape": [256, 256, 256]}] * 2
+        return {"flops": 1e6, "bandwidth": 1e12, "detail": {"method": "planted", "best_matmul_shape": [256, 256, 256],
+                                                           "repeats": repeats, "seconds": 0.0}}
+
+    monkeypatch.setattr(device, "calibrate_cpu", low)
+    monkeypatch.setattr(peaks, "calibrate_cpu", low)
+    config = CollectConfig(min_run_time=0.01, warmup=1, progress=False, phases=("forward",))
+    run = profile(mlp(), torch.randn(32, 128), config=config)
+    dev = run.meta["device"]
+    assert dev["peak_flops"]["float32"] > 1e6
+    assert dev["peak_source"]["flops"].startswith("calibrated (component shapes: ")
+    assert dev["calibration"]["used"]["flops"] == "start"  # start and end agree: 1 MFLOP/s
+    components = dev["calibration"]["component_shapes"]["components"]
+    linear = next(c for c in components if c["path"] == "0")
+    assert [op["op"] for op in linear["ops"]] == ["addmm(256, 32x128, 128x256)"]
+    assert linear["ops"][0]["flops"] == 2 * 32 * 128 * 256 and linear["ceiling_flops_per_s"] > 1e6
+    assert any("the peak was raised to" in w for w in run.meta["warnings"])
+    assert_no_silent_mfu(run)
+
+
+def test_derive_ratios_are_null_where_the_numerator_is_zero():
+    row = {"latency_ms": 1.0, "flops": 0, "bytes_moved": 4096}
+    tree.derive_ratios(row, 1e9, 1e9)
+    assert row["tflops_per_s"] is None and row["mfu"] is None and row["arithmetic_intensity"] is None
+    assert row["bandwidth_gbps"] == pytest.approx(4096 / 1e-3 / 1e9) and row["bandwidth_util"] is not None
+    row = {"latency_ms": 1.0, "flops": 1_000_000, "bytes_moved": 0}  # 1 GFLOP/s
+    tree.derive_ratios(row, 1e9, 1e9)
+    assert row["mfu"] == pytest.approx(1.0) and row["bandwidth_gbps"] is None and row["bandwidth_util"] is None
+    assert row["arithmetic_intensity"] is None
+
+
+def test_recorded_shapes_replay_standalone():
+    lin = nn.Linear(16, 8)
+    x = torch.randn(4, 16, requires_grad=True)
+    calls, skipped = peaks.record_shapes(lambda: lin(x).sum().backward())
+    names = [c[0] for c in calls]
+    assert names[0] == "aten::addmm" and names.count("aten::mm") == 2 and not skipped  # dX and dW
+    timed = peaks.time_signatures(calls, torch.get_num_threads(), repeats=1, min_run_time=0.001)
+    assert timed[0]["flops"] == 2 * 4 * 16 * 8 and all(t["seconds"] > 0 for t in timed)
+
+
+def test_clean_worker_and_its_in_process_fallback(monkeypatch):
+    assert device.in_clean_worker(math.factorial, 5) == (120, "clean worker (spawn)")
+
+    class Broken:
+        def __init__(self, *args, **kwargs):
+            raise OSError("no processes here")
+
+    monkeypatch.setattr(device, "ProcessPoolExecutor", Broken)
+    result, method = device.in_clean_worker(math.factorial, 5)
+    assert result == 120 and method.startswith("in-process (the clean worker failed: OSError: no processes here")
+
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not __import__("os").path.exists(CHROMIUM), reason="Debian's chromium is not installed (make browser)")
+def test_site_marks_mfu_above_100_as_suspect_and_flop_free_as_na(low_given_peak_run, tmp_path):
+    """Rows planted above 100 % MFU: the table, tooltip and totals show '⚠ 227%' with a title pointing to the
+    warnings, the icicle keeps them out of its colour ramp; the ReLU and LayerNorm rows show n/a."""
+    import polars as pl
+    from playwright.sync_api import sync_playwright
+
+    from cbsite.archive import Run
+    from cbsite.generator import build_site
+    from tests.test_browser_site import ARGS, Server
+
+    src = low_given_peak_run
+    fwd = pl.col("phase") == "forward"
+    rows = src.rows.with_columns(
+        pl.when(fwd & (pl.col("path") == "0")).then(2.27).when(fwd & (pl.col("path") == "")).then(1.5)
+        .otherwise(pl.col("mfu")).alias("mfu"))
+    meta = {**src.meta, "warnings": list(src.meta["warnings"]) + ["planted: 0 (forward) at 227 % MFU"]}
+    Run(meta=meta, rows=rows, samples=src.samples).save(tmp_path / "runs")
+    built = build_site(tmp_path / "runs", tmp_path / "site", quiet=True)
+    server = Server(built)
+    try:
+        run_dir = next((built / "runs" / "model" / "v0").iterdir())
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            page = browser.new_page(viewport={"width": 1300, "height": 900})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(f"{server.url}runs/model/v0/{run_dir.name}/")
+            page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=15000)
+            cells = page.evaluate("""() => {
+                const d = window.cbsiteRun.data, out = {};
+                const col = Array.from(document.querySelectorAll('#cbsite-table thead th')).findIndex(th => th.textContent.startsWith('MFU'));
+                document.querySelectorAll('#cbsite-table tbody tr').forEach(tr => {
+                    const td = tr.children[col];
+                    out[d.path[+tr.dataset.index]] = [td.textContent, td.className, td.title]; });
+                return out; }""")
+            text, cls, title = cells["0"]
+            assert text == "\u26a0 227%" and "cbsite-suspect" in cls and "warnings" in title
+            assert cells["1"][0] == cells["2"][0] == "n/a"  # ReLU, LayerNorm: no FLOPs, no MFU
+            # The icicle colours by MFU: the suspect node is outside the ramp, whose top stays below 100 %.
+            legend = page.inner_text("#cbsite-legend")
+            assert "MFU above 100 %" in legend and "227%" not in legend
+            index = page.evaluate("window.cbsiteRun.data.path.indexOf('0')")
+            page.locator(f"#cbsite-icicle g.cbsite-node[data-index='{index}']").first.hover()
+            tip = page.locator(".cbsite-tip").inner_text()
+            assert "\u26a0 227%" in tip and "suspect" in tip
+            totals = page.locator("table.cbsite-totals .cbsite-suspect")  # the root's planted 150 %
+            assert totals.count() == 1 and totals.inner_text() == "\u26a0 150%" and "warnings" in totals.get_attribute("title")
+            assert page.locator("#warnings").count() == 1 and errors == []
+            browser.close()
+    finally:
+        server.close()
