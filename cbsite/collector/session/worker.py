@@ -1,0 +1,151 @@
+"""One worker process of a session: rebuild the arms, capture their inputs, time every task.
+
+Runs in a fresh process started by the scheduler (spawn), so every process samples its own thread
+placement, frequency and allocator state: the run-to-run effects that blocks inside one process never
+see. Within the process, the two arms of a comparison are timed in *pairs of blocks* of the same number
+of calls, the order inside each pair drawn at random, so slow drifts and neighbours hit both arms alike
+and cancel in the paired ratio.
+
+The per-component measurement is the collector's own (`ComponentMeasurement.rotation`: the statement
+`cbsite collect` times); this module only schedules it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from cbsite.collector.session.spec import ArmSpec, ProcessJob, Task
+
+
+@dataclass
+class ProcessResult:
+    process: int
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    errors: dict[tuple[str, str], str] = field(default_factory=dict)  # (key, phase) -> one line
+    flagged: dict[tuple[str, str], str] = field(default_factory=dict)  # (key, phase) -> contention note
+    seconds: dict[str, float] = field(default_factory=dict)  # build, capture, timing
+    pid: int = 0
+    threads: int = 1
+
+
+def _load_arm(spec: ArmSpec) -> tuple[Any, list[tuple[tuple[Any, ...], dict[str, Any]]]]:
+    import torch
+
+    for entry in reversed(spec.sys_path):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    if spec.payload is not None:
+        payload = torch.load(spec.payload, weights_only=False)
+        return payload["model"], payload["batches"]
+    from cbsite.collector.collect import prepare
+
+    prepared = prepare(spec.request)
+    return prepared.model, prepared.batches
+
+
+def run_process(job: ProcessJob) -> ProcessResult:
+    """The worker's entry point (picklable, top level): build, capture, then time every task."""
+    import torch
+
+    from cbsite.collector.capture import capture, describe, moved
+    from cbsite.collector.contention import WaitProbe
+    from cbsite.collector.measure import ComponentMeasurement, NothingToDifferentiate, TimingConfig, block_size, timed_block
+    from cbsite.collector.profiler import DTYPES
+    from torch.utils.benchmark import Timer
+
+    torch.set_num_threads(job.threads)
+    result = ProcessResult(process=job.process, pid=os.getpid(), threads=torch.get_num_threads())
+    t0 = time.perf_counter()
+    grad = any(t.phase == "backward" for t in job.tasks)
+    arms: dict[str, dict[str, Any]] = {}
+    for spec in job.arms:
+        model, batches = _load_arm(spec)
+        device, dtype = torch.device(spec.device), DTYPES[spec.dtype]
+        model = model.to(device)
+        if dtype != torch.float32:
+            model = model.to(dtype)
+        batches = [moved(b, device, dtype) for b in batches]
+        # The worker's own copy: nothing here is the user's object, and training mode stays as built.
+        caps = [capture(model, args, kwargs, grad=grad) for args, kwargs in batches]
+        arms[spec.arm] = {"modules": dict(model.named_modules()), "captures": caps, "spec": spec}
+    result.seconds["build_and_capture"] = time.perf_counter() - t0
+
+    names = [spec.arm for spec in job.arms]
+    rng = random.Random(f"{job.session_id}/{job.process}/{job.seed}")
+    tasks = list(job.tasks)
+    rng.shuffle(tasks)  # a drift during the process must not line up with one part of the model
+    cfg = TimingConfig(min_run_time=job.block_s, warmup=job.warmup, num_threads=job.threads,
+                       device=job.arms[0].device, quiet_wait_s=job.quiet_wait_s)
+    probe = WaitProbe()
+    t_timing = time.perf_counter()
+    for task in tasks:
+        where = (task.key, task.phase)
+        started = time.perf_counter()
+        try:
+            stmts: dict[str, Any] = {}
+            per_stmt: dict[str, int] = {}
+            first_calls = None
+            for arm in names:
+                state = arms[arm]
+                path = task.path(arm)
+                per_batch = [cap.calls.get(path, []) for cap in state["captures"]]
+                if job.share_inputs and first_calls is not None and _same_shapes(first_calls, per_batch, describe):
+                    per_batch = first_calls  # the same inputs for both arms: only the module differs
+                if first_calls is None:
+                    first_calls = per_batch
+                measurement = ComponentMeasurement(state["modules"][path], per_batch, cfg)
+                stmts[arm] = measurement.rotation(task.phase)
+                per_stmt[arm] = measurement.calls_per_batch
+            timers = {arm: Timer(stmt="fn()", globals={"fn": fn}, num_threads=job.threads) for arm, fn in stmts.items()}
+            for arm in names:
+                for _ in range(job.warmup):
+                    stmts[arm]()
+            # The same number of statements for every arm, sized on the slower one, so a pair is equal work.
+            number = min(block_size(timers[arm], job.block_s) for arm in names)
+            # Pairs with a block that waited for a CPU are kept as samples but do not count: timing goes on
+            # until `pairs` clean pairs or the task's time is up. No quiet-waiting here: a neighbour that
+            # slows both blocks of a pair alike cancels in the ratio; one that hits one block is dropped.
+            pair, good_pairs = 0, 0
+            while good_pairs < job.pairs:
+                order = names[:]
+                rng.shuffle(order)
+                blocks = [(arm, timed_block(timers[arm], number, per_stmt[arm], probe)) for arm in order]
+                for position, (arm, block) in enumerate(blocks):
+                    result.samples.append(_sample(job, task, arm, pair, position, block))
+                pair += 1
+                good_pairs += not any(b.contended for _, b in blocks)
+                if good_pairs < job.pairs and (time.perf_counter() - started > job.max_task_s or pair >= 4 * job.pairs):
+                    result.flagged[where] = (f"contended: {pair - good_pairs} of {pair} block pairs waited for a CPU; "
+                                             f"{good_pairs} clean pairs")
+                    break
+        except NothingToDifferentiate as exc:
+            result.errors[where] = f"backward not applicable: {exc}"
+        except Exception as exc:  # noqa: BLE001 - one task failing never ends the process's other tasks
+            last = traceback.extract_tb(exc.__traceback__)[-1:]
+            result.errors[where] = f"{type(exc).__name__}: {exc}" + (f" (at {last[0].name})" if last else "")
+    result.seconds["timing"] = time.perf_counter() - t_timing
+    return result
+
+
+def _same_shapes(a: list[list[Any]], b: list[list[Any]], describe: Any) -> bool:
+    if len(a) != len(b) or any(len(x) != len(y) for x, y in zip(a, b)):
+        return False
+    return all(
+        describe((ca.args, ca.kwargs)) == describe((cb.args, cb.kwargs)) and ca.requires_grad == cb.requires_grad
+        for x, y in zip(a, b) for ca, cb in zip(x, y)
+    )
+
+
+def _sample(job: ProcessJob, task: Task, arm: str, pair: int, position: int, block: Any) -> dict[str, Any]:
+    return {
+        "session_id": job.session_id, "path": task.path(arm), "key": task.key, "phase": task.phase,
+        "process": job.process, "round": job.process, "pair": pair, "arm": arm, "position": position,
+        "seconds_per_call": block.seconds_per_call, "calls": block.calls, "start_s": block.start_s,
+        "wait_s": block.wait_s, "contended": block.contended,
+    }

@@ -1,0 +1,235 @@
+"""Latency evidence between two runs: the comparison record of a paired session, or both runs' rounds.
+
+Core module (no torch, no jinja2). The gate, `cbsite diff` and the site ask one question here: *given
+these two runs, what is known about each component's latency change?* Three answers, best first:
+
+1. **paired**: a `cbsite compare` session measured both runs' models in the same worker processes,
+   in random A/B block pairs. Its record lives in the archive under
+   `<root>/_comparisons/<comparison id>/` (`comparison.json` + `samples.parquet`, both arms); the unit
+   is a process (or a neighbour pair of processes in the ABBA layout).
+2. **rounds**: both runs were collected with `--rounds N` (N >= 2): each run's samples give a median
+   per round, and Welch's test compares the rounds (the unit is a round).
+3. **none**: single-round runs. Latency is then *not judged*: a within-run spread says nothing about
+   the run-to-run noise, which measured twice as large on a shared machine.
+
+`_comparisons` is not a valid model name (it starts with `_`), so archive listings never mistake it
+for a model, and its files are not named `components.parquet`, so the documented reader glob
+`runs/**/components.parquet` never reads them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from cbsite import schema, stats
+from cbsite.errors import CbsiteError
+
+COMPARISONS_DIR = "_comparisons"
+COMPARISON_JSON = "comparison.json"
+COMPARISON_VERSION = 1
+NOT_JUDGED_HINT = "collect with `cbsite compare` or `cbsite collect --rounds N` (N >= 2) to judge latency"
+
+
+def write_comparison(root: str | os.PathLike[str], record: dict[str, Any], samples: pa.Table | None) -> Path:
+    """Write a comparison record atomically (staged under a dot-folder, renamed into place)."""
+    folder = Path(root) / COMPARISONS_DIR
+    final = folder / record["comparison_id"]
+    if final.exists():
+        raise CbsiteError(f"comparison {record['comparison_id']} already exists at {final}")
+    staging = folder / f".{record['comparison_id']}.partial"
+    staging.mkdir(parents=True, exist_ok=False)
+    try:
+        (staging / COMPARISON_JSON).write_text(json.dumps(_finite(record), indent=1, sort_keys=True) + "\n")
+        if samples is not None and samples.num_rows:
+            pq.write_table(samples.cast(schema.SAMPLES_SCHEMA), staging / "samples.parquet")
+        os.rename(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return final
+
+
+def list_comparisons(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every readable comparison record of the archive, oldest first (unreadable ones are skipped)."""
+    folder = Path(root) / COMPARISONS_DIR
+    out = []
+    if not folder.is_dir():
+        return out
+    for entry in sorted(folder.iterdir()):
+        if entry.name.startswith(".") or not (entry / COMPARISON_JSON).is_file():
+            continue
+        try:
+            record = json.loads((entry / COMPARISON_JSON).read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            continue
+        if isinstance(record, dict) and record.get("comparison_version") == COMPARISON_VERSION:
+            record["_path"] = str(entry)
+            out.append(record)
+    return out
+
+
+def find_comparison(root: str | os.PathLike[str], base_run_id: str, head_run_id: str) -> dict[str, Any] | None:
+    """The newest comparison that measured exactly these two runs, if any."""
+    hits = [r for r in list_comparisons(root)
+            if r.get("base", {}).get("run_id") == base_run_id and r.get("head", {}).get("run_id") == head_run_id]
+    return hits[-1] if hits else None
+
+
+@dataclass
+class LatencyEvidence:
+    """Per (head path, phase): the units behind a latency verdict, and how they were obtained."""
+
+    kind: str  # "paired" | "rounds"
+    units: dict[tuple[str, str], Any] = field(default_factory=dict)  # paired: [log ratios]; rounds: (base, head)
+    source: str = ""  # a comparison id, or "rounds a/b"
+    flagged: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+
+    @property
+    def paired(self) -> bool:
+        return self.kind == "paired"
+
+    def verdict(self, path: str, phase: str, *, alpha: float = stats.ALPHA, floor: float = stats.FLOOR) -> stats.Verdict | None:
+        units = self.units.get((path, phase))
+        if units is None:
+            return None
+        return stats.paired(units, alpha=alpha, floor=floor) if self.paired else stats.unpaired(*units, alpha=alpha, floor=floor)
+
+    def family(self, keys: Sequence[tuple[str, str]], *, alpha: float = stats.ALPHA,
+               floor: float = stats.FLOOR) -> dict[tuple[str, str], stats.Verdict]:
+        """Verdicts of many components judged together (Holm), for a gate rule with a glob."""
+        present = {k: self.units[k] for k in keys if k in self.units}
+        if not present:
+            return {}
+        return stats.judge_family(present, alpha=alpha, floor=floor, paired=self.paired)
+
+    def verdicts(self, *, alpha: float = stats.ALPHA, floor: float = stats.FLOOR) -> dict[tuple[str, str], stats.Verdict]:
+        """Every component's verdict on its own (no family correction): what reports list."""
+        keys = list(self.units)
+        if self.paired:
+            judged = stats.paired_many([self.units[k] for k in keys], alpha=alpha, floor=floor)
+        else:
+            judged = stats.unpaired_many([tuple(self.units[k]) for k in keys], alpha=alpha, floor=floor)
+        return dict(zip(keys, judged))
+
+    def describe(self) -> str:
+        if self.paired:
+            return f"paired A/B blocks in worker processes (comparison {self.source})"
+        return f"independent runs' rounds ({self.source})"
+
+
+def from_record(record: Mapping[str, Any]) -> LatencyEvidence:
+    """Evidence from a comparison record (its units were computed from its samples when it was made)."""
+    ev = LatencyEvidence(kind="paired", source=str(record.get("comparison_id")))
+    for c in record.get("components", []):
+        key = (c["key"], c["phase"])
+        if c.get("units") is not None:
+            ev.units[key] = [float(u) if u is not None else math.nan for u in c["units"]]
+        if c.get("flagged"):
+            ev.flagged[key] = list(c["flagged"])
+    return ev
+
+
+def round_log_medians(samples: pl.DataFrame) -> dict[tuple[str, str], list[float]]:
+    """(path, phase) -> log of each round's median seconds per call over its uncontended blocks."""
+    if samples is None or samples.is_empty():
+        return {}
+    clean = samples.filter(~pl.col("contended"))
+    per_round = clean.group_by(["path", "phase", "round"]).agg(pl.col("seconds_per_call").median().alias("m"))
+    out: dict[tuple[str, str], list[float]] = {}
+    for row in per_round.sort(["path", "phase", "round"]).iter_rows(named=True):
+        if row["m"] and row["m"] > 0:
+            out.setdefault((row["path"], row["phase"]), []).append(math.log(row["m"]))
+    return out
+
+
+def from_rounds(base_samples: pl.DataFrame | None, head_samples: pl.DataFrame | None,
+                head_to_base: Mapping[str, str], base_rounds: int, head_rounds: int) -> LatencyEvidence | None:
+    """Evidence from two independent runs collected with rounds; None unless both have 2 or more."""
+    if base_samples is None or head_samples is None or base_rounds < 2 or head_rounds < 2:
+        return None
+    base = round_log_medians(base_samples)
+    head = round_log_medians(head_samples)
+    ev = LatencyEvidence(kind="rounds", source=f"{base_rounds} base rounds, {head_rounds} head rounds")
+    for (path, phase), h in head.items():
+        b = base.get((head_to_base.get(path, path), phase))
+        if b is not None:
+            ev.units[(path, phase)] = (b, h)
+    return ev
+
+
+def paired_units(samples: pl.DataFrame, layout: str) -> dict[tuple[str, str], list[float]]:
+    """The units of a paired session from its samples (columns as schema.SAMPLES_SCHEMA; `key` aligns arms).
+
+    interleaved: per process, the median over its uncontended A/B pairs of log(head/base).
+    abba: processes hold one arm each in the order A B B A ...; each neighbour pair (0,1), (2,3), ... gives
+    log(median head / median base) over their uncontended blocks.
+    """
+    if samples.is_empty():
+        return {}
+    keyed = samples.with_columns(pl.col("key").alias("path"))
+    if layout == "interleaved":
+        bad = keyed.filter(pl.col("contended")).select("path", "phase", "process", "pair").unique()
+        clean = keyed.join(bad, on=["path", "phase", "process", "pair"], how="anti")
+        table = stats.per_process_log_ratios(clean)
+        out: dict[tuple[str, str], list[float]] = {}
+        for row in table.sort(["path", "phase", "process"]).iter_rows(named=True):
+            out.setdefault((row["path"], row["phase"]), []).append(row["log_ratio"])
+        return out
+    medians = (keyed.filter(~pl.col("contended")).group_by(["path", "phase", "process", "arm"])
+               .agg(pl.col("seconds_per_call").median().alias("m")))
+    by: dict[tuple[str, str], dict[int, tuple[str, float]]] = {}
+    for row in medians.iter_rows(named=True):
+        by.setdefault((row["path"], row["phase"]), {})[row["process"]] = (row["arm"], row["m"])
+    out = {}
+    for key, procs in by.items():
+        ordered = sorted(procs)
+        for a, b in zip(ordered[0::2], ordered[1::2]):
+            arms = dict([procs[a], procs[b]])
+            if "base" in arms and "head" in arms and arms["base"] > 0 and arms["head"] > 0:
+                out.setdefault(key, []).append(math.log(arms["head"] / arms["base"]))
+    return out
+
+
+def summary(verdicts: Mapping[Any, stats.Verdict]) -> dict[str, Any]:
+    """Counts of each verdict, the median noise (spread of units) and the median detectable change."""
+    counts = {v: 0 for v in stats.VERDICTS}
+    for v in verdicts.values():
+        counts[v.verdict] += 1
+    spreads = [v.spread for v in verdicts.values() if v.spread is not None]
+    detectable = [v.detectable for v in verdicts.values() if v.detectable is not None]
+    return {
+        "verdicts": counts,
+        "noise_median": statistics.median(spreads) if spreads else None,
+        "detectable_median": statistics.median(detectable) if detectable else None,
+    }
+
+
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or inf: such a value becomes null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def evidence_for(root: str | os.PathLike[str], base: Any, head: Any, head_to_base: Mapping[str, str]) -> LatencyEvidence | None:
+    """The best latency evidence for two archived runs: their comparison record, else both runs' rounds."""
+    record = find_comparison(root, base.run_id, head.run_id)
+    if record is not None:
+        return from_record(record)
+    return from_rounds(base.samples, head.samples, head_to_base,
+                       int(base.meta.get("rounds") or 1), int(head.meta.get("rounds") or 1))
