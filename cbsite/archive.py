@@ -1,16 +1,29 @@
 """The results archive: write a run atomically, read it back, list and resolve runs, migrate old ones.
 
 Layout: ``<root>/<model>/<version>/<run_id>/{run.json, components.parquet, ops.parquet, artifacts/}``.
-A run is written under a dot-folder and renamed into place when complete; readers ignore dot-folders,
-so a crash never leaves a half run visible.
+
+Crash safety. A run is written in ``<root>/.cbsite-staging/`` with its Parquet files named ``*.partial``,
+so no reader glob (``runs/**/components.parquet`` descends into dot-folders, in polars and DuckDB alike)
+matches a file of an unfinished run; the folder is then renamed into place and ``components.parquet.partial``
+renamed last: a run exists exactly when its ``components.parquet`` does. Every staging folder records its
+owner (process id and host), so `stale_staging` tells the remains of a killed process from work in progress
+and `remove_stale` (``cbsite gc``) deletes them.
+
+Reading is defensive: archive content is untrusted. `read_meta` and `read_run` turn every problem of one
+run (bad JSON, wrong types, a Parquet that does not fit the schema, no rows) into a `CbsiteError` naming
+the run and the problem; non-finite floats are read as null.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 import shutil
+import socket
+import tempfile
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -18,6 +31,7 @@ from typing import Any, Callable
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from cbsite import schema
@@ -28,6 +42,11 @@ COMPONENTS_FILE = "components.parquet"
 OPS_FILE = "ops.parquet"
 SAMPLES_FILE = "samples.parquet"
 ARTIFACTS_DIR = "artifacts"
+STAGING_DIR = ".cbsite-staging"  # in the archive root: runs and plugin artifacts being written
+PARTIAL = ".partial"  # suffix of a staged Parquet file: no `**/components.parquet` glob matches it
+OWNER_FILE = ".cbsite-owner"  # in every staging folder: {"pid", "host", "started"}
+OTHER_HOST_STALE_S = 7 * 24 * 3600  # a staging folder of another host is stale after a week
+UNOWNED_STALE_S = 60  # a staging folder without an owner file (being created, or foreign) after a minute
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -117,29 +136,185 @@ def write_run(
     ops: pa.Table | None = None,
     samples: pa.Table | None = None,
 ) -> Path:
-    """Write a run under `<root>/<model>/<version>/<run_id>/`, visible only once complete."""
+    """Write a run under `<root>/<model>/<version>/<run_id>/`, visible only once complete.
+
+    Staged in `<root>/.cbsite-staging/` with `*.partial` Parquet names (see the module docstring); a
+    further Parquet file is written to `_staged(staging, NAME)` and renamed with the others.
+    """
     schema.check_meta(meta)
     table = table.cast(schema.COMPONENTS_SCHEMA)  # refuses a table that does not fit the contract
     version_dir = Path(root) / meta["model"] / meta["version"]
     final = version_dir / meta["run_id"]
     if final.exists():
         raise CbsiteError(f"run {meta['run_id']} already exists at {final}; runs are immutable")
-    staging = version_dir / f".{meta['run_id']}.partial"
-    staging.mkdir(parents=True, exist_ok=False)
+    staging = new_staging(staging_dir(root), f"run-{meta['run_id']}-")
     try:
         (staging / RUN_JSON).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-        pq.write_table(_table_with_meta(table, meta), staging / COMPONENTS_FILE)
+        pq.write_table(_table_with_meta(table, meta), _staged(staging, COMPONENTS_FILE))
         if ops is not None and ops.num_rows:
-            pq.write_table(_table_with_meta(ops, meta), staging / OPS_FILE)
+            pq.write_table(_table_with_meta(ops, meta), _staged(staging, OPS_FILE))
         if samples is not None and samples.num_rows:
-            pq.write_table(_table_with_meta(samples.cast(schema.SAMPLES_SCHEMA), meta), staging / SAMPLES_FILE)
+            pq.write_table(_table_with_meta(samples.cast(schema.SAMPLES_SCHEMA), meta), _staged(staging, SAMPLES_FILE))
         if artifacts is not None and Path(artifacts).is_dir() and any(Path(artifacts).iterdir()):
-            shutil.copytree(artifacts, staging / ARTIFACTS_DIR)
-        os.rename(staging, final)  # atomic on one file system: the run appears whole or not at all
+            shutil.copytree(artifacts, staging / ARTIFACTS_DIR, ignore=shutil.ignore_patterns(OWNER_FILE))
+        version_dir.mkdir(parents=True, exist_ok=True)
+        _commit(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return final
+
+
+def _staged(staging: Path, name: str) -> Path:
+    """Where a Parquet file of a run is written while staged: a name no reader glob matches."""
+    return staging / (name + PARTIAL)
+
+
+def _commit(staging: Path, final: Path) -> None:
+    """Move a staged run into place, then give its Parquet files their names, components.parquet last.
+
+    The folder rename is atomic on one file system (staging is inside the archive); the run exists from the
+    moment its components.parquet does. A failure before that removes the half-moved folder (only ours).
+    """
+    os.rename(staging, final)
+    try:
+        partial = sorted(final.glob("*" + PARTIAL), key=lambda f: f.name == COMPONENTS_FILE + PARTIAL)
+        for f in partial:
+            os.replace(f, f.with_name(f.name[: -len(PARTIAL)]))
+    except BaseException:
+        if not (final / COMPONENTS_FILE).exists() and _owned_by_us(final):
+            shutil.rmtree(final, ignore_errors=True)
+        raise
+    (final / OWNER_FILE).unlink(missing_ok=True)
+
+
+# --- staging: owned folders, stale ones and their removal ----------------------------------------
+
+
+def staging_dir(root: str | os.PathLike[str]) -> Path:
+    """The archive's staging area: runs being saved and plugin artifacts of runs being collected."""
+    return Path(root) / STAGING_DIR
+
+
+def _owner() -> dict[str, Any]:
+    return {"pid": os.getpid(), "host": socket.gethostname(), "started": round(time.time(), 3)}
+
+
+def new_staging(parent: str | os.PathLike[str], prefix: str) -> Path:
+    """A new folder under `parent` that records this process as its owner (OWNER_FILE)."""
+    Path(parent).mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    (folder / OWNER_FILE).write_text(json.dumps(_owner()))
+    return folder
+
+
+def _read_owner(folder: Path) -> dict[str, Any] | None:
+    try:
+        owner = json.loads((folder / OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return owner if isinstance(owner, dict) else None
+
+
+def _owned_by_us(folder: Path) -> bool:
+    owner = _read_owner(folder)
+    return owner is not None and owner.get("pid") == os.getpid() and owner.get("host") == socket.gethostname()
+
+
+def _pid_alive(pid: Any) -> bool:
+    if type(pid) is not int or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def _abandoned(folder: Path) -> str | None:
+    """Why a staging folder is stale (its owner is gone), or None while its owner may still be writing."""
+    if not folder.is_dir() or folder.is_symlink():
+        return "not a staging folder"
+    owner = _read_owner(folder)
+    now = time.time()
+    if owner is None:
+        try:
+            age = now - folder.stat().st_mtime
+        except OSError:
+            return None
+        return "no owner recorded" if age > UNOWNED_STALE_S else None
+    pid, host = owner.get("pid"), owner.get("host")
+    if host != socket.gethostname():
+        started = owner.get("started")
+        age = now - started if isinstance(started, (int, float)) else math.inf
+        return f"left on host {host!r} {age / 86400:.0f} days ago" if age > OTHER_HOST_STALE_S else None
+    if not _pid_alive(pid):
+        return f"its process {pid} is gone"
+    return None
+
+
+@dataclass(frozen=True)
+class Stale:
+    """A folder an interrupted or killed process left in the archive."""
+
+    path: Path
+    reason: str
+
+
+def stale_staging(root: str | os.PathLike[str] = "runs") -> list[Stale]:
+    """Remains of killed or interrupted writers under `root`, never a folder a live process is writing.
+
+    Three kinds: folders in `<root>/.cbsite-staging/` whose owner is gone; run folders whose last rename
+    (components.parquet.partial -> components.parquet) never happened; `<version>/.<run_id>.partial/`
+    folders that cbsite before 0.2 staged runs in (the documented glob reads them: remove them).
+    """
+    base = Path(root)
+    out: list[Stale] = []
+    if not base.is_dir():
+        return out
+    area = staging_dir(base)
+    if area.is_dir() and not area.is_symlink():
+        for folder in sorted(area.iterdir()):
+            why = _abandoned(folder)
+            if why:
+                out.append(Stale(folder, f"unfinished staging folder: {why}"))
+    for version_dir in _dirs(base, 2):
+        for entry in sorted(version_dir.iterdir()):
+            if entry.is_symlink() or not entry.is_dir():
+                continue
+            if entry.name.startswith(".") and entry.name.endswith(PARTIAL):
+                out.append(Stale(entry, "half-written run of an older cbsite (read by runs/**/components.parquet)"))
+            elif (entry / (COMPONENTS_FILE + PARTIAL)).exists() and not (entry / COMPONENTS_FILE).exists():
+                why = _abandoned(entry)
+                if why:
+                    out.append(Stale(entry, f"run never completed: {why}"))
+    return out
+
+
+def _dirs(base: Path, depth: int) -> list[Path]:
+    """Folders `depth` levels below `base`, skipping dot-folders and symlinks."""
+    level = [base]
+    for _ in range(depth):
+        level = [d for parent in level for d in sorted(parent.iterdir())
+                 if d.is_dir() and not d.is_symlink() and not d.name.startswith(".")]
+    return level
+
+
+def remove_stale(root: str | os.PathLike[str] = "runs", dry_run: bool = False) -> list[Stale]:
+    """Delete what `stale_staging` finds (checked again just before each removal); return what was (or would be) removed."""
+    removed = []
+    for stale in stale_staging(root):
+        if not dry_run:
+            if stale.path.name.endswith(PARTIAL) or _abandoned(stale.path):
+                shutil.rmtree(stale.path, ignore_errors=True)
+            if stale.path.exists():
+                continue
+        removed.append(stale)
+    return removed
 
 
 # One function per schema step: MIGRATIONS[n] turns version n into n + 1.
@@ -162,7 +337,7 @@ MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2}
 
 def migrate(meta: dict[str, Any], rows: pl.DataFrame, path: Path | str = "") -> tuple[dict[str, Any], pl.DataFrame]:
     """Bring a run's metadata and rows up to SCHEMA_VERSION, or refuse a newer one."""
-    found = int(meta.get("schema_version", 0))
+    found = _schema_version(meta, path)
     if found > schema.SCHEMA_VERSION:
         raise CbsiteError(
             f"run {path} has schema version {found} but this cbsite reads up to version "
@@ -177,39 +352,194 @@ def migrate(meta: dict[str, Any], rows: pl.DataFrame, path: Path | str = "") -> 
     return meta, rows
 
 
-def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A run's metadata alone (run.json), for listings that need no rows."""
-    folder = Path(path)
+def _schema_version(meta: dict[str, Any], path: Path | str) -> int:
+    found = meta.get("schema_version", 0)
+    if type(found) is not int or found < 0:
+        raise CbsiteError(f"run {path} is unreadable: schema_version must be a whole number, found {found!r}")
+    return found
+
+
+def shown(path: Path | str) -> str:
+    """A path as text that prints anywhere: bytes that are not UTF-8 in a folder name as \\xNN escapes."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _load_meta(folder: Path) -> dict[str, Any]:
+    """run.json as a dict with a valid schema_version, non-finite numbers as null; CbsiteError otherwise."""
+    where = shown(folder)
     try:
-        meta = json.loads((folder / RUN_JSON).read_text())
+        raw = (folder / RUN_JSON).read_bytes()
     except FileNotFoundError as exc:
-        raise CbsiteError(f"run folder {folder} is incomplete: {RUN_JSON} is missing") from exc
-    except (json.JSONDecodeError, OSError) as exc:
-        raise CbsiteError(f"run folder {folder} is unreadable: {exc}") from exc
-    found = int(meta.get("schema_version", 0))
-    if found > schema.SCHEMA_VERSION:
-        migrate(meta, pl.DataFrame(), folder)  # refuses with the message that names both versions
+        raise CbsiteError(f"run folder {where} is incomplete: {RUN_JSON} is missing") from exc
+    except OSError as exc:
+        raise CbsiteError(f"run folder {where} is unreadable: {RUN_JSON}: {exc.strerror or exc}") from exc
+    try:
+        meta = json.loads(raw.decode("utf-8"), parse_constant=lambda _: None)  # NaN, Infinity -> null
+    except UnicodeDecodeError as exc:
+        raise CbsiteError(f"run folder {where} is unreadable: {RUN_JSON} is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    except (ValueError, RecursionError) as exc:
+        raise CbsiteError(f"run folder {where} is unreadable: {RUN_JSON} is not valid JSON: {exc}") from exc
+    if not isinstance(meta, dict):
+        raise CbsiteError(f"run folder {where} is unreadable: {RUN_JSON} holds a JSON {type(meta).__name__}, not an object")
+    _schema_version(meta, where)
+    return meta
+
+
+def _check_meta(meta: dict[str, Any], folder: Path) -> dict[str, Any]:
+    try:
+        return schema.check_meta(meta)
+    except CbsiteError as exc:
+        raise CbsiteError(f"run folder {shown(folder)} is unreadable: {exc}") from None
+
+
+def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A run's metadata alone (run.json), for listings that need no rows; checked as `read_run` checks it."""
+    folder = Path(path)
+    meta = _load_meta(folder)
+    if meta.get("schema_version", 0) > schema.SCHEMA_VERSION:
+        migrate(meta, pl.DataFrame(), shown(folder))  # refuses with the message that names both versions
+    if meta.get("schema_version", 0) == schema.SCHEMA_VERSION:
+        _check_meta(meta, folder)
     return meta
 
 
 def read_run(path: str | os.PathLike[str]) -> Run:
-    """Read one run folder; raise CbsiteError with the file at fault when it is broken."""
+    """Read one run folder; raise CbsiteError naming the run and the problem when anything of it is broken.
+
+    The rows are checked against `schema.COMPONENTS_SCHEMA` (cast where the values allow it, refused with the
+    column named otherwise), must be non-empty, belong to this run and form one tree per phase; non-finite
+    floats are read as null.
+    """
     folder = Path(path)
-    try:
-        meta = json.loads((folder / RUN_JSON).read_text())
-        rows = pl.read_parquet(folder / COMPONENTS_FILE)
-        ops = pl.read_parquet(folder / OPS_FILE) if (folder / OPS_FILE).exists() else None
-        samples = pl.read_parquet(folder / SAMPLES_FILE) if (folder / SAMPLES_FILE).exists() else None
-    except FileNotFoundError as exc:
-        raise CbsiteError(f"run folder {folder} is incomplete: {Path(exc.filename).name} is missing") from exc
-    except (json.JSONDecodeError, OSError, pl.exceptions.PolarsError) as exc:
-        raise CbsiteError(f"run folder {folder} is unreadable: {exc}") from exc
-    meta, rows = migrate(meta, rows, folder)
-    schema.check_meta(meta)
-    missing = [c for c in schema.COLUMNS if c not in rows.columns]
-    if missing:
-        raise CbsiteError(f"{folder / COMPONENTS_FILE} lacks columns {missing}")
+    where = shown(folder)
+    meta = _load_meta(folder)
+    if meta.get("schema_version", 0) > schema.SCHEMA_VERSION:
+        migrate(meta, pl.DataFrame(), where)
+    table = _read_parquet(folder, COMPONENTS_FILE)
+    if meta.get("schema_version", 0) < schema.SCHEMA_VERSION:
+        rows = _frame(table, folder / COMPONENTS_FILE)
+        meta, rows = migrate(meta, rows, where)
+        table = rows.to_arrow()
+    _check_meta(meta, folder)
+    rows = _frame(conform(table, schema.COMPONENTS_SCHEMA, f"{where}/{COMPONENTS_FILE}"), folder / COMPONENTS_FILE)
+    _check_rows(rows, meta, f"{where}/{COMPONENTS_FILE}")
+    ops = None
+    if (folder / OPS_FILE).exists():
+        ops = _frame(conform_ops(_read_parquet(folder, OPS_FILE), f"{where}/{OPS_FILE}"), folder / OPS_FILE)
+    samples = None
+    if (folder / SAMPLES_FILE).exists():
+        samples = _frame(conform(_read_parquet(folder, SAMPLES_FILE), schema.SAMPLES_SCHEMA, f"{where}/{SAMPLES_FILE}"),
+                         folder / SAMPLES_FILE)
     return Run(meta=meta, rows=rows, ops=ops, path=folder, samples=samples)
+
+
+def _read_parquet(folder: Path, name: str) -> pa.Table:
+    file = folder / name
+    try:
+        return pq.read_table(file)
+    except FileNotFoundError as exc:
+        raise CbsiteError(f"run folder {shown(folder)} is incomplete: {name} is missing") from exc
+    except (OSError, pa.ArrowException, ValueError) as exc:
+        raise CbsiteError(f"run folder {shown(folder)} is unreadable: {name}: {exc}") from exc
+
+
+def _frame(table: pa.Table, file: Path) -> pl.DataFrame:
+    try:
+        frame = pl.from_arrow(table)
+    except (pl.exceptions.PolarsError, pa.ArrowException, ValueError, TypeError) as exc:
+        raise CbsiteError(f"{shown(file)} is unreadable: {exc}") from exc
+    assert isinstance(frame, pl.DataFrame)
+    return frame
+
+
+def conform(table: pa.Table, target: pa.Schema, where: str) -> pa.Table:
+    """`table` with exactly `target`'s columns and types, non-finite floats as null.
+
+    A column of another type is cast when every value converts exactly; a missing column, a value that does
+    not convert, or a null in a non-nullable column is refused with the column named. Extra columns are dropped.
+    """
+    missing = [f.name for f in target if f.name not in table.column_names]
+    if missing:
+        raise CbsiteError(f"{where} lacks columns {missing}")
+    columns = []
+    for f in target:
+        column = table.column(f.name)
+        if column.type != f.type:
+            try:
+                column = column.cast(f.type, safe=True)
+            except (pa.ArrowException, ValueError, TypeError) as exc:
+                raise CbsiteError(f"{where}: column {f.name} has type {column.type} where {f.type} is expected ({exc})") from None
+        column = _finite(column)
+        if not f.nullable and column.null_count:
+            raise CbsiteError(f"{where}: column {f.name} has {column.null_count} null values; it must have none")
+        columns.append(column)
+    return pa.Table.from_arrays(columns, schema=target.remove_metadata()).replace_schema_metadata(table.schema.metadata)
+
+
+def conform_ops(table: pa.Table, where: str) -> pa.Table:
+    """ops.parquet, whose columns are the plugins' (only `path` and `phase` are required): the columns that
+    `schema.OPS_SCHEMA` names are checked as `conform` does; other columns are kept when they hold plain
+    numbers, strings or booleans (anything else could not reach the site's JSON); non-finite floats as null."""
+    required = {"path", "phase"}
+    known = {f.name: f for f in schema.OPS_SCHEMA}
+    present = pa.schema([known[n] if n in required else known[n].with_nullable(True)
+                         for n in table.column_names if n in known])
+    missing = sorted(required - set(table.column_names))
+    if missing:
+        raise CbsiteError(f"{where} lacks columns {missing}")
+    checked = conform(table, present, where)
+    names, columns = list(checked.column_names), list(checked.columns)
+    for name in table.column_names:
+        t = table.schema.field(name).type
+        if name not in known and (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+                                  or pa.types.is_string(t) or pa.types.is_large_string(t)):
+            names.append(name)
+            columns.append(_finite(table.column(name)))
+    return pa.Table.from_arrays(columns, names=names)
+
+
+def _finite(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """NaN and +-inf as null, in float columns and in the float fields of lists of structs (plugin_metrics)."""
+    t = column.type
+    if pa.types.is_floating(t):
+        if column.null_count == len(column) or pc.all(pc.is_finite(column)).as_py() is not False:
+            return column
+        return pc.if_else(pc.is_finite(column), column, pa.scalar(None, t))
+    if pa.types.is_list(t) and pa.types.is_struct(t.value_type):
+        chunks = []
+        for chunk in column.chunks:
+            values = chunk.values
+            fields = [values.field(i) for i in range(values.type.num_fields)]
+            fixed = [pc.if_else(pc.is_finite(v), v, pa.scalar(None, v.type)) if pa.types.is_floating(v.type) else v for v in fields]
+            struct = pa.StructArray.from_arrays(fixed, fields=list(values.type), mask=values.is_null())
+            chunks.append(pa.ListArray.from_arrays(chunk.offsets, struct, type=t, mask=chunk.is_null()))
+        return pa.chunked_array(chunks, type=t)
+    return column
+
+
+def _check_rows(rows: pl.DataFrame, meta: dict[str, Any], where: str) -> None:
+    """The rows are one run's: non-empty, identity as in run.json, known phases and statuses, one tree per phase."""
+    if rows.is_empty():
+        raise CbsiteError(f"{where} has no rows")
+    for column in ("run_id", "model", "version"):
+        other = sorted(set(rows.get_column(column).unique().to_list()) - {meta[column]})
+        if other:
+            raise CbsiteError(f"{where}: rows of {column} {other[0]!r} in run {meta[column]!r}")
+    for column, allowed in (("phase", schema.PHASES), ("status", schema.STATUSES)):
+        bad = sorted(set(rows.get_column(column).unique().to_list()) - set(allowed))
+        if bad:
+            raise CbsiteError(f"{where}: column {column} holds {bad[0]!r}; expected one of {', '.join(allowed)}")
+    dup = rows.group_by(["path", "phase"]).len().filter(pl.col("len") > 1)
+    if dup.height:
+        raise CbsiteError(f"{where}: component {dup.get_column('path')[0]!r} has {dup.get_column('len')[0]} rows in one phase")
+    for phase in rows.get_column("phase").unique().sort().to_list():
+        prows = rows.filter(pl.col("phase") == phase)
+        paths = set(prows.get_column("path").to_list())
+        if "" not in paths:
+            raise CbsiteError(f"{where}: the {phase} rows have no root component (path '')")
+        orphans = sorted(set(prows.get_column("parent").drop_nulls().to_list()) - paths)
+        if orphans:
+            raise CbsiteError(f"{where}: a {phase} row names parent {orphans[0]!r}, which has no row")
 
 
 @dataclass(frozen=True, order=True)
@@ -223,28 +553,59 @@ class RunRef:
 
 
 def list_runs(root: str | os.PathLike[str] = "runs") -> list[RunRef]:
-    """Every complete run under `root`, sorted; dot-folders (runs being written) are ignored."""
+    """Every complete run under `root`, sorted. Dot-folders, folders whose names are not valid model,
+    version or run names (see `invalid_folders`) and runs still being renamed into place are ignored."""
     base = Path(root)
     refs: list[RunRef] = []
     if not base.is_dir():
         return refs
     for model_dir in sorted(base.iterdir()):
-        if not model_dir.is_dir() or model_dir.name.startswith(".") or not schema.NAME_RE.match(model_dir.name):
+        if not model_dir.is_dir() or not schema.NAME_RE.match(model_dir.name):
             continue
         for version_dir in sorted(model_dir.iterdir()):
-            if not version_dir.is_dir() or version_dir.name.startswith("."):
+            if not version_dir.is_dir() or not schema.NAME_RE.match(version_dir.name):
                 continue
             for run_dir in sorted(version_dir.iterdir()):
-                if run_dir.is_dir() and schema.RUN_ID_RE.match(run_dir.name):
+                if run_dir.is_dir() and schema.RUN_ID_RE.match(run_dir.name) and not _unfinished(run_dir):
                     refs.append(RunRef(model_dir.name, version_dir.name, run_dir.name, run_dir))
     return sorted(refs)
+
+
+def _unfinished(run_dir: Path) -> bool:
+    return (run_dir / (COMPONENTS_FILE + PARTIAL)).exists() and not (run_dir / COMPONENTS_FILE).exists()
+
+
+def invalid_folders(root: str | os.PathLike[str] = "runs") -> list[tuple[str, str]]:
+    """(folder as printable text, the problem) for each folder where a model, version or run folder would be
+    whose name is not one: `list_runs` ignores them, listings and the site name them. Dot-folders are not
+    reported (the staging area, `.git`, ...)."""
+    base = Path(root)
+    out: list[tuple[str, str]] = []
+    if not base.is_dir():
+        return out
+    levels = (("model", schema.NAME_RE), ("version", schema.NAME_RE), ("run", schema.RUN_ID_RE))
+
+    def visit(folder: Path, depth: int) -> None:
+        kind, pattern = levels[depth]
+        for entry in sorted(folder.iterdir()):
+            if entry.name.startswith(".") or not entry.is_dir():
+                continue
+            if not pattern.match(entry.name):
+                rel = shown(entry.relative_to(base))
+                expected = "YYYYMMDDTHHMMSSZ-xxxxxx" if kind == "run" else "letters, digits, '.', '_', '-'"
+                out.append((rel, f"ignored: {shown(entry.name)!r} is not a valid {kind} folder name ({expected})"))
+            elif depth + 1 < len(levels):
+                visit(entry, depth + 1)
+
+    visit(base, 0)
+    return out
 
 
 def resolve_run(spec: str, root: str | os.PathLike[str] = "runs") -> RunRef:
     """Find a run by run id, `model@version` (its newest run), `model` (newest run) or folder path."""
     as_path = Path(spec)
     if (as_path / RUN_JSON).is_file():
-        meta = json.loads((as_path / RUN_JSON).read_text())
+        meta = read_meta(as_path)
         return RunRef(meta["model"], meta["version"], meta["run_id"], as_path)
     refs = list_runs(root)
     if schema.RUN_ID_RE.match(spec):

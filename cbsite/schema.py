@@ -170,6 +170,29 @@ REQUIRED_META_KEYS = (
 )
 
 
+# The JSON types of the metadata every reader indexes into (the site and the CLI read the rest defensively).
+META_TYPES: dict[str, tuple[type, ...]] = {
+    "schema_version": (int,),
+    "run_id": (str,),
+    "model": (str,),
+    "version": (str,),
+    "created_at": (str,),
+    "versions": (dict,),
+    "device": (dict,),
+    "dtype": (str,),
+    "provider": (dict,),
+    "config": (dict,),
+    "preprocessing": (list,),
+    "inputs": (dict,),
+    "git": (dict, type(None)),
+    "tags": (list,),
+    "notes": (str,),
+    "wall_time_s": (int, float, type(None)),
+    "counts": (dict,),
+}
+_JSON_NAMES = {int: "a number", float: "a number", str: "a string", dict: "an object", list: "a list", type(None): "null"}
+
+
 def check_name(kind: str, value: str) -> str:
     """Refuse a model or version name that is not safe as one path segment on any file system."""
     if not isinstance(value, str) or not NAME_RE.match(value):
@@ -182,9 +205,22 @@ def check_name(kind: str, value: str) -> str:
 
 def check_meta(meta: dict[str, Any]) -> dict[str, Any]:
     """Check that run metadata has every required key and valid names."""
+    if not isinstance(meta, dict):
+        raise CbsiteError(f"run metadata is a {type(meta).__name__}, not a mapping; was it written by cbsite?")
     missing = [k for k in REQUIRED_META_KEYS if k not in meta]
     if missing:
         raise CbsiteError(f"run metadata is missing {', '.join(missing)}; was it written by cbsite?")
+    wrong = [
+        f"{key} is {_JSON_NAMES.get(type(meta[key]), type(meta[key]).__name__)}, not "
+        + " or ".join(dict.fromkeys(_JSON_NAMES[t] for t in types))
+        for key, types in META_TYPES.items()
+        if not isinstance(meta[key], types) or (type(meta[key]) is bool and bool not in types)
+    ]
+    if wrong:
+        raise CbsiteError(f"run metadata has wrong types: {'; '.join(wrong)}")
+    bad_counts = [k for k, v in meta["counts"].items() if type(v) is not int]
+    if bad_counts:
+        raise CbsiteError(f"run metadata has wrong types: counts[{bad_counts[0]!r}] is not a whole number")
     check_name("model", meta["model"])
     check_name("version", meta["version"])
     if not RUN_ID_RE.match(meta["run_id"]):

@@ -67,7 +67,7 @@ def test_run_ids_sort_by_time():
 
 
 def test_killed_writer_leaves_no_visible_run(small_run, tmp_path):
-    """A writer killed while writing leaves only a dot-folder, which readers ignore."""
+    """A writer killed while writing leaves only a staging folder that no reader (nor a `**` glob) sees."""
     meta = dict(small_run.meta, run_id=archive.new_run_id())
     meta_file = tmp_path / "meta.json"
     meta_file.write_text(json.dumps(meta))
@@ -91,9 +91,12 @@ def test_killed_writer_leaves_no_visible_run(small_run, tmp_path):
     assert proc.stdout.readline().strip() == "written"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    version_dir = tmp_path / "arch" / "mlp" / "v1"
-    assert [p.name for p in version_dir.iterdir()] == [f".{meta['run_id']}.partial"]
+    assert not (tmp_path / "arch" / "mlp").exists()
+    [staged] = (tmp_path / "arch" / archive.STAGING_DIR).iterdir()
+    assert (staged / "components.parquet.partial").is_file()
     assert archive.list_runs(tmp_path / "arch") == []
+    assert list((tmp_path / "arch").glob("**/components.parquet")) == []
+    assert [s.path for s in archive.stale_staging(tmp_path / "arch")] == [staged]
 
 
 def test_newer_schema_is_refused_with_both_versions(small_run, tmp_path):

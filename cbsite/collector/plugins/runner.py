@@ -8,16 +8,18 @@ not do work inside it beyond redirecting output).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import re
+import shutil
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from cbsite import schema
+from cbsite import archive, schema
 from cbsite.collector.plugins.base import PhaseContext, PluginResult, ProfilerPlugin, RunContext
 
 # Columns a plugin may set: the schema's plugin and link columns, except the two the runner owns.
@@ -145,7 +147,39 @@ class PluginRunner:
             self.ops.append({**op, "path": ctx.path, "phase": ctx.phase})
 
 
+_STAGING_ROOT: Path | None = None  # set by `staging_in`: the archive's staging area during `cbsite collect`
+_LIVE: set[Path] = set()  # staging folders of this process, removed at exit if still there
+
+
+@contextlib.contextmanager
+def staging_in(folder: Path | None) -> Iterator[None]:
+    """Stage plugin artifacts in `folder` (the archive's staging area) rather than the temp dir meanwhile, so
+    that what a killed process leaves is where `cbsite gc` finds it."""
+    global _STAGING_ROOT
+    old, _STAGING_ROOT = _STAGING_ROOT, folder
+    try:
+        yield
+    finally:
+        _STAGING_ROOT = old
+
+
 def staging_folder() -> Path:
+    """A new folder for a run's plugin artifacts until it is saved; owned by this process (see
+    `archive.new_staging`), removed with its Run (profiler.py) and at the latest when the interpreter exits,
+    also after Ctrl-C or SIGTERM (the CLI turns SIGTERM into an exception)."""
     import tempfile
 
-    return Path(tempfile.mkdtemp(prefix="cbsite-artifacts-"))
+    if _STAGING_ROOT is not None:
+        folder = archive.new_staging(_STAGING_ROOT, "artifacts-")
+    else:
+        folder = archive.new_staging(Path(tempfile.gettempdir()), "cbsite-artifacts-")
+    if not _LIVE:
+        atexit.register(_remove_live)
+    _LIVE.add(folder)
+    return folder
+
+
+def _remove_live() -> None:
+    for folder in sorted(_LIVE):
+        shutil.rmtree(folder, ignore_errors=True)
+    _LIVE.clear()
