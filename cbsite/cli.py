@@ -4,7 +4,7 @@ collect  profile a model into the archive        ls       list runs
 show     print one run                            diff     compare two runs
 build    build the site from the archive          serve    serve a built or published site
 publish  publish a site version (mike layout)     export   write a run as CSV / Parquet / JSON
-demo     collect the demo models and build the site
+demo     collect the demo models and build the site  gc       remove what killed runs left in the archive
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -128,7 +130,9 @@ def cmd_collect(args: argparse.Namespace) -> int:
         tags=tuple(args.tag),
         notes=args.notes,
     )
-    run = collect(request)
+    _note_stale(args.runs)
+    with _staging_in(args.runs):
+        run = collect(request)
     path = run.save(args.runs)
     _print_run(run, top=args.top)
     print(f"saved {path}")
@@ -138,25 +142,31 @@ def cmd_collect(args: argparse.Namespace) -> int:
 def cmd_ls(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from cbsite.archive import list_runs, read_meta
+    from rich.markup import escape
 
+    from cbsite.archive import invalid_folders, list_runs, read_meta
+
+    _note_stale(args.runs)
     refs = list_runs(args.runs)
-    if not refs:
+    invalid = [] if args.model else invalid_folders(args.runs)
+    if not refs and not invalid:
         print(f"no runs in {args.runs}; collect one with: cbsite collect dlrm --version v1")
         return 0
     table = Table("model", "version", "run id", "device", "components", "failed", "wall s")
+    for folder, problem in invalid:
+        table.add_row(escape(folder), "", "", f"[red]{escape(problem)}[/red]", "", "", "")
     for ref in refs:
         if args.model and ref.model != args.model:
             continue
         try:
             meta = read_meta(ref.path)
         except CbsiteError as exc:
-            table.add_row(ref.model, ref.version, ref.run_id, f"[red]unreadable: {exc}[/red]", "", "", "")
+            table.add_row(ref.model, ref.version, ref.run_id, f"[red]unreadable: {escape(str(exc))}[/red]", "", "", "")
             continue
         counts = meta.get("counts", {})
         table.add_row(
-            ref.model, ref.version, ref.run_id, str(meta["device"].get("name", "?")),
-            str(meta.get("components", sum(counts.values()))), str(counts.get("failed", 0)), f"{meta.get('wall_time_s', 0):.1f}",
+            ref.model, ref.version, ref.run_id, escape(str(meta["device"].get("name", "?"))),
+            str(meta.get("components", sum(counts.values()))), str(counts.get("failed", 0)), _fmt(meta.get("wall_time_s"), digits=1, fixed=True),
         )
     _console().print(table)
     return 0
@@ -169,28 +179,58 @@ def _console():
     return Console() if sys.stdout.isatty() else Console(width=200)
 
 
-def _fmt(value: Any, scale: float = 1.0, digits: int = 3) -> str:
-    if value is None:
+def _fmt(value: Any, scale: float = 1.0, digits: int = 3, fixed: bool = False) -> str:
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
         return "–"
-    return f"{value * scale:.{digits}g}"
+    return f"{value * scale:.{digits}{'f' if fixed else 'g'}}"
+
+
+def _note_stale(root: Path) -> None:
+    """One line on stderr when killed or interrupted runs left folders in the archive, naming the command."""
+    from cbsite.archive import shown, stale_staging
+
+    try:
+        stale = stale_staging(root)
+    except OSError:
+        return
+    if stale:
+        n = len(stale)
+        print(f"cbsite: {n} unfinished run folder{'s' * (n != 1)} in {shown(root)} left by interrupted runs; "
+              f"remove {'them' if n != 1 else 'it'} with: cbsite gc --runs {shown(root)}", file=sys.stderr)
+
+
+def _staging_in(root: Path):
+    """Plugin artifacts of the runs collected meanwhile are staged in the archive (see archive.py)."""
+    from cbsite.archive import staging_dir
+    from cbsite.collector.plugins.runner import staging_in
+
+    return staging_in(staging_dir(root))
 
 
 def _print_run(run: Any, top: int = 15) -> None:
     """Summary and the components that cost the most forward+backward time, as a terminal table."""
     import polars as pl
+    from rich.markup import escape
     from rich.table import Table
 
     meta = run.meta
     console = _console()
     dev = meta["device"]
-    peak = next(iter(dev.get("peak_flops", {}).values()), None)
+    peaks = dev.get("peak_flops")
+    peak = next(iter(peaks.values()), None) if isinstance(peaks, dict) and peaks else None
+    source = dev.get("peak_source")
+    source = source.get("flops") if isinstance(source, dict) else source
+    # Everything from the archive is printed as text, never read as rich markup.
     console.print(
-        f"[bold]{meta['model']}@{meta['version']}[/bold]  {meta['run_id']}  {dev.get('name')} ({dev.get('kind')}, "
-        f"{dev.get('num_threads')} threads)  dtype {meta['dtype']}  peak {_fmt(peak, 1e-12)} TFLOP/s "
-        f"({dev.get('peak_source', {}).get('flops')})  wall {meta['wall_time_s']:.1f}s  counts {meta['counts']}"
+        f"[bold]{meta['model']}@{meta['version']}[/bold]  {meta['run_id']}  " + escape(
+            f"{dev.get('name')} ({dev.get('kind')}, {dev.get('num_threads')} threads)  dtype {meta['dtype']}  "
+            f"peak {_fmt(peak, 1e-12)} TFLOP/s ({source})  wall {_fmt(meta['wall_time_s'], digits=1, fixed=True)}s  "
+            f"counts {meta['counts']}"),
+        highlight=False,
     )
-    for warning in meta.get("warnings", []):
-        console.print(f"[yellow]warning:[/yellow] {warning}")
+    warnings = meta.get("warnings")
+    for warning in warnings if isinstance(warnings, list) else []:
+        console.print(f"[yellow]warning:[/yellow] {escape(str(warning))}")
     rows = run.table()
     wide = rows.pivot(on="phase", index=["order", "path", "depth", "module_type", "status", "call_count", "param_bytes"],
                       values=["latency_ms", "flops", "mfu", "bandwidth_util"], aggregate_function="first")
@@ -199,7 +239,7 @@ def _print_run(run: Any, top: int = 15) -> None:
     table = Table("component", "type", "status", "calls", "fwd ms", "bwd ms", "GFLOP fwd", "MFU fwd", "BW util fwd", "MB")
     for r in wide.sort("order").to_dicts():
         table.add_row(
-            "  " * (r["depth"] - 1) + r["path"], r["module_type"].rsplit(".", 1)[-1], r["status"], str(r["call_count"]),
+            escape("  " * (r["depth"] - 1) + r["path"]), escape(r["module_type"].rsplit(".", 1)[-1]), r["status"], str(r["call_count"]),
             _fmt(r.get("latency_ms_forward")), _fmt(r.get("latency_ms_backward")), _fmt(r.get("flops_forward"), 1e-9),
             _fmt(r.get("mfu_forward")), _fmt(r.get("bandwidth_util_forward")), _fmt(r["param_bytes"], 1e-6),
         )
@@ -264,6 +304,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     pairs = [tuple(p.split("..", 1)) for p in args.diff]
     if any(len(p) != 2 for p in pairs):
         raise CbsiteError("--diff takes BASE..HEAD, e.g. --diff dlrm@v1..dlrm@v3")
+    _note_stale(args.runs)
     out = build_site(args.runs, args.out, config=args.config, perfetto_origin=args.perfetto_origin, extra_diffs=pairs,
                      allow_empty=args.allow_empty)
     print(f"site built in {out}")
@@ -278,6 +319,18 @@ def cmd_publish(args: argparse.Namespace) -> int:
         title=args.title, config=args.config, perfetto_origin=args.perfetto_origin, allow_empty=args.allow_empty,
     )
     print(f"published version {args.site_version} into {out} (serve it over HTTP: cbsite serve {args.out})")
+    return 0
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    """Remove what killed or interrupted runs left in the archive; never a folder a live process is writing."""
+    from cbsite.archive import remove_stale, shown
+
+    removed = remove_stale(args.runs, dry_run=args.dry_run)
+    for stale in removed:
+        print(f"{'would remove' if args.dry_run else 'removed'} {shown(stale.path)}  ({stale.reason})")
+    if not removed:
+        print(f"nothing to remove in {shown(args.runs)}")
     return 0
 
 
@@ -304,8 +357,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         check_out(args.out, args.runs)
     for provider, name, version, options in DEMO:
         print(f"collecting {name}@{version} ...", flush=True)
-        run = collect(CollectRequest(provider=provider, options=options, model_name=name, version=version,
-                                     config=config, tags=("demo",)))
+        with _staging_in(args.runs):
+            run = collect(CollectRequest(provider=provider, options=options, model_name=name, version=version,
+                                         config=config, tags=("demo",)))
         print(f"  saved {run.save(args.runs)}  ({run.meta['wall_time_s']:.1f}s, {run.meta['counts']})", flush=True)
     if args.collect_only:
         return 0
@@ -393,6 +447,11 @@ def build_parser() -> argparse.ArgumentParser:
     site_args(p)
     p.set_defaults(func=cmd_publish)
 
+    p = sub.add_parser("gc", help="remove the unfinished run folders that killed or interrupted runs left in the archive")
+    p.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
+    p.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
+    p.set_defaults(func=cmd_gc)
+
     p = sub.add_parser("serve", help="serve a built or published site on localhost")
     p.add_argument("dir", type=Path, nargs="?", default=Path("site"))
     p.add_argument("--host", default="127.0.0.1")
@@ -409,16 +468,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (CI cancellation, `timeout`, `kill`), raised like Ctrl-C so that every cleanup runs."""
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # Only the main thread may set handlers (main() called from a worker thread keeps the default).
+    installed = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if installed else None
     try:
         return args.func(args)
     except CbsiteError as exc:
         print(f"cbsite: error: {exc}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("cbsite: terminated", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("cbsite: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if installed:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 if __name__ == "__main__":
