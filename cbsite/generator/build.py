@@ -311,5 +311,5 @@ def _build_into(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool, 
         (project / "mkdocs.yml").write_text(dump_yaml(cfg))
         _mkdocs_build(project, out, strict, quiet, _epoch(catalog.newest_run_time()))
     for run in catalog.runs():
-        rundata.copy_artifacts(run, out / pages.run_url(run))
+        rundata.copy_artifacts(run, out / pages.run_url(run), warnings)
     return BuildResult(site=out, project=project_dir, warnings=warnings, pages=n_pages, runs=len(catalog.runs()))

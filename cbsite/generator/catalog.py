@@ -48,6 +48,8 @@ class Catalog:
 
 def _read_all(root: Path, warnings: list[str]) -> list[Run]:
     runs: list[Run] = []
+    for folder, problem in archive.invalid_folders(root):  # e.g. a version folder whose name is not UTF-8
+        warnings.append(f"skipped folder {folder}: {problem}")
     for ref in archive.list_runs(root):
         try:
             run = archive.read_run(ref.path)

@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from cbsite import archive, schema
+from cbsite import archive, artifacts, schema
 from cbsite.archive import Run
 
 # Per-phase columns the browser needs; the rest of the schema is in the Parquet/CSV downloads.
@@ -78,7 +78,8 @@ class RunData:
 
 
 def _safe_link(run: Run, link: str | None, warnings: list[str]) -> str | None:
-    """A run-relative link that stays inside the run folder and exists; anything else is dropped."""
+    """A run-relative link to an artifact the site publishes (`artifacts.is_publishable_link`: inside the run's
+    artifacts folder, a real file of a known type); anything else is dropped with a warning."""
     if not link:
         return None
     rel = PurePosixPath(link)
@@ -88,6 +89,9 @@ def _safe_link(run: Run, link: str | None, warnings: list[str]) -> str | None:
     assert run.path is not None
     if not (run.path / rel).is_file():
         warnings.append(f"run {run.run_id}: ignored link {link!r}: the file is missing")
+        return None
+    if not artifacts.is_publishable_link(run.path, link):
+        warnings.append(f"run {run.run_id}: ignored link {link!r}: not an artifact the site publishes")
         return None
     return rel.as_posix()
 
@@ -206,22 +210,22 @@ def write_run_files(run: Run, folder: Path, data: dict[str, Any], ops: dict[str,
     run.flat_table().write_csv(folder / "components.csv")
 
 
-def copy_artifacts(run: Run, folder: Path) -> int:
-    """Copy the run's artifacts into the built site (after mkdocs, which would take a `.md` artifact for a page)."""
+def copy_artifacts(run: Run, folder: Path, warnings: list[str] | None = None) -> int:
+    """Publish the run's artifacts into the built site (after mkdocs, which would take a `.md` artifact for a
+    page): only known types from real files inside the run, cleaned (see cbsite/artifacts.py). Written, not
+    linked: editing the site never edits the archive. Files that cannot be published are named in `warnings`
+    (refused entries are already reported by `run_data`)."""
     assert run.path is not None
-    count = 0
-    src = run.path / archive.ARTIFACTS_DIR
-    if src.is_dir():
-        for f in sorted(src.rglob("*")):
-            if f.is_file() and not f.is_symlink():  # a symlink could reach outside the archive
-                dest = folder / archive.ARTIFACTS_DIR / f.relative_to(src)
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(f, dest)  # a copy, not a hard link: editing the site must never edit the archive
-                count += 1
+    files, _ = artifacts.publishable(run.path)
+    count, problems = artifacts.publish(files, folder / archive.ARTIFACTS_DIR)
+    if warnings is not None:
+        warnings.extend(f"run {run.run_id}: {p}" for p in problems)
     return count
 
 
 def run_data(run: Run, warnings: list[str]) -> tuple[RunData, dict[str, Any], dict[str, Any] | None]:
+    assert run.path is not None
+    warnings.extend(f"run {run.run_id}: {p}" for p in artifacts.publishable(run.path)[1])
     comps = components_json(run, warnings)
     ops = ops_json(run)
     rd = RunData(

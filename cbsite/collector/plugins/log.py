@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterator, TextIO
 
+from cbsite.artifacts import relative_paths
 from cbsite.collector.plugins.base import Option, PhaseContext, PluginResult, Profiler
 
 
@@ -132,7 +133,8 @@ class LogPlugin(Profiler):
         sections.append("\n".join(section))
         out = ctx.artifact_dir() / "log.txt"
         # Rewritten with every phase so far: one file per component, complete after its last phase.
-        out.write_text(f"{ctx.path or '<root>'} ({ctx.module_type})\n\n" + "\n\n".join(sections) + "\n")
+        text = f"{ctx.path or '<root>'} ({ctx.module_type})\n\n" + "\n\n".join(sections) + "\n"
+        out.write_text(relative_paths(text))  # tracebacks name local files: never an absolute path in a run
         return PluginResult(
             columns={"log_file": ctx.link(out)},
             metrics={"lines": captured.count(), "warnings": sum(captured.warned.values())},

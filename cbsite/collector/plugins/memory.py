@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from cbsite.artifacts import scrubbed
 from cbsite.collector.cpu_memory import allocation_nodes
 from cbsite.collector.quiet_profiler import quiet_profiler
 from cbsite.collector.plugins import memory_timeline
@@ -55,7 +56,8 @@ class MemoryPlugin(Profiler):
     def profile(self, ctx: PhaseContext) -> PluginResult | None:
         if ctx.replay is None:
             return None
-        snapshot = self._record_cuda(ctx) if self.cuda else self._record_cpu(ctx)
+        # Stack frames name local files: relative paths only, in the pickle and the timeline alike.
+        snapshot = scrubbed(self._record_cuda(ctx) if self.cuda else self._record_cpu(ctx))
         device = torch.cuda.current_device() if self.cuda else None
         data = memory_timeline.timeline(snapshot, device=device, max_blocks=self.opts["max_blocks"],
                                         source="cuda-allocator" if self.cuda else "cpu-profiler")

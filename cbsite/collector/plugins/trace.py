@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import gzip
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
+from cbsite.artifacts import relative_paths
 from cbsite.collector.plugins.base import Option, PhaseContext, PluginResult, Profiler
 from cbsite.collector.plugins.kineto import profiled_pass
 
@@ -30,8 +30,9 @@ class TracePlugin(Profiler):
         os.close(fd)
         try:
             profiled.prof.export_chrome_trace(raw)
-            with open(raw, "rb") as src, gzip.open(out, "wb", compresslevel=6) as dst:
-                shutil.copyfileobj(src, dst)
+            text = Path(raw).read_text(encoding="utf-8", errors="surrogateescape")
+            with gzip.open(out, "wb", compresslevel=6) as dst:  # stack frames and file names: relative
+                dst.write(relative_paths(text).encode("utf-8", "surrogateescape"))
         finally:
             Path(raw).unlink(missing_ok=True)
         return PluginResult(columns={"trace_file": ctx.link(out)}, metrics={"bytes": out.stat().st_size})
