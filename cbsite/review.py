@@ -312,7 +312,7 @@ def markdown(rd: RunDiff, gate: GateResult | None = None, *, phase: str | None =
             for c in moved[:50]:
                 changes = [f"{cdiff.LABELS[m]} {cdiff.format_delta(m, c.delta[m])}" for m in REPORT_METRICS
                            if c.delta[m] and not c.noise[m]]
-                out.append(f"  - `{c.base_path}` → `{c.path}` ({_short(c.module_type)})"
+                out.append(f"  - {_code(c.base_path or '', table=False)} → {_code(c.path, table=False)} ({_short(c.module_type)})"
                            + (": " + ", ".join(changes) if changes else ""))
             if len(moved) > 50:
                 out.append(f"  - and {len(moved) - 50} more")
@@ -360,6 +360,7 @@ def to_json(rd: RunDiff, gate: GateResult | None, *, match_moved: bool, site_url
 def print_table(rd: RunDiff, gate: GateResult | None, console: Any, *, phase: str | None = None,
                 top: int = TOP_N) -> None:
     """The terminal report: the summary, totals, top contributors, moved modules, the gate (rich)."""
+    from rich.markup import escape
     from rich.table import Table
 
     model = rd.head_meta.get("model", "?")
@@ -376,7 +377,7 @@ def print_table(rd: RunDiff, gate: GateResult | None, console: Any, *, phase: st
     for metric in REPORT_METRICS:
         for c in rd.top(metric, main, top):
             share = c.share[metric]
-            contributors.add_row(cdiff.LABELS[metric], cdiff.display_path(c.path, model), _short(c.module_type), c.kind,
+            contributors.add_row(cdiff.LABELS[metric], escape(cdiff.display_path(c.path, model)), escape(_short(c.module_type)), c.kind,
                                  cdiff.format_delta(metric, c.self_delta[metric]), "" if share is None else _pct(share))
     if contributors.row_count:
         console.print(contributors)
@@ -426,7 +427,7 @@ def _gate_section(gate: GateResult, model: str) -> list[str]:
             out.append(f"| `{b.rule.text}` | {b.phase} | {_where(b, model, code=True)} | {_amount(b.rule.metric, b.base)} | "
                        f"{_amount(b.rule.metric, b.head)} | {_change(b)} |")
     if gate.unknown:
-        out += ["", "Not judged (values missing in a run): " + "; ".join(_escape(u) for u in gate.unknown[:20])
+        out += ["", "Not judged (values missing in a run): " + "; ".join(_md_text(u) for u in gate.unknown[:20])
                 + (f"; and {len(gate.unknown) - 20} more" if len(gate.unknown) > 20 else "")]
     return out + [""]
 
@@ -443,8 +444,10 @@ def _where(b: Breach, model: str, code: bool = False) -> str:
         return "total"
     text = cdiff.display_path(b.path, model)
     if b.base_path is not None and b.base_path != b.path:
+        if code:
+            return f"{_code(b.path)} (was {_code(b.base_path)})"
         text = f"{b.path} (was {b.base_path})"
-    return f"`{text}`" if code else text
+    return _code(text) if code else text
 
 
 def _change(b: Breach) -> str:
@@ -462,12 +465,28 @@ def _cap(text: str) -> str:
 
 
 def _listing(items: list[ComponentDelta], model: str, limit: int = 30) -> str:
-    shown = [f"{_path_cell(c, model)} ({_short(c.module_type)})" for c in items[:limit]]
+    shown = [f"{_code(cdiff.display_path(c.path, model), table=False)} ({_short(c.module_type)})" for c in items[:limit]]
     return ", ".join(shown) + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
 def _path_cell(c: ComponentDelta, model: str) -> str:
-    return f"`{_escape(cdiff.display_path(c.path, model))}`"
+    return _code(cdiff.display_path(c.path, model))
+
+
+def _code(text: str, table: bool = True) -> str:
+    """`text` as a Markdown code span that shows it as written, whatever it holds: the fence is one backtick
+    longer than the longest run of backticks inside (CommonMark), padded with a space where the text starts
+    or ends with one; in a table cell the pipe is escaped as GFM requires even inside code."""
+    text = " ".join(text.splitlines()) or " "
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text[0] == "`" or text[-1] == "`" or (text[0] == " " and text[-1] == " " and text.strip()) else ""
+    out = f"{fence}{pad}{text}{pad}{fence}"
+    return out.replace("|", "\\|") if table else out
+
+
+def _md_text(text: str) -> str:
+    """Plain Markdown text that shows as written: ASCII punctuation Markdown reads is backslash-escaped."""
+    return re.sub(r"([\\`*_\[\]<>|~&])", r"\\\1", " ".join(text.splitlines()))
 
 
 def _delta_cell(c: ComponentDelta, metric: str) -> str:
