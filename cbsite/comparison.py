@@ -38,6 +38,7 @@ from cbsite.errors import CbsiteError
 COMPARISONS_DIR = "_comparisons"
 COMPARISON_JSON = "comparison.json"
 COMPARISON_VERSION = 1
+MIN_CLEAN_PAIRS = 3  # fewer clean pairs in a process: its unit uses every pair instead
 NOT_JUDGED_HINT = "collect with `cbsite compare` or `cbsite collect --rounds N` (N >= 2) to judge latency"
 
 
@@ -179,8 +180,18 @@ def paired_units(samples: pl.DataFrame, layout: str) -> dict[tuple[str, str], li
         return {}
     keyed = samples.with_columns(pl.col("key").alias("path"))
     if layout == "interleaved":
-        bad = keyed.filter(pl.col("contended")).select("path", "phase", "process", "pair").unique()
-        clean = keyed.join(bad, on=["path", "phase", "process", "pair"], how="anti")
+        # A pair with a block that waited for a CPU is left out, unless too few clean pairs remain in that
+        # process (a machine busy all along): then every pair counts, as both arms shared the waiting,
+        # and the t-test sees the larger spread. The record's `flagged` says which.
+        group = ["path", "phase", "process"]
+        bad = keyed.filter(pl.col("contended")).select(*group, "pair").unique()
+        pairs = keyed.select(*group, "pair").unique()
+        clean_counts = pairs.join(bad, on=[*group, "pair"], how="anti").group_by(group).agg(pl.len().alias("clean"))
+        all_counts = pairs.group_by(group).agg(pl.len().alias("all"))
+        busy = (all_counts.join(clean_counts, on=group, how="left").with_columns(pl.col("clean").fill_null(0))
+                .filter(pl.col("clean") < pl.min_horizontal(pl.lit(MIN_CLEAN_PAIRS), pl.col("all"))).select(group))
+        drop = bad.join(busy, on=group, how="anti")
+        clean = keyed.join(drop, on=[*group, "pair"], how="anti")
         table = stats.per_process_log_ratios(clean)
         out: dict[tuple[str, str], list[float]] = {}
         for row in table.sort(["path", "phase", "process"]).iter_rows(named=True):

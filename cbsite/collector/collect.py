@@ -34,7 +34,20 @@ class CollectRequest:
     notes: str = ""
 
 
-def collect(request: CollectRequest) -> Run:
+@dataclass
+class Prepared:
+    """A request's model and batches after its preprocessing, and what run.json says of them."""
+
+    model: Any
+    batches: list[tuple[tuple[Any, ...], dict[str, Any]]]
+    name: str
+    provider: dict[str, Any]
+    steps: list[dict[str, Any]]
+    inputs_description: dict[str, Any]
+
+
+def prepare(request: CollectRequest) -> Prepared:
+    """Provider then preprocessing: deterministic for a request, so a worker process rebuilds the same model."""
     if request.batches < 1:
         raise CbsiteError(f"--batches must be at least 1, got {request.batches}")
     try:
@@ -57,15 +70,29 @@ def collect(request: CollectRequest) -> Run:
         model, inputs, record = step.apply(model, inputs)
         steps.append(record)
     name = request.model_name or provided.name.replace(":", "-").replace("/", "-")[-64:]
-    return profile_model(
-        model,
-        [(i.args, i.kwargs) for i in inputs],
-        request.config,
-        model_name=name,
-        version=request.version,
+    return Prepared(
+        model=model,
+        batches=[(i.args, i.kwargs) for i in inputs],
+        name=name,
         provider={"name": provided.name, "options": provided.options, "description": provided.description},
-        preprocessing=steps,
+        steps=steps,
         inputs_description=describe_inputs(inputs[0]),
+    )
+
+
+def collect(request: CollectRequest) -> Run:
+    """Collect one run; with `config.rounds > 1` its timing is repeated in fresh worker processes."""
+    prepared = prepare(request)
+    return profile_model(
+        prepared.model,
+        prepared.batches,
+        request.config,
+        model_name=prepared.name,
+        version=request.version,
+        provider=prepared.provider,
+        preprocessing=prepared.steps,
+        inputs_description=prepared.inputs_description,
         tags=request.tags,
         notes=request.notes,
+        request=request,
     )

@@ -120,9 +120,9 @@ def run_process(job: ProcessJob) -> ProcessResult:
                     result.samples.append(_sample(job, task, arm, pair, position, block))
                 pair += 1
                 good_pairs += not any(b.contended for _, b in blocks)
-                if good_pairs < job.pairs and (time.perf_counter() - started > job.max_task_s or pair >= 4 * job.pairs):
+                if good_pairs < job.pairs and (time.perf_counter() - started > job.max_task_s or pair >= 2 * job.pairs):
                     result.flagged[where] = (f"contended: {pair - good_pairs} of {pair} block pairs waited for a CPU; "
-                                             f"{good_pairs} clean pairs")
+                                             f"{good_pairs} clean pairs" + ("" if good_pairs >= 3 else ", so every pair counts"))
                     break
         except NothingToDifferentiate as exc:
             result.errors[where] = f"backward not applicable: {exc}"

@@ -1,0 +1,118 @@
+"""Consistent hierarchies: a child should not measure slower than the parent that contains it.
+
+A parent called once per forward does all of its child's work and more, so a child whose latency is
+above its parent's *beyond both intervals* (the child's 25th percentile above the parent's 75th) points
+at the measurement, not the model: the two were timed at different moments (a neighbour, a frequency
+step) or the child alone pays a cost the parent amortises. Such pairs are timed again, *interleaved*
+(random order inside each pair of blocks, as a comparison does), in the collecting process; the new
+blocks join the run's samples, so the latencies stay derived from samples. A pair that is still
+inverted is flagged on both rows, and run.json's `hierarchy` carries the share of consistent pairs.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Callable, Iterable
+
+from torch.utils.benchmark import Timer
+
+from cbsite.collector.contention import WaitProbe
+from cbsite.collector.measure import block_size, timed_block
+
+REMEASURE_PAIRS = 10
+
+
+def _eligible(rows: Iterable[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(parent row, child row) pairs with numbers on both sides and the same calls per forward."""
+    rows = list(rows)
+    by = {(r["path"], r["phase"]): r for r in rows}
+    pairs = []
+    for child in rows:
+        if child["parent"] is None or child["status"] != "measured" or not child["latency_ms"]:
+            continue
+        parent = by.get((child["parent"], child["phase"]))
+        if parent is None or parent["status"] != "measured" or not parent["latency_ms"]:
+            continue
+        if parent["call_count"] == child["call_count"] and child["call_count"] > 0:
+            pairs.append((parent, child))
+    return pairs
+
+
+def inverted(parent: dict[str, Any], child: dict[str, Any]) -> bool:
+    """Is the child slower than its parent beyond both intervals?"""
+    lo_child = child["latency_p25_ms"] if child["latency_p25_ms"] is not None else child["latency_ms"]
+    hi_parent = parent["latency_p75_ms"] if parent["latency_p75_ms"] is not None else parent["latency_ms"]
+    return lo_child > hi_parent
+
+
+def remeasure(
+    rows: list[dict[str, Any]],
+    statement: Callable[[str, str], tuple[Callable[[], Any], int] | None],
+    block_s: float,
+    num_threads: int,
+    session_id: str,
+    first_pair: Callable[[str, str], int],
+) -> tuple[list[dict[str, Any]], int]:
+    """Time every inverted pair again, interleaved; returns (new sample rows, pairs re-measured).
+
+    `statement(path, phase)` gives the timed statement of a measured component and its calls per
+    statement (None when there is none); `first_pair(path, phase)` the next free block index.
+    """
+    from cbsite.collector.session.rounds import block_samples
+
+    samples: list[dict[str, Any]] = []
+    done = 0
+    rng = random.Random(session_id)
+    probe = WaitProbe()
+    for parent, child in _eligible(rows):
+        if not inverted(parent, child):
+            continue
+        sides = []
+        for row in (parent, child):
+            found = statement(row["path"], row["phase"])
+            if found is None:
+                break
+            fn, calls = found
+            timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=num_threads)
+            fn()
+            sides.append((row, timer, calls, block_size(timer, block_s)))
+        if len(sides) != 2:
+            continue
+        blocks: dict[int, list[Any]] = {0: [], 1: []}
+        for _ in range(REMEASURE_PAIRS):
+            order = [0, 1]
+            rng.shuffle(order)
+            for i in order:
+                row, timer, calls, number = sides[i]
+                blocks[i].append(timed_block(timer, number, calls, probe))
+        for i, (row, *_rest) in enumerate(sides):
+            start = first_pair(row["path"], row["phase"])
+            new = block_samples(row["path"], row["phase"], blocks[i], session_id)
+            for k, s in enumerate(new):
+                s["pair"] = start + k
+            samples.extend(new)
+        done += 1
+    return samples, done
+
+
+def check(rows: list[dict[str, Any]], remeasured: int) -> dict[str, Any]:
+    """Flag the rows of pairs still inverted; the share of consistent parent/child pairs for run.json."""
+    pairs = _eligible(rows)
+    bad = [(p, c) for p, c in pairs if inverted(p, c)]
+    for parent, child in bad:
+        where = "after an interleaved re-measurement" if remeasured else ""
+        child["notes"] = list(child["notes"] or []) + [
+            f"slower than its parent {parent['path'] or '<root>'} ({child['latency_ms']:.4g} ms vs {parent['latency_ms']:.4g} ms) "
+            f"beyond both intervals {where}: timed alone it pays a cost the parent amortises, or a disturbance remained".replace("  ", " ")
+        ]
+        parent["notes"] = list(parent["notes"] or []) + [
+            f"faster than its child {child['path']} beyond both intervals (see that row)"
+        ]
+    return {
+        "pairs": len(pairs),
+        "consistent": len(pairs) - len(bad),
+        "share_consistent": (len(pairs) - len(bad)) / len(pairs) if pairs else None,
+        "remeasured_pairs": remeasured,
+        "inverted": [{"parent": p["path"], "child": c["path"], "phase": c["phase"]} for p, c in bad],
+        "rule": "pairs with equal calls per forward; inverted when the child's p25 is above the parent's p75",
+    }

@@ -1,0 +1,41 @@
+"""Tiny models for session tests, importable by spawned worker processes (`tests.session_models:mlp`)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class Slowed(nn.Linear):
+    """A Linear that also does `repeat` more times its own matmul: real extra work, the same output."""
+
+    def __init__(self, fan_in: int, fan_out: int, repeat: int) -> None:
+        super().__init__(fan_in, fan_out)
+        self.repeat = repeat
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = super().forward(x)
+        for _ in range(self.repeat):
+            out = out + 0.0 * torch.nn.functional.linear(x, self.weight)
+        return out
+
+
+class Net(nn.Module):
+    """Three Linear+ReLU blocks; `repeat` > 0 plants that much extra matmul work in `layers.1.0`."""
+
+    def __init__(self, repeat: int = 0, width: int = 256) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            nn.Sequential(Slowed(width, width, repeat) if i == 1 else nn.Linear(width, width), nn.ReLU()) for i in range(3)
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def mlp(repeat: int = 0, width: int = 256, batch: int = 128, seed: int = 0):
+    """A `Net` and one batch (a `package.module:function` provider)."""
+    torch.manual_seed(seed)
+    return Net(repeat, width), (torch.randn(batch, width),)
