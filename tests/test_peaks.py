@@ -8,6 +8,9 @@ fast the machine is: a peak that is deliberately low is given or planted, never 
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -137,8 +140,18 @@ def test_recorded_shapes_replay_standalone():
     assert timed[0]["flops"] == 2 * 4 * 16 * 8 and all(t["seconds"] > 0 for t in timed)
 
 
-def test_clean_worker_and_its_in_process_fallback(monkeypatch):
+def test_clean_worker_and_its_in_process_fallback(monkeypatch, tmp_path):
+    main = vars(sys.modules["__main__"])
+    before = {k: main[k] for k in ("__file__", "__spec__") if k in main}
     assert device.in_clean_worker(math.factorial, 5) == (120, "clean worker (spawn)")
+    assert {k: main[k] for k in ("__file__", "__spec__") if k in main} == before  # the caller's main is restored
+
+    # A script with no `if __name__ == "__main__":` guard: the worker must not run its top level again.
+    script = tmp_path / "unguarded.py"
+    script.write_text("import math\nfrom cbsite.collector import device\nprint('top level ran')\n"
+                      "print(device.in_clean_worker(math.factorial, 5))\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.count("top level ran") == 1 and "(120, 'clean worker (spawn)')" in out.stdout
 
     class Broken:
         def __init__(self, *args, **kwargs):
@@ -153,7 +166,7 @@ CHROMIUM = "/usr/bin/chromium"
 
 
 @pytest.mark.browser
-@pytest.mark.skipif(not __import__("os").path.exists(CHROMIUM), reason="Debian's chromium is not installed (make browser)")
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (make browser)")
 def test_site_marks_mfu_above_100_as_suspect_and_flop_free_as_na(low_given_peak_run, tmp_path):
     """Rows planted above 100 % MFU: the table, tooltip and totals show '⚠ 227%' with a title pointing to the
     warnings, the icicle keeps them out of its colour ramp; the ReLU and LayerNorm rows show n/a."""
@@ -199,7 +212,7 @@ def test_site_marks_mfu_above_100_as_suspect_and_flop_free_as_na(low_given_peak_
             page.locator(f"#cbsite-icicle g.cbsite-node[data-index='{index}']").first.hover()
             tip = page.locator(".cbsite-tip").inner_text()
             assert "\u26a0 227%" in tip and "suspect" in tip
-            totals = page.locator("table.cbsite-totals .cbsite-suspect")  # the root's planted 150 %
+            totals = page.locator("table.cbsite-totals .cbsite-suspect", has_text="150%")  # the root's planted 150 %
             assert totals.count() == 1 and totals.inner_text() == "\u26a0 150%" and "warnings" in totals.get_attribute("title")
             assert page.locator("#warnings").count() == 1 and errors == []
             browser.close()

@@ -10,9 +10,11 @@ calibrates again at the end of the run and on the shapes of any component that b
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import platform
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable
@@ -82,6 +84,27 @@ def _refuse_in_bootstrap() -> None:
         )
 
 
+@contextlib.contextmanager
+def _main_not_reimported():
+    """While a spawned worker starts, hide the main script from it (spawn would import it again).
+
+    The worker only runs cbsite functions, so it needs nothing from the caller's script; importing it
+    again would run an unguarded script's top level (building its model) in the worker. The main
+    module's `__spec__` and `__file__` are restored as soon as the worker has started.
+    """
+    main = sys.modules.get("__main__")
+    saved = {k: main.__dict__[k] for k in ("__spec__", "__file__") if main is not None and k in main.__dict__}
+    try:
+        if main is not None:
+            main.__dict__.pop("__file__", None)
+            main.__spec__ = None
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.pop("__spec__", None)
+            main.__dict__.update(saved)
+
+
 def in_clean_worker(fn: Callable[..., Any], *args: Any, timeout: float = WORKER_TIMEOUT_S) -> tuple[Any, str]:
     """Run `fn(*args)` in a fresh spawned process (no plugin, compiler or thread pool of this one), or here.
 
@@ -91,7 +114,9 @@ def in_clean_worker(fn: Callable[..., Any], *args: Any, timeout: float = WORKER_
     _refuse_in_bootstrap()
     try:
         with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            return pool.submit(fn, *args).result(timeout=timeout), "clean worker (spawn)"
+            with _main_not_reimported():  # the worker process starts inside submit()
+                future = pool.submit(fn, *args)
+            return future.result(timeout=timeout), "clean worker (spawn)"
     except Exception as exc:  # noqa: BLE001 - any failure to start or finish the worker falls back to this process
         why = f"{type(exc).__name__}: {exc}".strip().rstrip(":")[:300]
     return fn(*args), f"in-process (the clean worker failed: {why})"
