@@ -34,7 +34,8 @@
     /* A utilisation (MFU, bandwidth): n/a where its numerator is zero by definition (a FLOP-free
        module has no MFU), a dash where it was not measured, a marker where MFU beats its peak. */
     util: function (v, numerator, mark) {
-      if (!isNum(v)) return numerator === 0 ? "n/a" : DASH;
+      if (numerator === 0) return "n/a";  // runs collected before this rule stored 0 here
+      if (!isNum(v)) return DASH;
       return (mark && v > 1 ? "\u26a0 " : "") + sig(v * 100, 3) + "%";
     },
     signed: function (v, fmt) {

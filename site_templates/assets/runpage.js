@@ -214,7 +214,9 @@
     function colourFn() {
       var c = colours[state.colour];
       if (c.extra) return function (i) { return c.value(i, state.phase); };
-      if (state.colour === "mfu") return function (i) { var v = metric(d, state.phase, "mfu", i); return F.suspect(v) ? null : v; };
+      if (state.colour === "mfu") return function (i) {
+        var v = metric(d, state.phase, "mfu", i);
+        return F.suspect(v) || metric(d, state.phase, "flops", i) === 0 ? null : v; };
       return function (i) { return metric(d, state.phase, state.colour, i); };
     }
     function opts() {
