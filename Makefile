@@ -31,6 +31,8 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install --quiet $(FBGEMM_PKG)
 	$(PIP) install --quiet --no-deps torchrec==$(TORCHREC_VERSION)
 	$(PIP) install --quiet tensordict torchmetrics==1.0.3 tqdm pyre-extensions iopath
+	# The collect extra's other dependency (torch and torchrec are pinned above): submitit for study sweeps.
+	$(PIP) install --quiet 'submitit>=1.5'
 	$(PIP) install --quiet -e '.[dev,site]'
 	touch $(STAMP)
 

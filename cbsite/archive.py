@@ -575,6 +575,10 @@ def _unfinished(run_dir: Path) -> bool:
     return (run_dir / (COMPONENTS_FILE + PARTIAL)).exists() and not (run_dir / COMPONENTS_FILE).exists()
 
 
+# Top-level folders cbsite keeps beside the models: comparison records (comparison.py), study records (study.py).
+RESERVED_FOLDERS = ("_comparisons", "_studies")
+
+
 def invalid_folders(root: str | os.PathLike[str] = "runs") -> list[tuple[str, str]]:
     """(folder as printable text, the problem) for each folder where a model, version or run folder would be
     whose name is not one: `list_runs` ignores them, listings and the site name them. Dot-folders are not
@@ -589,6 +593,8 @@ def invalid_folders(root: str | os.PathLike[str] = "runs") -> list[tuple[str, st
         kind, pattern = levels[depth]
         for entry in sorted(folder.iterdir()):
             if entry.name.startswith(".") or not entry.is_dir():
+                continue
+            if depth == 0 and entry.name in RESERVED_FOLDERS:  # records beside the runs, not models
                 continue
             if not pattern.match(entry.name):
                 rel = shown(entry.relative_to(base))

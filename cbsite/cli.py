@@ -5,6 +5,7 @@ show     print one run                            diff     compare two runs
 build    build the site from the archive          serve    serve a built or published site
 publish  publish a site version (mike layout)     export   write a run as CSV / Parquet / JSON
 demo     collect the demo models and build the site  gc       remove what killed runs left in the archive
+sweep    one run per point of a grid of options (a study)
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ def _add_collect_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--peak-flops", type=float, default=None, help="override the peak FLOP/s used for MFU")
     p.add_argument("--peak-bandwidth", type=float, default=None, help="override the peak bytes/s")
     p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: torch's)")
+    p.add_argument("--no-step", action="store_true",
+                   help="skip the whole model's training step and eval forward (step throughput in run.json)")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--plugin", action="append", default=[],
                    help="profiler/preprocessor/reporter plugin by name, e.g. trace, ops, log, compile; repeatable "
@@ -104,6 +107,7 @@ def _collect_config(args: argparse.Namespace, plugins: tuple[tuple[str, ...], di
         peak_flops=args.peak_flops,
         peak_bandwidth=args.peak_bandwidth,
         num_threads=args.threads,
+        step=not args.no_step,
         progress=not args.no_progress and sys.stderr.isatty(),
     )
 
@@ -231,6 +235,10 @@ def _print_run(run: Any, top: int = 15) -> None:
     warnings = meta.get("warnings")
     for warning in warnings if isinstance(warnings, list) else []:
         console.print(f"[yellow]warning:[/yellow] {escape(str(warning))}")
+    from cbsite.throughput import step_lines
+
+    for line in step_lines(meta):
+        console.print(line, markup=False, highlight=False)
     rows = run.table()
     wide = rows.pivot(on="phase", index=["order", "path", "depth", "module_type", "status", "call_count", "param_bytes"],
                       values=["latency_ms", "flops", "mfu", "bandwidth_util"], aggregate_function="first")
@@ -347,6 +355,45 @@ DEMO_PLUGINS = ("trace", "ops", "log", "memory", "compile")
 DEMO_PLUGIN_OPTIONS = {"compile": {"max_depth": 2}}
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Collect one run per point of a grid of provider options (a study); --list prints the points only."""
+    import re
+
+    from cbsite import study as cstudy
+
+    name = args.study or re.sub(r"[^A-Za-z0-9._-]", "-", f"{args.provider}-study").lstrip("._-")[:64]
+    sweep = cstudy.Study.from_grid(name, args.provider, args.grid, base_options=_parse_options(args.option),
+                                   zip_axes=args.zip, model=args.model)
+    selected = cstudy.select(sweep.points, args.k)
+    if args.list:
+        done = cstudy.done_points(args.runs, sweep) if args.runs.is_dir() else {}
+        print(f"{sweep.describe()}; {len(selected)} selected" + (f" by -k {args.k!r}" if args.k else ""))
+        for p in selected:
+            options = " ".join(f"{k}={json.dumps(v)}" for k, v in p.options.items())
+            print(f"  {p.label}  {options}" + ("  (done)" if p.label in done else ""))
+        return 0
+    if not selected:
+        raise CbsiteError(f"-k {args.k!r} selects none of the {len(sweep.points)} points; see them with --list")
+    from cbsite.collector.collect import CollectRequest, Preprocessing
+    from cbsite.collector.executors import run_sweep
+
+    config = _collect_config(args)
+    config = type(config)(**{**config.__dict__, "progress": False})  # points run in workers: one line each
+    request = CollectRequest(provider=args.provider, batches=args.batches, seed=args.seed,
+                             preprocessing=Preprocessing(args.shrink_factor, args.shrink_cap, args.batch_size),
+                             config=config, tags=tuple(args.tag), notes=args.notes)
+    _note_stale(args.runs)
+    record = run_sweep(sweep, selected, args.runs, request, executor=args.executor, workers=args.workers,
+                       options=_parse_options(args.executor_option), pin=not args.no_pin, expression=args.k,
+                       say=lambda line: print(line, flush=True))
+    chosen = {p.label for p in selected}
+    failed = [e for e in record["points"] if e["label"] in chosen and e["status"] == "failed"]
+    done = [e for e in record["points"] if e["label"] in chosen and e["status"] == "done"]
+    print(f"study {sweep.name}: {len(done)} of {len(selected)} selected points done, {len(failed)} failed "
+          f"(record: {cstudy.folder(args.runs, sweep.name) / cstudy.STUDY_JSON})")
+    return 1 if failed else 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from cbsite.collector.collect import CollectRequest, collect
 
@@ -416,6 +463,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--site-url", default=None, help="URL of the published site version; links the diff page")
     p.add_argument("--top", type=int, default=5, help="top contributors shown per metric")
     p.set_defaults(func=cmd_diff)
+
+    p = sub.add_parser(
+        "sweep", help="collect one run per point of a grid of provider options (a study)",
+        description="Run a study: the cross product (or --zip) of --grid option values, one run per point, tagged "
+                    "study:NAME and point:LABEL (the label is the run's version). Points already in the archive are "
+                    "skipped; a failing point is recorded in runs/_studies/NAME/study.json and the others go on. "
+                    "Exit status: 0 all selected points done, 1 some failed, 2 a usage error.")
+    p.add_argument("provider", help="dlrm | deepfm | dlrm-synthetic | nanogpt | package.module:function")
+    p.add_argument("--grid", action="append", default=[], required=True, metavar="KEY=V1,V2,...",
+                   help="an axis: provider option and its values (JSON where they parse); repeatable")
+    p.add_argument("--zip", action="store_true", help="zip the axes (i-th values together) instead of the cross product")
+    p.add_argument("--list", action="store_true", help="print the points and their labels; run nothing")
+    p.add_argument("-k", default=None, metavar="EXPR",
+                   help="select points by label as pytest -k does: substrings with and, or, not, parentheses")
+    p.add_argument("--study", default=None, help="study name (default: PROVIDER-study)")
+    p.add_argument("--model", default=None, help="model name of the points' runs (default: the study name)")
+    p.add_argument("--executor", choices=("local", "submitit", "ray"), default="local",
+                   help="local: pinned process pool; submitit: Slurm job arrays (or cluster=local|debug); ray: optional")
+    p.add_argument("--workers", type=int, default=1, help="points at once (local: one exclusive core set each)")
+    p.add_argument("--executor-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="submitit parameters, e.g. cluster=local, slurm_partition=dev, cpus_per_task=8; repeatable")
+    p.add_argument("--no-pin", action="store_true", help="local executor: do not pin workers to cores (benchmarks)")
+    p.add_argument("-o", "--option", action="append", default=[], help="provider option shared by every point")
+    p.add_argument("--batches", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--shrink-factor", type=float, default=None)
+    p.add_argument("--shrink-cap", type=int, default=None)
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--tag", action="append", default=[])
+    p.add_argument("--notes", default="")
+    _add_collect_args(p)
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("export", help="write one run as csv, parquet or json")
     p.add_argument("run")

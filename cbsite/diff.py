@@ -243,6 +243,10 @@ class RunDiff:
                 f"{len(flagged)} component{'s' * (len(flagged) != 1)} lack numbers in a run "
                 f"(failed, skipped or not measured), so some deltas are unknown: {shown}."
             )
+        from cbsite.throughput import sentence
+
+        if (step := sentence(self.base_meta, self.head_meta)) is not None:
+            sentences.append(step)
         sentences.extend(_capitalise(w) + "." for w in self.warnings)
         return " ".join(sentences)
 

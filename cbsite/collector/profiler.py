@@ -30,6 +30,7 @@ from cbsite.collector.measure import ComponentMeasurement, NothingToDifferentiat
 from cbsite.collector.peaks import check_peaks
 from cbsite.collector.preprocess import batch_size_of
 from cbsite.collector.restore import preserved
+from cbsite.collector.step import collect_step
 from cbsite.collector.providers import Inputs as ProvidedInputs
 from cbsite.collector.plan import Component, PlanConfig, breadth_first, component_tree, selected
 from cbsite.collector.plugins import registry
@@ -63,6 +64,8 @@ class CollectConfig:
     peak_bandwidth: float | None = None
     calibrate: bool = True
     num_threads: int | None = None
+    # The whole model's training step and inference forward, timed besides the components (step.py).
+    step: bool = True
     progress: bool = True
     # Plugins by name (profilers, preprocessors, reporters) and their options {plugin: {key: value}}.
     plugins: tuple[str, ...] = ()
@@ -366,6 +369,7 @@ def _profile(
     # Every failed phase of every component, as measured: a failed parent is estimated from its children
     # and a failed backward has no row in the counts phase, yet both failed.
     counts["failed"] = sum(1 for per in outcomes.values() for o in per.values() if o.status == "failed")
+    step = collect_step(model, batches, config, num_threads) if config.step else None
     meta = {
         "schema_version": schema.SCHEMA_VERSION,
         "run_id": run_id,
@@ -399,6 +403,7 @@ def _profile(
         "components": len(in_run),
         "warnings": load_warnings + _load_warnings(num_threads, "after") + peak_warnings,
         "counts_phase": config.phases[0],
+        "step": step,
     }
     table = pl.from_arrow(archive.rows_to_table(rows))
     run = archive.Run(meta=meta, rows=table, artifacts=artifacts, ops=_ops_frame(runner.ops, run_id, model_name, version))
