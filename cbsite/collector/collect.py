@@ -74,7 +74,8 @@ def prepare(request: CollectRequest) -> Prepared:
         model=model,
         batches=[(i.args, i.kwargs) for i in inputs],
         name=name,
-        provider={"name": provided.name, "options": provided.options, "description": provided.description},
+        provider={"name": provided.name, "options": provided.options, "description": provided.description,
+                  **({"details": provided.details} if provided.details else {})},
         steps=steps,
         inputs_description=describe_inputs(inputs[0]),
     )

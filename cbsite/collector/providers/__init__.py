@@ -46,6 +46,9 @@ class Provided:
     name: str
     options: dict[str, Any]
     description: str
+    # What the provider measured of its own model and inputs (JSON values), kept in run.json's
+    # provider.details: e.g. dlrm-synthetic's tables and their unique-id footprint.
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 # A built-in's entry point: (validated options, batches, seed) -> Provided.

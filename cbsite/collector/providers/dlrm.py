@@ -100,11 +100,18 @@ def sample_kjt(
     alpha: float,
     batch_size: int,
     generator: torch.Generator,
+    max_lookups: int | None = None,
 ) -> KeyedJaggedTensor:
-    """A KeyedJaggedTensor of `batch_size` samples: per key, power-law lengths and power-law ids."""
+    """A KeyedJaggedTensor of `batch_size` samples: per key, power-law lengths and power-law ids.
+
+    `max_lookups` caps every bag (ids per sample and feature), as production pipelines truncate long
+    histories: lengths are drawn from the power law, then clipped.
+    """
     values, lengths = [], []
     for hash_size, mean in zip(hash_sizes, mean_pooling):
         key_lengths = power_law_lengths(batch_size, mean, alpha, generator)
+        if max_lookups is not None:
+            key_lengths = key_lengths.clamp(max=max_lookups)
         lengths.append(key_lengths)
         values.append(power_law_ids(int(key_lengths.sum()), hash_size, alpha, generator))
     return KeyedJaggedTensor.from_lengths_sync(
@@ -134,6 +141,7 @@ def recsys_batches(
     hash_sizes: Sequence[int],
     mean_pooling: Sequence[float],
     alpha: float,
+    max_lookups: int | None = None,
 ) -> list[Inputs]:
     """Distinct `(dense_features, sparse_features)` batches, each from its own seeded generator."""
     out = []
@@ -141,7 +149,7 @@ def recsys_batches(
     for index in range(batches):
         g = torch.Generator().manual_seed(batch_seed(seed, index))
         dense = torch.rand(batch_size, dense_in_features, generator=g)
-        sparse = sample_kjt(keys, hash_sizes, mean_pooling, alpha, batch_size, g)
+        sparse = sample_kjt(keys, hash_sizes, mean_pooling, alpha, batch_size, g, max_lookups)
         out.append(Inputs(args=(dense, sparse)))
     return out
 

@@ -1,0 +1,114 @@
+"""dlrm-synthetic's study knobs: shared tables, the interaction type, the lookup cap, the unique-id footprint."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from torch import nn
+
+from cbsite.collector.providers import provide
+from cbsite.errors import CbsiteError
+
+TINY = {"size": "tiny"}
+
+
+def forward(provided, batch=0):
+    inputs = provided.inputs[batch]
+    return provided.model(*inputs.args, **inputs.kwargs)
+
+
+def test_defaults_keep_one_table_per_feature_and_the_dot_interaction():
+    provided = provide("dlrm-synthetic", TINY, batches=2)
+    configs = provided.model.sparse_arch.embedding_bag_collection.embedding_bag_configs()
+    assert [c.feature_names for c in configs] == [["cat_0"], ["cat_1"], ["cat_2"], ["cat_3"]]
+    assert type(provided.model.inter_arch).__name__ == "InteractionArch"
+    assert provided.options["interaction"] == "dot" and provided.options["num_tables"] is None
+    assert forward(provided).shape == (8, 1)
+
+
+def test_shared_tables_serve_several_features_round_robin():
+    provided = provide("dlrm-synthetic", {**TINY, "sparse_features": 6, "num_tables": 2, "num_embeddings": [50, 7]})
+    configs = provided.model.sparse_arch.embedding_bag_collection.embedding_bag_configs()
+    assert [(c.name, c.num_embeddings, c.feature_names) for c in configs] == [
+        ("t_0", 50, ["cat_0", "cat_2", "cat_4"]), ("t_1", 7, ["cat_1", "cat_3", "cat_5"])]
+    sparse = provided.inputs[0].args[1].to_dict()
+    assert all(int(sparse[f"cat_{j}"].values().max()) < (50 if j % 2 == 0 else 7) for j in range(6))
+    assert forward(provided).shape == (8, 1)
+    tables = provided.details["tables"]
+    assert [t["features"] for t in tables] == [["cat_0", "cat_2", "cat_4"], ["cat_1", "cat_3", "cat_5"]]
+    # One table's parameters for three features: fewer parameters than six tables of the same size.
+    alone = provide("dlrm-synthetic", {**TINY, "sparse_features": 6, "num_embeddings": 50})
+    params = lambda m: sum(p.numel() for p in m.sparse_arch.parameters())  # noqa: E731
+    assert params(provided.model) == (50 + 7) * 8 < params(alone.model)
+
+
+@pytest.mark.parametrize(
+    ("interaction", "module", "over_in"),
+    [("dot", "InteractionArch", 8 + 6 + 4), ("cat", "InteractionConcatArch", 5 * 8), ("dcn", "InteractionDCNArch", 5 * 8)],
+)
+def test_interaction_type_sets_the_arch_and_the_over_arch_input(interaction, module, over_in):
+    provided = provide("dlrm-synthetic", {**TINY, "interaction": interaction, "dcn_layers": 3})
+    model = provided.model
+    assert type(model.inter_arch).__name__ == module
+    first = next(m for m in model.over_arch.modules() if isinstance(m, nn.Linear))
+    assert first.in_features == over_in  # dot: D + F(F-1)/2 + F; cat and dcn: (F + 1) x D
+    out = forward(provided)
+    assert out.shape == (8, 1) and torch.isfinite(out).all()
+    if interaction == "dcn":
+        assert len(model.inter_arch.crossnet.W_kernels) == 3 and model.inter_arch.crossnet.W_kernels[0].shape == (40, 4)
+    if interaction == "cat":  # no crossing: the concatenation itself
+        dense = model.dense_arch(provided.inputs[0].args[0])
+        sparse = model.sparse_arch(provided.inputs[0].args[1])
+        assert torch.equal(model.inter_arch(dense, sparse), torch.cat([dense, sparse.flatten(1)], dim=1))
+
+
+def test_lookup_cap_cuts_every_bag():
+    options = {**TINY, "pooling_factors": 20, "alpha": 0.5}
+    free = provide("dlrm-synthetic", options).inputs[0].args[1]
+    capped = provide("dlrm-synthetic", {**options, "max_lookups": 3}).inputs[0].args[1]
+    assert int(free.lengths().max()) > 3
+    assert int(capped.lengths().max()) == 3 and int(capped.lengths().min()) >= 1
+    assert capped.stride() == free.stride() == 8
+
+
+def test_footprint_counts_the_distinct_ids_per_table():
+    provided = provide("dlrm-synthetic", {**TINY, "sparse_features": 4, "num_tables": 2}, batches=3)
+    names = {t["table"]: t for t in provided.details["tables"]}
+    for t, features in (("t_0", ["cat_0", "cat_2"]), ("t_1", ["cat_1", "cat_3"])):
+        ids = torch.cat([b.args[1].to_dict()[f].values() for b in provided.inputs for f in features])
+        assert names[t]["unique_ids"] == int(torch.unique(ids).numel())
+        assert names[t]["lookups"] == int(ids.numel())
+        assert names[t]["footprint_bytes"] == names[t]["unique_ids"] * 8 * 4
+        assert 0 < names[t]["unique_share"] <= 1
+    assert provided.details["unique_ids"] == sum(t["unique_ids"] for t in names.values())
+    json.dumps(provided.details)
+
+
+def test_footprint_is_recorded_in_the_run(fast_config):
+    from dataclasses import replace
+
+    from cbsite.collector.collect import CollectRequest, collect
+
+    config = replace(fast_config, max_depth=1, step=False)
+    run = collect(CollectRequest("dlrm-synthetic", {**TINY, "num_tables": 2, "interaction": "cat"}, batches=1, config=config))
+    details = run.meta["provider"]["details"]
+    assert [t["table"] for t in details["tables"]] == ["t_0", "t_1"] and details["footprint_bytes"] > 0
+    assert "InteractionConcatArch" in set(run.table("forward")["module_type"].to_list()).__str__()
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"interaction": "attention"}, "interaction='attention'"),
+        ({"num_tables": 5}, "num_tables=5"),  # more tables than the 4 features
+        ({"max_lookups": 0}, "max_lookups=0"),
+        ({"num_tables": 2, "num_embeddings": [10, 10, 10]}, "num_embeddings"),
+        ({"dcn_layers": 0}, "dcn_layers=0"),
+    ],
+)
+def test_bad_knobs_are_refused(options, problem):
+    with pytest.raises(CbsiteError, match="bad options") as err:
+        provide("dlrm-synthetic", {**TINY, **options})
+    assert problem in str(err.value)
