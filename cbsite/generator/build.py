@@ -222,9 +222,14 @@ def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str])
             latest_change[e.head.model] = e
     writer.page("", "pages/home.md.j2", catalog=catalog, newest=newest, latest_change=latest_change,
                 totals=totals, warnings=warnings)
+    from cbsite.generator import studydata
+
+    studies = studydata.render(studydata.find_studies(catalog.runs()), docs, writer, pages.dump_json)
     nav: list[Any] = [{"Home": "index.md"}]
     if catalog.models:
         nav.append({"Models": [{name: f"models/{name}/index.md"} for name in catalog.models]})
+    if studies:
+        nav.append({"Studies": studies})
     return writer.pages, nav
 
 

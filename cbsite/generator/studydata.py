@@ -1,0 +1,265 @@
+"""Study pages: a sweep's points, its configuration, and charts of the model and its parts against each axis.
+
+A study is found from its runs (run.json `study`: name, point, options, axes; see cbsite/study.py) and,
+where the archive has it, its record `_studies/<name>/study.json` (grid order, failed points and their
+errors, the executor). Per point (its newest run), per series:
+
+* the **model**: the root row's figures and the step's examples/s (train step and eval forward);
+* each **component class**: the model's direct children grouped by module type (a DLRM's SparseArch,
+  DenseArch, InteractionArch, OverArch): latency and parameter bytes summed, peak memory the largest,
+  MFU and bandwidth utilisation recomputed from the summed FLOPs and bytes over the summed latency
+  (the run's peaks), examples/s = batch / forward latency.
+
+One chart per axis and metric: the metric against the axis, one line per series; with other axes, one
+panel per combination of their values (held fixed within a panel). Each chart comes linear and log.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import altair as alt
+import polars as pl
+
+from cbsite import study as cstudy
+from cbsite.archive import Run
+from cbsite.generator.charts import _finish
+
+METRICS = (
+    ("latency_forward_ms", "Forward latency (ms)"),
+    ("latency_backward_ms", "Backward latency (ms)"),
+    ("examples_per_s", "Examples per second"),
+    ("mfu", "MFU (forward)"),
+    ("bandwidth_util", "Bandwidth utilisation (forward)"),
+    ("peak_memory_bytes", "Peak memory, forward (bytes)"),
+    ("param_bytes", "Parameter bytes"),
+)
+MODEL = "model"
+
+
+def study_url(name: str) -> str:
+    return f"studies/{name}/"
+
+
+@dataclass
+class StudyView:
+    name: str
+    axes: list[dict[str, Any]]  # [{"key", "values"}], grid order
+    points: list[dict[str, Any]]  # label, options, status, error, run (Run | None)
+    record: dict[str, Any] | None = None
+    series: list[str] = field(default_factory=list)
+
+    @property
+    def provider(self) -> str:
+        if self.record:
+            return str(self.record.get("provider"))
+        run = next((p["run"] for p in self.points if p["run"] is not None), None)
+        return str(run.meta.get("provider", {}).get("name")) if run else "?"
+
+
+def find_studies(runs: Sequence[Run]) -> list[StudyView]:
+    """Every study with at least one run on the site, by name; its record read from the runs' archive."""
+    by_name: dict[str, list[Run]] = {}
+    for run in runs:
+        study = run.meta.get("study")
+        if isinstance(study, dict) and isinstance(study.get("name"), str) and isinstance(study.get("point"), str):
+            by_name.setdefault(study["name"], []).append(run)
+    views = []
+    for name in sorted(by_name):
+        members = sorted(by_name[name], key=lambda r: r.run_id)
+        newest: dict[str, Run] = {}
+        for run in members:
+            newest[run.meta["study"]["point"]] = run  # the newest run of a point stands for it
+        root = members[0].path.parents[2] if members[0].path is not None else None
+        record = cstudy.read_record(root, name) if root is not None else None
+        views.append(_view(name, newest, record))
+    return views
+
+
+def _view(name: str, newest: dict[str, Run], record: dict[str, Any] | None) -> StudyView:
+    if record is not None:
+        axes = [{"key": a["key"], "values": list(a["values"])} for a in record.get("grid", [])]
+        points = [{"label": p["label"], "options": p.get("options", {}), "status": p.get("status"),
+                   "error": p.get("error"), "run": newest.get(p["label"])} for p in record.get("points", [])]
+        listed = {p["label"] for p in points}
+        points += [_point(label, run) for label, run in sorted(newest.items()) if label not in listed]
+    else:
+        points = [_point(label, run) for label, run in sorted(newest.items(), key=lambda kv: kv[1].meta["study"].get("index", 0))]
+        keys: list[str] = []
+        for p in points:
+            keys += [k for k in p["run"].meta["study"].get("axes", list(p["options"])) if k not in keys]
+        axes = []
+        for k in keys:
+            values: list[Any] = []
+            for p in points:
+                if k in p["options"] and p["options"][k] not in values:
+                    values.append(p["options"][k])
+            axes.append({"key": k, "values": values})
+    for p in points:
+        if p["run"] is not None and p["status"] not in ("done",):
+            p["status"] = "done"  # a run in the archive is a done point, whatever an older record said
+    return StudyView(name, axes, points, record)
+
+
+def _point(label: str, run: Run) -> dict[str, Any]:
+    return {"label": label, "options": dict(run.meta["study"].get("options") or {}), "status": "done", "error": None, "run": run}
+
+
+# --- figures per point and series ----------------------------------------------------------------------
+
+
+def _peak(meta: dict[str, Any], key: str) -> float | None:
+    device = meta.get("device") or {}
+    value = device.get(key)
+    if isinstance(value, dict):
+        value = next(iter(value.values()), None)
+    return value if isinstance(value, (int, float)) and value > 0 else None
+
+
+def point_figures(run: Run) -> dict[str, dict[str, Any]]:
+    """series -> metric -> value for one run (see the module docstring)."""
+    rows = run.rows
+    per = lambda col: pl.col(col) * pl.col("call_count").clip(1)  # noqa: E731 - per forward
+    batch = (run.meta.get("config") or {}).get("batch_size")
+    peak_flops, peak_bw = _peak(run.meta, "peak_flops"), _peak(run.meta, "peak_bandwidth")
+    out: dict[str, dict[str, Any]] = {}
+    root = {r["phase"]: r for r in rows.filter(pl.col("path") == "").to_dicts()}
+    fwd, bwd = root.get("forward", {}), root.get("backward", {})
+    step = run.meta.get("step") if isinstance(run.meta.get("step"), dict) else {}
+    train = step.get("train") if isinstance(step.get("train"), dict) else {}
+    model = {
+        "latency_forward_ms": fwd.get("latency_ms"), "latency_backward_ms": bwd.get("latency_ms"),
+        "examples_per_s": train.get("examples_per_s") if train.get("status") == "measured" else None,
+        "mfu": fwd.get("mfu"), "bandwidth_util": fwd.get("bandwidth_util"),
+        "peak_memory_bytes": fwd.get("peak_memory_bytes"), "param_bytes": fwd.get("param_bytes"),
+    }
+    out[MODEL] = model
+    ev = step.get("eval") if isinstance(step.get("eval"), dict) else {}
+    if ev.get("status") == "measured":
+        out["model (eval forward)"] = {"examples_per_s": ev.get("examples_per_s")}
+    children = rows.filter(pl.col("depth") == 1)
+    if children.is_empty():
+        return out
+    short = pl.col("module_type").str.split(".").list.last().alias("group")
+    grouped = (children.with_columns(short, per("latency_ms").alias("lat"), per("flops").alias("fl"),
+                                     per("bytes_moved").alias("by"))
+               .group_by(["group", "phase"])
+               .agg(pl.col("lat").sum(), pl.col("lat").null_count().alias("lat_missing"), pl.col("fl").sum(),
+                    pl.col("by").sum(), pl.col("peak_memory_bytes").max(), pl.col("param_bytes").sum()))
+    for g in grouped.sort(["group", "phase"]).to_dicts():
+        series = out.setdefault(g["group"], {})
+        lat = g["lat"] if not g["lat_missing"] else None
+        if g["phase"] == "forward":
+            seconds = lat / 1e3 if lat else None
+            series.update(
+                latency_forward_ms=lat, param_bytes=g["param_bytes"], peak_memory_bytes=g["peak_memory_bytes"],
+                examples_per_s=batch / seconds if batch and seconds else None,
+                mfu=g["fl"] / seconds / peak_flops if seconds and g["fl"] and peak_flops else None,
+                bandwidth_util=g["by"] / seconds / peak_bw if seconds and g["by"] and peak_bw else None,
+            )
+        elif g["phase"] == "backward":
+            series["latency_backward_ms"] = lat
+    return out
+
+
+def chart_records(view: StudyView) -> list[dict[str, Any]]:
+    """Long rows: one per point, series and metric, with the point's options as columns."""
+    records = []
+    for p in view.points:
+        if p["run"] is None:
+            continue
+        for series, metrics in point_figures(p["run"]).items():
+            for metric, value in metrics.items():
+                if value is None or (isinstance(value, float) and not math.isfinite(value)):
+                    continue
+                records.append({"label": p["label"], "series": series, "metric": metric, "value": value,
+                                **{f"axis:{k}": v for k, v in p["options"].items()}})
+    view.series = sorted({r["series"] for r in records}, key=lambda s: (s != MODEL, not s.startswith(MODEL), s))
+    return records
+
+
+def _axis_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def chart_specs(view: StudyView, records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """"<axis>|<metric>" -> {"linear": spec, "log": spec} for every axis and metric with values."""
+    specs: dict[str, dict[str, Any]] = {}
+    for axis in view.axes:
+        key = axis["key"]
+        others = [a["key"] for a in view.axes if a["key"] != key]
+        numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in axis["values"])
+        order = [_axis_text(v) for v in axis["values"]]
+        for metric, title in METRICS:
+            rows = []
+            for r in records:
+                if r["metric"] != metric or f"axis:{key}" not in r:
+                    continue
+                held = ", ".join(f"{o}={_axis_text(r.get(f'axis:{o}'))}" for o in others) or "all points"
+                rows.append({"x": r[f"axis:{key}"] if numeric else _axis_text(r[f"axis:{key}"]), "value": r["value"],
+                             "series": r["series"], "label": r["label"], "held": held})
+            if not rows:
+                continue
+            panels = sorted({r["held"] for r in rows})
+            specs[f"{key}|{metric}"] = {scale: _spec(rows, key, title, numeric, order, panels, scale == "log")
+                                        for scale in ("linear", "log")}
+    return specs
+
+
+def _spec(rows: list[dict[str, Any]], key: str, title: str, numeric: bool, order: list[str], panels: list[str],
+          log: bool) -> dict[str, Any]:
+    positive = all(r["value"] > 0 for r in rows)
+    y_scale = alt.Scale(type="log") if log and positive else alt.Scale(zero=not log)
+    if numeric:
+        xs = [r["x"] for r in rows]
+        x = alt.X("x:Q", title=key, scale=alt.Scale(type="log") if log and min(xs) > 0 else alt.Scale(zero=False))
+    else:
+        x = alt.X("x:O", title=key, sort=order)
+    base = alt.Chart(alt.Data(values=rows)).mark_line(point=True).encode(
+        x=x, y=alt.Y("value:Q", title=title, scale=y_scale),
+        color=alt.Color("series:N", title="series"),
+        tooltip=[alt.Tooltip("label:N", title="point"), alt.Tooltip("series:N"), alt.Tooltip("value:Q", format=".4~s")],
+    )
+    if len(panels) > 1:
+        chart = base.properties(width=260, height=180).facet(
+            facet=alt.Facet("held:N", title=None, sort=panels), columns=3).properties(title=title)
+    else:
+        chart = base.properties(width="container", height=220, title=title)
+    return _finish(chart)
+
+
+def point_rows(view: StudyView) -> list[dict[str, Any]]:
+    """The points table: label, options, status, error, the run and its headline figures."""
+    out = []
+    for p in view.points:
+        run = p["run"]
+        figures = point_figures(run) if run is not None else {}
+        model = figures.get(MODEL, {})
+        eval_eps = figures.get("model (eval forward)", {}).get("examples_per_s")
+        out.append({"label": p["label"], "options": [p["options"].get(a["key"]) for a in view.axes],
+                    "status": p["status"], "error": p["error"], "run": run,
+                    "latency_forward_ms": model.get("latency_forward_ms"), "train_eps": model.get("examples_per_s"),
+                    "eval_eps": eval_eps, "param_bytes": model.get("param_bytes"), "mfu": model.get("mfu")})
+    return out
+
+
+def render(views: list[StudyView], docs: Path, writer: Any, dump_json: Any) -> list[dict[str, str]]:
+    """Write every study page and its charts.json; returns the nav entries."""
+    nav = []
+    for view in views:
+        url = study_url(view.name)
+        records = chart_records(view)
+        specs = chart_specs(view, records)
+        dump_json(specs, docs / url / "charts.json")
+        charts = [{"key": k, "axis": k.split("|")[0], "title": dict(METRICS)[k.split("|")[1]]} for k in specs]
+        config = {k: v for k, v in (view.record or {}).items() if k != "points"}
+        if isinstance(config.get("executor"), dict):
+            config["executor"] = {k: v for k, v in config["executor"].items() if k != "folder"}  # a local path
+        writer.page(url, "pages/study.md.j2", study=view, charts=charts, rows=point_rows(view),
+                    config_json=json.dumps(config, indent=1, sort_keys=True, default=str))
+        nav.append({view.name: f"{url}index.md"})
+    return nav

@@ -1,0 +1,37 @@
+/* A study page's charts: charts.json holds {"<axis>|<metric>": {"linear": spec, "log": spec}}; every element with
+   data-cbsite-study-chart gets its spec, and the page's log-scale checkbox swaps every chart to the other one.
+   vega.js (the offline bundle) defines cbsiteVegaEmbed. */
+(function () {
+  "use strict";
+  var all = null;
+  var views = [];
+  function draw(scale) {
+    views.forEach(function (v) { v.finalize(); });
+    views = [];
+    var els = document.querySelectorAll("[data-cbsite-study-chart]");
+    Array.prototype.forEach.call(els, function (el) {
+      var spec = all[el.getAttribute("data-cbsite-study-chart")];
+      if (!spec) return;
+      window.cbsiteVegaEmbed(el, spec[scale], { actions: false, renderer: "svg" }).then(function (r) {
+        views.push(r);
+      }).catch(function (err) { el.textContent = "chart unavailable: " + err.message; });
+    });
+  }
+  function start() {
+    var box = document.getElementById("cbsite-study-log");
+    fetch("charts.json").then(function (r) {
+      if (!r.ok) throw new Error("charts.json: " + r.status);
+      return r.json();
+    }).then(function (specs) {
+      all = specs;
+      draw(box && box.checked ? "log" : "linear");
+      if (box) box.addEventListener("change", function () { draw(box.checked ? "log" : "linear"); });
+    }).catch(function (err) {
+      Array.prototype.forEach.call(document.querySelectorAll("[data-cbsite-study-chart]"), function (el) {
+        el.textContent = "chart unavailable: " + err.message;
+      });
+    });
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+})();

@@ -1,0 +1,134 @@
+"""Study pages: a built site (real MkDocs) shows each study's charts per axis, its points and configuration;
+in a real browser (Debian's chromium) the charts are drawn with no console error and the log scale redraws them."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from cbsite import study as cstudy
+from cbsite.generator import build_site
+from cbsite.generator.serve import make_server
+from tests.runfactory import make_run, write_archive
+
+CHROMIUM = Path("/usr/bin/chromium")
+SPEC = {"": {"sparse_arch": {"sparse_arch.ebc": None}, "dense_arch": None, "over_arch": None}}
+TYPES = {"sparse_arch": "torchrec.models.dlrm.SparseArch", "dense_arch": "torchrec.models.dlrm.DenseArch",
+         "over_arch": "torchrec.models.dlrm.OverArch", "sparse_arch.ebc": "torchrec.EmbeddingBagCollection"}
+
+
+def _study_archive(root: Path) -> None:
+    study = cstudy.Study.from_grid("dlrm-grid", "dlrm-synthetic", ["dense_features=64,512,4096", "sparse_features=4,32"],
+                                   base_options={"size": "tiny"})
+    runs = []
+    for p in study.points:
+        scale = p.options["dense_features"] / 64 * (1 + p.options["sparse_features"] / 32)
+        metrics = {path: {"module_type": t} for path, t in TYPES.items()}
+        metrics["dense_arch"].update(latency_ms=0.01 * scale, flops=1000 * scale)
+        metrics["sparse_arch.ebc"].update(latency_ms=0.02 * p.options["sparse_features"])
+        run = make_run(SPEC, model=study.model, version=p.label, metrics=metrics, tags=study.tags(p),
+                       config={"batch_size": 8})
+        run.meta["study"] = study.run_meta(p)
+        run.meta["step"] = {"batch_size": 8, "train": {"status": "measured", "examples_per_s": 8000 / scale},
+                            "eval": {"status": "measured", "examples_per_s": 30000 / scale}}
+        if p.label != "dense_features-4096.sparse_features-32":  # one point failed: no run
+            runs.append(run)
+    write_archive(root, runs)
+    record = cstudy.new_record(study, study.points, {r.version: {"run_id": r.run_id, "path": "x"} for r in runs},
+                               {"executor": "local"})
+    cstudy.update_point(record, "dense_features-4096.sparse_features-32", status="failed", error="MemoryError: planted")
+    record["executor"] = {"executor": "local", "folder": "/secret/local/path"}
+    cstudy.write_record(root, record)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    base = tmp_path_factory.mktemp("study-site")
+    _study_archive(base / "runs")
+    site = build_site(base / "runs", base / "site", quiet=True)
+    return site
+
+
+def test_study_page_has_charts_per_axis_points_and_configuration(built):
+    page = (built / "studies" / "dlrm-grid" / "index.html").read_text()
+    specs = json.loads((built / "studies" / "dlrm-grid" / "charts.json").read_text())
+    for axis in ("dense_features", "sparse_features"):
+        for metric in ("latency_forward_ms", "examples_per_s", "mfu", "param_bytes"):
+            assert {"linear", "log"} <= set(specs[f"{axis}|{metric}"])
+        assert f'data-cbsite-study-chart="{axis}|latency_forward_ms"' in page
+    spec = specs["dense_features|latency_forward_ms"]
+    # One line per series (the model and each component class); one panel per value of the other axis.
+    series = {r["series"] for r in spec["linear"]["data"]["values"]}
+    assert {"model", "SparseArch", "DenseArch", "OverArch"} <= series
+    assert {r["held"] for r in spec["linear"]["data"]["values"]} == {"sparse_features=4", "sparse_features=32"}
+    assert spec["log"]["spec"]["encoding"]["y"]["scale"]["type"] == "log"
+    eps = {r["series"] for r in specs["sparse_features|examples_per_s"]["linear"]["data"]["values"]}
+    assert {"model", "model (eval forward)"} <= eps
+    # The table links every done point's run and says why the failed one has none.
+    assert page.count('href="../../runs/dlrm-grid/') == 5
+    assert "MemoryError: planted" in page and "failed" in page
+    assert "/secret/local/path" not in page and "&#34;grid&#34;" in page.replace("&quot;", "&#34;")
+    nav = (built / "index.html").read_text()
+    assert "studies/dlrm-grid/" in nav
+
+
+def test_study_charts_sum_component_classes():
+    from cbsite.generator import studydata
+
+    run = make_run(SPEC, metrics={**{p: {"module_type": t} for p, t in TYPES.items()},
+                                  "dense_arch": {"module_type": TYPES["dense_arch"], "latency_ms": 2.0, "flops": 4e9}},
+                   config={"batch_size": 8})
+    figures = studydata.point_figures(run)
+    dense = figures["DenseArch"]
+    assert dense["latency_forward_ms"] == pytest.approx(2.0)
+    assert dense["examples_per_s"] == pytest.approx(8 / 2e-3)
+    assert dense["mfu"] == pytest.approx(4e9 / 2e-3 / 1e12)  # the run's peak (runfactory: 1e12)
+    assert figures["model"]["param_bytes"] == run.table("forward").filter(run.table("forward")["path"] == "")["param_bytes"][0]
+
+
+class _Server:
+    def __init__(self, directory: Path) -> None:
+        self.httpd = make_server(directory, port=0)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (make browser)")
+def test_study_page_draws_its_charts_in_a_browser(built):
+    from playwright.sync_api import sync_playwright
+
+    server = _Server(built)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"])
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            outside: list[str] = []
+            page.on("request", lambda r: outside.append(r.url) if not r.url.startswith(server.url) else None)
+            page.goto(server.url + "studies/dlrm-grid/")
+            charts = page.locator("[data-cbsite-study-chart]")
+            n = charts.count()
+            assert n >= 10
+            page.wait_for_function(f"document.querySelectorAll('[data-cbsite-study-chart] svg .mark-line').length >= {n}",
+                                   timeout=30000)
+            before = page.locator("[data-cbsite-study-chart] svg").first.inner_html()
+            page.check("#cbsite-study-log")
+            page.wait_for_function(
+                "(b) => { const s = document.querySelector('[data-cbsite-study-chart] svg'); return s && s.innerHTML !== b; }",
+                arg=before, timeout=30000)
+            assert page.locator("[data-cbsite-study-chart] svg").count() == n
+            browser.close()
+    finally:
+        server.close()
+    assert not errors, errors
+    assert not outside, outside
