@@ -1,10 +1,10 @@
 """A provider for noise benchmarks: the demo DLRM with real extra work planted in one named Linear.
 
-`cbsite compare benchmarks.planted:dlrm benchmarks.planted:dlrm -H extra=0.15` compares the demo DLRM
-with a copy whose Linear at `component` also multiplies its input by an extra weight of
-`extra` x its output features, in forward and (through autograd) backward, so that component, and
-every module above it, does more real work; nothing is slept or spun. `extra=0` is an identical copy
-(an A/A arm). The paths, the module tree and the inputs are the demo DLRM's.
+`cbsite compare benchmarks.planted:dlrm benchmarks.planted:dlrm -H extra=0.5` compares the demo DLRM with
+a copy whose Linear at `component` computes `extra` x its output rows more in one matmul (and drops
+them), forward and (through autograd) backward, so that component, and every module above it, does
+more real work; nothing is slept or spun. `extra=0` is an identical copy (an A/A arm). The paths, the
+module tree and the inputs are the demo DLRM's.
 """
 
 from __future__ import annotations
@@ -19,22 +19,24 @@ DEFAULT_COMPONENT = "over_arch.model.0._mlp.0._linear"
 
 
 class PlantedLinear(nn.Linear):
-    """A Linear that also computes `x @ extra_weight.T` and adds 0 x its sum: extra work, same output."""
+    """A Linear whose matmul also produces `extra_weight`'s rows, which are then dropped.
+
+    Every arm runs the same operators (cat, matmul, slice, bias add), with zero extra rows in the A and
+    A' arms, so the planted arm differs only in how much real matmul work it does, forward and backward.
+    """
 
     extra_weight: nn.Parameter
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D401
-        out = F.linear(x, self.weight, self.bias)
-        if self.extra_weight.numel():
-            out = out + 0.0 * F.linear(x, self.extra_weight).sum()
-        return out
+        weight = torch.cat([self.weight, self.extra_weight])
+        return F.linear(x, weight)[..., : self.out_features] + self.bias
 
 
 def plant(model: nn.Module, component: str, extra: float) -> nn.Module:
-    """Turn the Linear at `component` into a PlantedLinear doing `extra` x its matmul work more."""
+    """Make the Linear at `component` a PlantedLinear with `extra` x its output rows of extra work."""
     linear = model.get_submodule(component)
-    if not isinstance(linear, nn.Linear):
-        raise ValueError(f"{component} is a {type(linear).__name__}, not a Linear")
+    if not isinstance(linear, nn.Linear) or linear.bias is None:
+        raise ValueError(f"{component} is a {type(linear).__name__}, not a Linear with a bias")
     rows = int(math.ceil(extra * linear.out_features)) if extra > 0 else 0
     generator = torch.Generator().manual_seed(1234)
     weight = torch.randn(rows, linear.in_features, generator=generator, dtype=linear.weight.dtype) * 0.01

@@ -59,6 +59,11 @@ def _add_collect_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--peak-flops", type=float, default=None, help="override the peak FLOP/s used for MFU")
     p.add_argument("--peak-bandwidth", type=float, default=None, help="override the peak bytes/s")
     p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: torch's)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="repeat the timing in this many processes (the collecting one, then fresh workers) so the "
+                        "run carries its run-to-run noise; gates judge latency only with 2 or more")
+    p.add_argument("--max-component-s", type=float, default=None,
+                   help="wall seconds one component and phase may spend in timing (default: 20x --budget, at least 5)")
     p.add_argument("--no-step", action="store_true",
                    help="skip the whole model's training step and eval forward (step throughput in run.json)")
     p.add_argument("--no-progress", action="store_true")
@@ -108,6 +113,8 @@ def _collect_config(args: argparse.Namespace, plugins: tuple[tuple[str, ...], di
         peak_bandwidth=args.peak_bandwidth,
         num_threads=args.threads,
         step=not args.no_step,
+        rounds=args.rounds,
+        max_component_s=args.max_component_s,
         progress=not args.no_progress and sys.stderr.isatty(),
     )
 
@@ -282,6 +289,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     """Compare HEAD with BASE; print a table, Markdown or JSON; exit 1 when a gate rule is broken."""
     from cbsite import review
     from cbsite.archive import read_run, resolve_run
+    from cbsite.comparison import evidence_for
     from cbsite.diff import diff_runs
 
     # Rules are checked before any run is read, so a typo in a rule fails fast (exit 2).
@@ -291,19 +299,99 @@ def cmd_diff(args: argparse.Namespace) -> int:
     elif (found := review.config_rules(Path.cwd())) is not None:
         rules = found[0]
     base_ref, head_ref = resolve_run(args.base, args.runs), resolve_run(args.head, args.runs)
-    rd = diff_runs(read_run(base_ref.path), read_run(head_ref.path), match_moved=args.match_moved)
+    base_run, head_run = read_run(base_ref.path), read_run(head_ref.path)
+    rd = diff_runs(base_run, head_run, match_moved=args.match_moved)
     phase = review.main_phase(rd, args.phase) if args.phase else None
-    gate = review.check(rd, rules, [phase] if phase else None) if rules else None
+    evidence = evidence_for(args.runs, base_run, head_run, {c.path: c.base_path for c in rd.components if c.base_path})
+    gate = review.check(rd, rules, [phase] if phase else None, latency=evidence) if rules else None
+    return _report_diff(args, rd, gate, evidence, phase, base_ref, head_ref)
+
+
+def _report_diff(args: argparse.Namespace, rd: Any, gate: Any, evidence: Any, phase: str | None, base_ref: Any,
+                 head_ref: Any) -> int:
+    """Print a diff (table, Markdown or JSON) with its latency verdicts; the exit status of its gate."""
+    from cbsite import review
     url = review.diff_page_url(args.site_url, base_ref, head_ref, args.runs) if args.site_url else None
     if args.format == "markdown":
-        sys.stdout.write(review.markdown(rd, gate, phase=phase, site_url=url, top=args.top))
+        sys.stdout.write(review.markdown(rd, gate, phase=phase, site_url=url, top=args.top, latency=evidence))
     elif args.format == "json":
-        print(json.dumps(review.to_json(rd, gate, match_moved=args.match_moved, site_url=url), indent=1))
+        print(json.dumps(review.to_json(rd, gate, match_moved=args.match_moved, site_url=url, latency=evidence), indent=1))
     else:
-        review.print_table(rd, gate, _console(), phase=phase, top=args.top)
+        review.print_table(rd, gate, _console(), phase=phase, top=args.top, latency=evidence)
         if url:
             print(f"diff page: {url}")
     return 0 if gate is None or gate.passed else 1
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Measure BASE and HEAD together in one session; print verdicts; exit 1 when a gate rule is broken."""
+    from cbsite import review
+    from cbsite.collector.collect import CollectRequest
+    from cbsite.collector.session.compare import CompareConfig, compare
+    from cbsite.comparison import from_record
+    from cbsite.diff import diff_runs
+
+    rules: list[Any] = []
+    if args.fail_on:
+        rules = review.parse_rules(args.fail_on)
+    elif (found := review.config_rules(Path.cwd())) is not None:
+        rules = found[0]
+    if args.threads is None:
+        args.threads = 1  # one intra-op thread: a comparison on a shared machine (README: "Why one thread")
+    config = _collect_config(args)
+    cfg = CompareConfig(processes=args.processes, layout=args.order, pairs=args.pairs, block_s=args.block_time,
+                        alpha=args.alpha, floor=args.floor, share_inputs=not args.no_shared_inputs)
+    worktree = None
+    if args.base_rev:
+        worktree = _worktree(args.base_rev)
+        cfg = CompareConfig(**{**cfg.__dict__, "layout": "abba", "base_sys_path": (str(worktree),)})
+    common = dict(batches=args.batches, seed=args.seed, config=config, tags=tuple(args.tag), notes=args.notes)
+    base = CollectRequest(provider=args.base, options=_parse_options(args.base_option), model_name=args.model,
+                          version=args.base_version, **common)
+    head = CollectRequest(provider=args.head, options=_parse_options(args.head_option), model_name=args.model,
+                          version=args.head_version, **common)
+    try:
+        with _staging_in(args.runs):
+            result = compare(base, head, cfg, progress=config.progress,
+                             say=lambda line: print(line, file=sys.stderr, flush=True))
+            path = result.save(args.runs)
+    finally:
+        if worktree is not None:
+            _remove_worktree(worktree)
+    rd = diff_runs(result.base, result.head, match_moved=True)
+    evidence = from_record(result.record)
+    gate = review.check(rd, rules, None, latency=evidence) if rules else None
+    summary = result.record["summary"]["verdicts"]
+    print(f"saved {result.base.path}\nsaved {result.head.path}\ncomparison {path} "
+          f"({result.record['wall_s']:.0f} s, {cfg.processes} processes, {result.record['threads']} thread(s)): "
+          + ", ".join(f"{n} {v}" for v, n in summary.items() if n), file=sys.stderr)
+    args.match_moved, args.site_url, args.phase = True, None, None
+    return _report_diff(args, rd, gate, evidence, None, _ref(result.base), _ref(result.head))
+
+
+def _ref(run: Any) -> Any:
+    from cbsite.archive import RunRef
+
+    return RunRef(run.model, run.version, run.run_id, run.path)
+
+
+def _worktree(rev: str) -> Path:
+    """A detached git worktree of REV in a temporary folder: the base side imports the package from there."""
+    import subprocess
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="cbsite-base-rev-"))
+    done = subprocess.run(["git", "worktree", "add", "--detach", str(folder), rev], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise CbsiteError(f"--base-rev {rev}: git worktree add failed: {done.stderr.strip() or done.stdout.strip()}; "
+                          "run cbsite compare inside the git repository of the package under test")
+    return folder
+
+
+def _remove_worktree(folder: Path) -> None:
+    import subprocess
+
+    subprocess.run(["git", "worktree", "remove", "--force", str(folder)], capture_output=True)
 
 
 def cmd_build(args: argparse.Namespace) -> int:
@@ -463,6 +551,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--site-url", default=None, help="URL of the published site version; links the diff page")
     p.add_argument("--top", type=int, default=5, help="top contributors shown per metric")
     p.set_defaults(func=cmd_diff)
+
+    p = sub.add_parser(
+        "compare", help="measure two models (providers and options) together and judge every component's latency",
+        description="Collect BASE and HEAD as runs, then time both in fresh worker processes in random A/B block "
+                    "pairs, and judge every component: regressed, improved, unchanged or inconclusive. Exit status: "
+                    "0 passed (or no rules), 1 a --fail-on rule is broken, 2 a usage error.")
+    p.add_argument("base", help="base provider: dlrm | deepfm | dlrm-synthetic | nanogpt | package.module:function")
+    p.add_argument("head", help="head provider, in the same forms (often the same one with other options)")
+    p.add_argument("-B", "--base-option", action="append", default=[], help="base provider option key=value; repeatable")
+    p.add_argument("-H", "--head-option", action="append", default=[], help="head provider option key=value; repeatable")
+    p.add_argument("--base-version", default="base", help="version name of the base run (default: base)")
+    p.add_argument("--head-version", default="head", help="version name of the head run (default: head)")
+    p.add_argument("--model", default=None, help="model name in the archive for both (default: the provider's)")
+    p.add_argument("--base-rev", default=None,
+                   help="git revision of the package for the base side (a worktree; processes alternate ABBA)")
+    p.add_argument("--processes", type=int, default=6, help="worker processes, one after another (default 6)")
+    p.add_argument("--order", choices=("interleaved", "abba"), default="interleaved",
+                   help="interleaved: both sides in every process, random A/B block pairs (default); "
+                        "abba: one side per process in A B B A order")
+    p.add_argument("--pairs", type=int, default=8, help="A/B block pairs per component, phase and process")
+    p.add_argument("--block-time", type=float, default=0.01, help="seconds of one timed block (default 0.01)")
+    p.add_argument("--alpha", type=float, default=0.01, help="level of the one-sided tests (default 0.01)")
+    p.add_argument("--floor", type=float, default=0.05,
+                   help="smallest relative change called regressed or improved (default 0.05 = 5%%)")
+    p.add_argument("--no-shared-inputs", action="store_true",
+                   help="time each side on its own captured inputs even where the shapes agree")
+    p.add_argument("--batches", type=int, default=3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tag", action="append", default=[])
+    p.add_argument("--notes", default="")
+    p.add_argument("--format", choices=("table", "markdown", "json"), default="table")
+    p.add_argument("--fail-on", action="append", default=[], metavar="RULE",
+                   help="gate rule [GLOB:]METRIC>+N%%; latency rules use the verdicts (N%% is the magnitude floor)")
+    p.add_argument("--top", type=int, default=5)
+    _add_collect_args(p)
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser(
         "sweep", help="collect one run per point of a grid of provider options (a study)",

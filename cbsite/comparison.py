@@ -32,7 +32,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cbsite import schema, stats
+from cbsite import archive, schema, stats
 from cbsite.errors import CbsiteError
 
 COMPARISONS_DIR = "_comparisons"
@@ -43,21 +43,28 @@ NOT_JUDGED_HINT = "collect with `cbsite compare` or `cbsite collect --rounds N` 
 
 
 def write_comparison(root: str | os.PathLike[str], record: dict[str, Any], samples: pa.Table | None) -> Path:
-    """Write a comparison record atomically (staged under a dot-folder, renamed into place)."""
+    """Write a comparison record atomically, as runs are written (archive.py): staged in the archive's
+    staging area under names no reader glob matches, renamed into place, comparison.json last."""
     folder = Path(root) / COMPARISONS_DIR
     final = folder / record["comparison_id"]
     if final.exists():
         raise CbsiteError(f"comparison {record['comparison_id']} already exists at {final}")
-    staging = folder / f".{record['comparison_id']}.partial"
-    staging.mkdir(parents=True, exist_ok=False)
+    folder.mkdir(parents=True, exist_ok=True)
+    staging = archive.new_staging(archive.staging_dir(root), f"comparison-{record['comparison_id']}-")
     try:
-        (staging / COMPARISON_JSON).write_text(json.dumps(_finite(record), indent=1, sort_keys=True) + "\n")
+        record_file = archive._staged(staging, COMPARISON_JSON)
+        record_file.write_text(json.dumps(_finite(record), indent=1, sort_keys=True) + "\n")
         if samples is not None and samples.num_rows:
-            pq.write_table(samples.cast(schema.SAMPLES_SCHEMA), staging / "samples.parquet")
+            pq.write_table(samples.cast(schema.SAMPLES_SCHEMA), archive._staged(staging, archive.SAMPLES_FILE))
         os.rename(staging, final)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    staged_samples = archive._staged(final, archive.SAMPLES_FILE)
+    if staged_samples.exists():
+        os.replace(staged_samples, final / archive.SAMPLES_FILE)
+    os.replace(archive._staged(final, COMPARISON_JSON), final / COMPARISON_JSON)  # the record exists from here
+    (final / archive.OWNER_FILE).unlink(missing_ok=True)
     return final
 
 

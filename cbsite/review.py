@@ -15,6 +15,8 @@ names work too). A rule is broken where a per-forward value grew by more than N 
 * every compared phase is checked (or the one `--phase` names); parameter bytes are static and are
   checked once, in the first phase;
 * a glob that matches no component of either run is an error (CbsiteError, exit 2), never a silent pass.
+A drop rule ``throughput<-5%`` (or ``train_throughput``, ``eval_throughput``) is broken where the whole
+model's step examples/s fell by more than N %, judged on both runs' rounds (cbsite/throughput.py).
 Rules come from ``--fail-on`` or, when none is given, from ``fail_on`` in the ``gate`` table of the
 configuration file (``[tool.cbsite.gate]`` in pyproject.toml or ``[gate]`` in cbsite.toml, found from
 the working directory upwards as the plugin settings are). Every bad rule is reported at once.
@@ -31,7 +33,9 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from cbsite import diff as cdiff
+from cbsite import throughput
 from cbsite.archive import RunRef, list_runs
+from cbsite.comparison import NOT_JUDGED_HINT, LatencyEvidence
 from cbsite.diff import ComponentDelta, RunDiff
 from cbsite.config import find_config
 from cbsite.errors import CbsiteError
@@ -80,7 +84,8 @@ def parse_rules(texts: Iterable[str], source: str = "--fail-on") -> list[Rule]:
         raise CbsiteError(
             f"bad gate rule{'s' * (len(problems) > 1)} in {source}: " + "; ".join(problems)
             + ". A rule is [GLOB:]METRIC>+N%, e.g. flops>+5% or 'over_arch.*:latency>+20%'; metrics: "
-            + ", ".join(RULE_METRICS)
+            + ", ".join(RULE_METRICS) + "; or a throughput drop METRIC<-N%, e.g. throughput<-5%; metrics: "
+            + ", ".join(throughput.RULE_METRICS)
         )
     return rules
 
@@ -88,6 +93,11 @@ def parse_rules(texts: Iterable[str], source: str = "--fail-on") -> list[Rule]:
 def _parse_rule(text: Any) -> tuple[Rule | None, str | None]:
     if not isinstance(text, str):
         return None, "a rule is a string"
+    if "<" in text:  # a drop rule: throughput<-5% (cbsite/throughput.py)
+        parsed = throughput.parse_rule(text)
+        if isinstance(parsed, str):
+            return None, parsed
+        return Rule(text=text.strip(), metric=parsed[0], limit=parsed[1]), None
     match = _RULE_RE.match(text.replace(" ", ""))
     if not match:
         return None, "not of the form [GLOB:]METRIC>+N%"
@@ -145,6 +155,7 @@ class Breach:
     base: float | None
     head: float | None
     change: float | None  # head / base - 1; None when it grew from nothing (new)
+    verdict: dict[str, Any] | None = None  # latency: the statistical verdict behind the breach (stats.Verdict)
 
 
 @dataclass
@@ -152,6 +163,8 @@ class GateResult:
     rules: list[Rule]
     breaches: list[Breach] = field(default_factory=list)
     unknown: list[str] = field(default_factory=list)  # "rule: where" for values the gate could not judge
+    not_judged: list[str] = field(default_factory=list)  # latency rules without evidence (no rounds, no comparison)
+    verdicts: list[tuple[str, str, str, dict[str, Any]]] = field(default_factory=list)  # (rule, phase, path, verdict)
 
     @property
     def passed(self) -> bool:
@@ -162,12 +175,23 @@ class GateResult:
         return [r for r in self.rules if r.text in seen]
 
 
-def check(rd: RunDiff, rules: Sequence[Rule], phases: Sequence[str] | None = None) -> GateResult:
-    """Apply `rules` to a diff in `phases` (default: every compared phase); see the module docstring."""
+def check(rd: RunDiff, rules: Sequence[Rule], phases: Sequence[str] | None = None,
+          latency: LatencyEvidence | None = None) -> GateResult:
+    """Apply `rules` to a diff in `phases` (default: every compared phase); see the module docstring.
+
+    Latency rules are judged on `latency` evidence only (a comparison's paired units, or both runs'
+    rounds): without it they are "not judged", never passed or failed on noise.
+    """
     phases = list(phases) if phases else rd.phases
     _refuse_unmatched(rd, rules, phases)
     result = GateResult(rules=list(rules))
     for rule in rules:
+        if rule.metric == "latency_ms":
+            _judge_latency(result, rd, rule, phases, latency)
+            continue
+        if rule.metric in throughput.RULE_METRICS:
+            _judge_throughput(result, rd, rule)
+            continue
         # Parameter bytes do not depend on the phase: judge them once.
         for phase in phases[:1] if rule.metric == "param_bytes" else phases:
             if rule.glob is None:
@@ -197,6 +221,58 @@ def _refuse_unmatched(rd: RunDiff, rules: Sequence[Rule], phases: Sequence[str])
             + ". A glob matches whole component paths (`*` crosses dots), e.g. 'over_arch.*'; "
             "`cbsite show RUN` lists the paths"
         )
+
+
+def _judge_latency(result: GateResult, rd: RunDiff, rule: Rule, phases: Sequence[str],
+                   latency: LatencyEvidence | None) -> None:
+    """A latency rule breaks where a component is *regressed* by more than the rule's limit.
+
+    The limit is the verdict's magnitude floor: significant at the level alpha (one-sided t-test over the
+    units) and an estimated change of at least the limit. A rule with a glob judges its components as a
+    family (Holm). A new component that takes time breaks the rule, as for every metric.
+    """
+    if latency is None:
+        result.not_judged.append(f"{rule.text}: not judged: {NOT_JUDGED_HINT}")
+        return
+    for phase in phases:
+        comps = [c for c in rd.for_phase(phase) if c.kind != "removed"
+                 and (fnmatch.fnmatchcase(c.path, rule.glob) if rule.glob is not None else c.path == "")]
+        keys = [(c.path, phase) for c in comps if c.kind != "added"]
+        if rule.glob is not None and len(keys) > 1:
+            verdicts = latency.family(keys, floor=rule.limit)
+        else:
+            verdicts = {k: v for k in keys if (v := latency.verdict(*k, floor=rule.limit)) is not None}
+        for c in comps:
+            where = f"{phase} {'total' if rule.glob is None else repr(c.path)}"
+            if c.kind == "added":
+                if c.head["latency_ms"]:
+                    result.breaches.append(Breach(rule, phase, c.path, None, None, c.head["latency_ms"], None))
+                continue
+            v = verdicts.get((c.path, phase))
+            if v is None:
+                result.unknown.append(f"{rule.text}: {where} (not timed on both sides)")
+            elif v.verdict == "regressed":
+                result.breaches.append(Breach(rule, phase, None if rule.glob is None else c.path, c.base_path,
+                                              c.base["latency_ms"], c.head["latency_ms"], v.ratio - 1, v.to_dict()))
+            elif v.verdict in ("inconclusive", "not judged"):
+                result.unknown.append(f"{rule.text}: {where} {v.reason}")
+            if v is not None:
+                result.verdicts.append((rule.text, phase, c.path, v.to_dict()))
+
+
+def _judge_throughput(result: GateResult, rd: RunDiff, rule: Rule) -> None:
+    """A drop rule: broken where the step's examples/s fell by more than the limit, judged on both runs'
+    rounds (cbsite/throughput.py); without rounds on both sides it is "not judged"."""
+    for j in throughput.judge(rule.metric, rule.limit, rd.base_meta, rd.head_meta):
+        if j.outcome == "broken" and j.change is not None:
+            result.breaches.append(Breach(rule, j.mode, None, None, j.change.base_eps, j.change.head_eps,
+                                          j.change.change, j.verdict.to_dict() if j.verdict else None))
+        elif j.outcome == "not judged":
+            result.not_judged.append(f"{rule.text}: not judged ({j.mode}): {j.reason}")
+        elif j.outcome == "unknown":
+            result.unknown.append(f"{rule.text}: {j.mode} step ({j.reason})")
+        if j.verdict is not None:
+            result.verdicts.append((rule.text, j.mode, "", j.verdict.to_dict()))
 
 
 def _judge(result: GateResult, rule: Rule, phase: str, path: str | None, base_path: str | None,
@@ -260,8 +336,53 @@ def main_phase(rd: RunDiff, phase: str | None) -> str:
     return "forward" if "forward" in rd.totals else rd.phases[0]
 
 
+LISTED_VERDICTS = ("regressed", "improved", "inconclusive")
+MAX_LATENCY_ROWS = 40
+
+
+def latency_rows(evidence: LatencyEvidence | None, rd: RunDiff, phases: Sequence[str]) -> list[tuple[str, str, Any]]:
+    """(phase, path, Verdict) of the components a report lists: regressed, improved, inconclusive,
+    the largest changes first; unchanged components are counted, not listed."""
+    if evidence is None:
+        return []
+    order = {(c.path, c.phase): i for i, c in enumerate(rd.components)}
+    verdicts = evidence.verdicts()
+    rows = [(ph, path, v) for (path, ph), v in verdicts.items() if ph in phases and v.verdict in LISTED_VERDICTS]
+    rank = {v: i for i, v in enumerate(LISTED_VERDICTS)}
+    rows.sort(key=lambda r: (rank[r[2].verdict], -abs(math.log(r[2].ratio)) if r[2].ratio else 0,
+                             order.get((r[1], r[0]), 0)))
+    return rows
+
+
+def latency_summary(evidence: LatencyEvidence | None, phases: Sequence[str]) -> str:
+    """One line: how latency was judged, how many components got each verdict, the noise and the
+    smallest change the session could detect."""
+    if evidence is None:
+        return f"Latency not judged: {NOT_JUDGED_HINT}."
+    verdicts = {k: v for k, v in evidence.verdicts().items() if k[1] in phases}
+    names = ("regressed", "improved", "unchanged", "inconclusive", "not judged")
+    counts = {name: sum(v.verdict == name for v in verdicts.values()) for name in names}
+    spreads = sorted(v.spread for v in verdicts.values() if v.spread is not None)
+    detect = sorted(v.detectable for v in verdicts.values() if v.detectable is not None)
+    parts = [f"{n} {name}" for name, n in counts.items() if n]
+    units = "processes" if evidence.paired else "rounds per run"
+    n = max((v.n for v in verdicts.values()), default=0)
+    text = f"Latency judged on {evidence.describe()}, {n} {units}: " + ", ".join(parts or ["nothing timed on both sides"])
+    if spreads:
+        text += f"; noise (spread of units) median {_pct(spreads[len(spreads) // 2])}"
+    if detect:
+        text += f", smallest detectable change median {_pct(detect[len(detect) // 2])}"
+    return text + "."
+
+
+def _verdict_cells(v: Any) -> tuple[str, str]:
+    ratio = "n/a" if v.ratio is None else f"{v.ratio:.3f}×"
+    interval = "" if v.ci_low is None or v.ci_high is None else f"{v.ci_low:.3f}–{v.ci_high:.3f}×"
+    return ratio, interval
+
+
 def markdown(rd: RunDiff, gate: GateResult | None = None, *, phase: str | None = None,
-             site_url: str | None = None, top: int = TOP_N) -> str:
+             site_url: str | None = None, top: int = TOP_N, latency: LatencyEvidence | None = None) -> str:
     """GitHub-flavoured Markdown for a PR comment (see docs-notes/review.md for an example)."""
     model = rd.head_meta.get("model", "?")
     main = main_phase(rd, phase)
@@ -270,6 +391,7 @@ def markdown(rd: RunDiff, gate: GateResult | None = None, *, phase: str | None =
     if gate is not None and gate.rules:
         out += [_gate_line(gate), ""]
     out += [rd.summary(), ""]
+    out += _latency_section(rd, latency, phases, model)
 
     out += ["| metric | phase | base | head | change | ratio |", "|---|---|--:|--:|--:|--:|"]
     for metric in REPORT_METRICS:
@@ -339,9 +461,32 @@ def markdown(rd: RunDiff, gate: GateResult | None = None, *, phase: str | None =
     return "\n".join(out)
 
 
-def to_json(rd: RunDiff, gate: GateResult | None, *, match_moved: bool, site_url: str | None = None) -> dict[str, Any]:
+def _latency_section(rd: RunDiff, latency: LatencyEvidence | None, phases: Sequence[str], model: str) -> list[str]:
+    """The PR comment's latency verdicts: only regressed, improved and inconclusive components."""
+    out = [latency_summary(latency, phases), ""]
+    rows = latency_rows(latency, rd, phases)
+    if rows:
+        out += ["| component | phase | verdict | ratio | 95 % interval | note |", "|---|---|---|--:|--:|---|"]
+        for ph, path, v in rows[:MAX_LATENCY_ROWS]:
+            ratio, interval = _verdict_cells(v)
+            note = _escape(v.reason) if v.verdict == "inconclusive" else ""
+            out.append(f"| {_code(cdiff.display_path(path, model))} | {ph} | {v.verdict} | {ratio} | {interval} | {note} |")
+        if len(rows) > MAX_LATENCY_ROWS:
+            out.append(f"\n{len(rows) - MAX_LATENCY_ROWS} more on the diff page.")
+        out.append("")
+    return out
+
+
+def to_json(rd: RunDiff, gate: GateResult | None, *, match_moved: bool, site_url: str | None = None,
+            latency: LatencyEvidence | None = None) -> dict[str, Any]:
     """The diff (RunDiff.to_dict) plus how it was made and the gate's verdict; valid per diff.schema.json."""
     out = rd.to_dict()
+    out["latency_evidence"] = None if latency is None else {
+        "kind": latency.kind, "source": latency.source,
+        "components": [{"path": path, "phase": ph, "verdict": v.to_dict()}
+                       for (path, ph), v in sorted(latency.verdicts().items())],
+    }
+    out["throughput"] = throughput.diff_record(rd.base_meta, rd.head_meta)
     out["match_moved"] = match_moved
     out["site_url"] = site_url
     out["gate"] = None if gate is None else {
@@ -349,16 +494,17 @@ def to_json(rd: RunDiff, gate: GateResult | None, *, match_moved: bool, site_url
         "rules": [r.text for r in gate.rules],
         "breaches": [
             {"rule": b.rule.text, "phase": b.phase, "path": b.path, "base_path": b.base_path,
-             "base": _finite(b.base), "head": _finite(b.head), "change": _finite(b.change)}
+             "base": _finite(b.base), "head": _finite(b.head), "change": _finite(b.change), "verdict": b.verdict}
             for b in gate.breaches
         ],
         "unknown": list(gate.unknown),
+        "not_judged": list(gate.not_judged),
     }
     return out
 
 
 def print_table(rd: RunDiff, gate: GateResult | None, console: Any, *, phase: str | None = None,
-                top: int = TOP_N) -> None:
+                top: int = TOP_N, latency: LatencyEvidence | None = None) -> None:
     """The terminal report: the summary, totals, top contributors, moved modules, the gate (rich)."""
     from rich.markup import escape
     from rich.table import Table
@@ -366,6 +512,16 @@ def print_table(rd: RunDiff, gate: GateResult | None, console: Any, *, phase: st
     model = rd.head_meta.get("model", "?")
     main = main_phase(rd, phase)
     console.print(rd.summary(), markup=False, highlight=False)
+    phases = [phase] if phase else rd.phases
+    console.print(latency_summary(latency, phases), markup=False, highlight=False)
+    rows = latency_rows(latency, rd, phases)
+    if rows:
+        verdict_table = Table("component", "phase", "verdict", "ratio", "95 % interval", "note", title="Latency verdicts")
+        for ph, path, v in rows[:MAX_LATENCY_ROWS]:
+            ratio, interval = _verdict_cells(v)
+            verdict_table.add_row(escape(cdiff.display_path(path, model)), ph, v.verdict, ratio, interval,
+                                  escape(v.reason if v.verdict == "inconclusive" else ""))
+        console.print(verdict_table)
     totals = Table("metric", "phase", "base", "head", "change", "ratio", title=f"{_title(rd).replace('`', '')}")
     for metric in REPORT_METRICS:
         for ph in ([phase] if phase else rd.phases)[: 1 if metric == "param_bytes" else None]:
@@ -399,17 +555,23 @@ def gate_text(gate: GateResult, model: str) -> list[str]:
     lines = [_gate_line(gate, markdown=False)]
     for b in gate.breaches:
         lines.append(f"  {b.rule.text}: {b.phase} {_where(b, model)} {_amount(b.rule.metric, b.base)} -> "
-                     f"{_amount(b.rule.metric, b.head)} ({_change(b)})")
+                     f"{_amount(b.rule.metric, b.head)} ({_change(b)}{_interval(b)})")
     for u in gate.unknown:
         lines.append(f"  not judged: {u}")
+    for n in gate.not_judged:
+        lines.append(f"  {n}")
     return lines
 
 
 def _gate_line(gate: GateResult, markdown: bool = True) -> str:
     n = len(gate.rules)
+    skipped = len({line.split(":", 1)[0] for line in gate.not_judged})
     if gate.passed:
-        text = f"gate passed: {n} rule{'s' * (n != 1)} held"
-        return f"✅ **Gate passed**: {n} rule{'s' * (n != 1)} held." if markdown else text
+        judged = n - skipped
+        text = f"gate passed: {judged} rule{'s' * (judged != 1)} held"
+        if skipped:
+            text += f", {skipped} latency rule{'s' * (skipped != 1)} not judged (no rounds or comparison)"
+        return (f"✅ **Gate passed**: {text.split(': ', 1)[1]}." if markdown else text)
     broken = gate.broken_rules()
     names = ", ".join(f"`{r.text}`" if markdown else r.text for r in broken)
     text = f"{len(broken)} of {n} rule{'s' * (n != 1)} broken: {names}"
@@ -420,12 +582,16 @@ def _gate_section(gate: GateResult, model: str) -> list[str]:
     out = ["### Gate", "", "| rule | result |", "|---|---|"]
     for rule in gate.rules:
         hits = [b for b in gate.breaches if b.rule.text == rule.text]
-        out.append(f"| `{rule.text}` | {'❌ broken (' + str(len(hits)) + ')' if hits else '✅ held'} |")
+        blind = any(line.startswith(f"{rule.text}: not judged") for line in gate.not_judged)
+        verdict = f"❌ broken ({len(hits)})" if hits else ("➖ not judged" if blind else "✅ held")
+        out.append(f"| `{rule.text}` | {verdict} |")
     if gate.breaches:
         out += ["", "| broken rule | phase | where | base | head | change |", "|---|---|---|--:|--:|--:|"]
         for b in gate.breaches:
             out.append(f"| `{b.rule.text}` | {b.phase} | {_where(b, model, code=True)} | {_amount(b.rule.metric, b.base)} | "
                        f"{_amount(b.rule.metric, b.head)} | {_change(b)} |")
+    if gate.not_judged:
+        out += ["", "Latency not judged: " + "; ".join(_escape(n) for n in gate.not_judged)]
     if gate.unknown:
         out += ["", "Not judged (values missing in a run): " + "; ".join(_md_text(u) for u in gate.unknown[:20])
                 + (f"; and {len(gate.unknown) - 20} more" if len(gate.unknown) > 20 else "")]
@@ -454,10 +620,20 @@ def _change(b: Breach) -> str:
     """A breach's growth: "new", "+12%", or "3.4×" from doubling up (as diff.format_ratio writes ratios)."""
     if b.change is None:
         return "new"
+    if b.change < 0:  # a drop rule (throughput)
+        return cdiff.MINUS + _pct(-b.change)
     ratio = b.change + 1
     if ratio >= 2:
         return f"{ratio:.1f}×" if ratio < 10 else f"{ratio:.0f}×"
     return "+" + _pct(b.change)
+
+
+def _interval(b: Breach) -> str:
+    """A latency breach's 95 % interval of the ratio, as evidence beside the estimate."""
+    v = b.verdict
+    if not v or v.get("ci_low") is None or v.get("ci_high") is None:
+        return ""
+    return f", 95 % interval {v['ci_low']:.3f}-{v['ci_high']:.3f}x over {v['n']} units"
 
 
 def _cap(text: str) -> str:
@@ -499,6 +675,8 @@ def _delta_cell(c: ComponentDelta, metric: str) -> str:
 
 
 def _amount(metric: str, value: float | None) -> str:
+    if metric in throughput.RULE_METRICS:
+        return throughput.format_rate(value)
     return "n/a" if value is None else cdiff.format_amount(metric, value)
 
 

@@ -42,9 +42,23 @@ def test_site_builds_from_committed_runs_without_torch(tmp_path):
     """`cbsite build` on a docs machine: torch and torchrec cannot even be imported."""
     code = textwrap.dedent(
         f"""
-        import sys
-        for name in ("torch", "torchrec", "fbgemm_gpu"):
-            sys.modules[name] = None  # any import of them raises ImportError
+        import importlib.abc, importlib.machinery, sys
+
+        class NoTorch(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+            # Importing them fails with ImportError, as on a machine without them. (sys.modules[name] = None
+            # would leave None entries that libraries probing sys.modules, such as scipy, trip over.)
+            def find_spec(self, name, path, target=None):
+                if name.split(".")[0] in ("torch", "torchrec", "fbgemm_gpu"):
+                    return importlib.machinery.ModuleSpec(name, self)
+                return None
+
+            def create_module(self, spec):
+                raise ImportError(f"{{spec.name}} is not installed on this docs machine")
+
+            def exec_module(self, module):
+                raise ImportError(module.__name__)
+
+        sys.meta_path.insert(0, NoTorch())
         from cbsite.cli import main
         raise SystemExit(main(["build", "--runs", {str(RUNS)!r}, "--out", {str(tmp_path / 'site')!r}]))
         """

@@ -15,7 +15,10 @@ from typing import Any
 import jsonschema
 import pytest
 
+import math
+
 from cbsite import review
+from cbsite.comparison import LatencyEvidence
 from cbsite.archive import list_runs, resolve_run
 from cbsite.cli import main
 from cbsite.diff import diff_runs
@@ -76,7 +79,9 @@ def test_markdown_summary_matches_the_golden_file(tmp_path: Path, capsys: pytest
         golden.write_text(out)
     assert out == golden.read_text(), "regenerate with CBSITE_REGEN_GOLDEN=1 and review the diff"
     # What a reviewer needs is there, independently of the golden file's exact text:
-    assert "❌ **Gate failed**: 2 of 3 rules broken: `flops>+40%`, `over_arch.*:latency>+20%`." in out
+    assert "❌ **Gate failed**: 1 of 3 rules broken: `flops>+40%`." in out
+    # Single-round runs: the latency rule is not judged (neither held nor broken) and the comment says how to judge it.
+    assert "| `over_arch.*:latency>+20%` | ➖ not judged |" in out and "cbsite collect --rounds N" in out
     assert "`dense` → `bottom`" in out and "`dense.1` → `bottom.1`" in out  # renamed, matched as moved
     assert "- **Added** (1): `over_arch.2` (Linear)" in out
     assert "<details><summary>" in out and "</details>" in out
@@ -93,8 +98,23 @@ def _diff_with(tmp_path: Path, **head_leaves: dict[str, Any]):
     return diff_runs(read_run(base.path), read_run(head.path), match_moved=True)
 
 
-def _breaks(rd: Any, rule: str, phases: list[str] | None = None) -> list[tuple[str, str | None]]:
-    result = review.check(rd, review.parse_rules([rule]), phases)
+def _rounds_evidence(rd: Any, spread: float = 0.01, spreads: dict[str, float] | None = None) -> LatencyEvidence:
+    """Latency evidence as two runs collected with 4 rounds each would give it: per component and phase,
+    round log medians around the run's latency with a known spread (the same offsets, shuffled)."""
+    evidence = LatencyEvidence(kind="rounds", source="4 base rounds, 4 head rounds")
+    offsets = [-1.2, -0.4, 0.3, 1.3]
+    for c in rd.components:
+        b, h = c.base["latency_ms"], c.head["latency_ms"]
+        if b and h and c.kind not in ("added", "removed"):
+            sd = (spreads or {}).get(c.path, spread)
+            evidence.units[(c.path, c.phase)] = ([math.log(b) + sd * o for o in offsets],
+                                                 [math.log(h) + sd * o for o in offsets[::-1]])
+    return evidence
+
+
+def _breaks(rd: Any, rule: str, phases: list[str] | None = None, evidence: Any = "rounds") -> list[tuple[str, str | None]]:
+    latency = _rounds_evidence(rd) if evidence == "rounds" else evidence
+    result = review.check(rd, review.parse_rules([rule]), phases, latency=latency)
     return [(b.phase, b.path) for b in result.breaches]
 
 
@@ -149,21 +169,30 @@ def test_glob_rules_name_the_breaking_components(tmp_path: Path) -> None:
     assert [p for p, _ in _breaks(rd, "over_arch.0:param_bytes>+100%")] == ["forward"]
 
 
-def test_latency_rules_are_noise_aware(tmp_path: Path) -> None:
-    # over_arch.1 gets 30% slower. With an IQR of 20% of the latency on each side, the combined spread
-    # (0.02 + 0.026 ms) covers the +0.03 ms change: noise, the rule holds. With a 5% IQR it breaks.
-    noisy = _diff_with(tmp_path / "a", **{"over_arch.1": {"latency_ms": 0.13, "iqr": 0.2}})
-    c = {x.path: x for x in noisy.for_phase("forward")}["over_arch.1"]
-    assert c.noise["latency_ms"]
-    assert ("forward", "over_arch.1") not in _breaks(noisy, "over_arch.1:latency>+10%")
-    quiet = _diff_with(tmp_path / "b", **{"over_arch.1": {"latency_ms": 0.13, "iqr": 0.05}})
-    assert ("forward", "over_arch.1") in _breaks(quiet, "over_arch.1:latency>+10%")
+def test_latency_rules_are_judged_on_evidence(tmp_path: Path) -> None:
+    # over_arch.1 gets 30% slower. With rounds that spread 20 % (log sd) the change is not significant at
+    # 1 %: inconclusive, reported, the rule holds. With a 1 % spread it is regressed and the rule breaks.
+    rd = _diff_with(tmp_path, **{"over_arch.1": {"latency_ms": 0.13}})
+    rules = review.parse_rules(["over_arch.1:latency>+10%"])
+    noisy = review.check(rd, rules, ["forward"], latency=_rounds_evidence(rd, spreads={"over_arch.1": 0.2}))
+    assert not noisy.breaches and any("inconclusive" in u for u in noisy.unknown)
+    quiet = review.check(rd, rules, ["forward"], latency=_rounds_evidence(rd, spread=0.01))
+    assert [(b.phase, b.path) for b in quiet.breaches] == [("forward", "over_arch.1")]
+    assert quiet.breaches[0].verdict["verdict"] == "regressed" and quiet.breaches[0].verdict["ci_low"] > 1.2
+    # The rule's limit is the verdict's floor: +30 % is not regressed beyond +50 %.
+    assert not review.check(rd, review.parse_rules(["over_arch.1:latency>+50%"]), ["forward"],
+                            latency=_rounds_evidence(rd, spread=0.01)).breaches
+    # Without evidence (single-round runs, no comparison) latency is not judged: neither passed nor failed on noise.
+    blind = review.check(rd, rules, ["forward"], latency=None)
+    assert blind.passed and not blind.breaches and blind.not_judged and "cbsite compare" in blind.not_judged[0]
 
 
 def test_a_missing_value_is_not_judged_but_reported(tmp_path: Path) -> None:
     rd = _diff_with(tmp_path, **{"over_arch.1": {"status": "failed"}})
-    result = review.check(rd, review.parse_rules(["over_arch.1:latency>+10%"]), ["forward"])
-    assert result.passed and result.unknown == ["over_arch.1:latency>+10%: forward 'over_arch.1' (no value in the head run)"]
+    result = review.check(rd, review.parse_rules(["over_arch.1:latency>+10%"]), ["forward"], latency=_rounds_evidence(rd))
+    assert result.passed and result.unknown == ["over_arch.1:latency>+10%: forward 'over_arch.1' (not timed on both sides)"]
+    result = review.check(rd, review.parse_rules(["over_arch.1:flops>+10%"]), ["forward"])
+    assert result.passed and result.unknown == ["over_arch.1:flops>+10%: forward 'over_arch.1' (no value in the head run)"]
 
 
 def test_bad_rules_are_all_reported_at_once() -> None:
@@ -205,7 +234,8 @@ def test_rules_from_pyproject(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     monkeypatch.chdir(project / "sub")  # found from the working directory upwards
     (project / "pyproject.toml").write_text('[tool.cbsite.gate]\nfail_on = ["flops>+5%", "over_arch.*:latency>+20%"]\n')
     code, out, _ = _cli(capsys, "diff", "toy@v1", "toy@v2", "--runs", runs)
-    assert code == 1 and "2 of 2 rules broken" in out
+    # Single-round toy runs: the latency rule is not judged, the FLOP rule breaks.
+    assert code == 1 and "1 of 2 rules broken: flops>+5%" in out and "over_arch.*:latency>+20%: not judged" in out
     # --fail-on replaces the file's rules.
     assert _cli(capsys, "diff", "toy@v1", "toy@v2", "--runs", runs, "--fail-on", "flops>+100%")[0] == 0
     (project / "pyproject.toml").write_text('[tool.cbsite.gate]\nfail_on = ["flops>5", "speed>+1%"]\nfail = 1\n')

@@ -25,6 +25,8 @@ from torch import nn
 
 from cbsite import archive, schema, tree
 from cbsite.collector.capture import Capture, capture, moved, refuse_iterators
+from cbsite.collector import hierarchy
+from cbsite.collector.session import rounds
 from cbsite.collector.device import describe_device
 from cbsite.collector.measure import ComponentMeasurement, NothingToDifferentiate, PhaseResult, TimingConfig
 from cbsite.collector.peaks import check_peaks
@@ -64,6 +66,11 @@ class CollectConfig:
     peak_bandwidth: float | None = None
     calibrate: bool = True
     num_threads: int | None = None
+    # Timing repeated in this many processes: the collecting one, then rounds-1 fresh workers, so a run
+    # carries its run-to-run noise and not only its within-run spread (samples.parquet keeps every block).
+    rounds: int = 1
+    # Wall seconds one component and phase may spend in timing (None: 20x the budget, at least 5 s).
+    max_component_s: float | None = None
     # The whole model's training step and inference forward, timed besides the components (step.py).
     step: bool = True
     progress: bool = True
@@ -78,6 +85,10 @@ class CollectConfig:
             problems.append(f"phases must be a non-empty subset of {schema.PHASES}, got {self.phases}")
         if self.dtype not in DTYPES:
             problems.append(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if not isinstance(self.rounds, int) or self.rounds < 1:
+            problems.append(f"rounds must be a whole number of at least 1, got {self.rounds!r}")
+        if self.max_component_s is not None and not (self.max_component_s > 0 and self.max_component_s < float("inf")):
+            problems.append(f"the per-component cap must be a finite number of seconds above 0, got {self.max_component_s!r}")
         if not _seconds(self.min_run_time, MAX_BUDGET_S):  # nan would never end timing, inf neither
             problems.append(f"the time budget (--budget) must be a finite number of seconds above 0 and at most "
                             f"{MAX_BUDGET_S:g} per component and phase, got {self.min_run_time!r}")
@@ -232,6 +243,7 @@ def profile_model(
     inputs_description: dict[str, Any] | None = None,
     tags: Sequence[str] = (),
     notes: str = "",
+    request: Any = None,
 ) -> archive.Run:
     """Profile every submodule of `model` independently on the captured inputs of `batches`.
 
@@ -249,7 +261,7 @@ def profile_model(
     try:
         with preserved(model):  # the caller's model is left as it was found: values, dtype, device, RNG (restore.py)
             return _profile(model, batches, config, model_name, version, provider, preprocessing, inputs_description, tags,
-                            notes)
+                            notes, request)
     finally:
         torch.set_num_threads(caller_threads)  # a notebook keeps its own setting
 
@@ -292,6 +304,7 @@ def _profile(
     inputs_description: dict[str, Any] | None,
     tags: Sequence[str],
     notes: str,
+    request: Any = None,
 ) -> archive.Run:
     started = time.perf_counter()
     device = torch.device(config.device)
@@ -308,7 +321,8 @@ def _profile(
     components = component_tree(model)
     modules = dict(model.named_modules())
     plan = PlanConfig(config.max_depth, config.include, config.exclude)
-    timing = TimingConfig(config.min_run_time, config.warmup, num_threads, config.device)
+    timing = TimingConfig(config.min_run_time, config.warmup, num_threads, config.device,
+                          max_component_s=config.max_component_s)
     device_info = describe_device(
         device, dtype, peak_flops=config.peak_flops, peak_bandwidth=config.peak_bandwidth, calibrate=config.calibrate
     )
@@ -364,12 +378,30 @@ def _profile(
     for row in rows:
         row["run_id"] = run_id
     rows = _estimate(rows, config.phases, peak_flops, peak_bw)
+    samples = [
+        s for path, per in outcomes.items() for phase, o in per.items() if o.result is not None
+        for s in rounds.block_samples(path, phase, o.result.timing.blocks, run_id)
+    ]
+    # Children slower than their parents beyond both intervals are timed again, interleaved with them.
+    pair_index = {(s["path"], s["phase"]): s["pair"] for s in samples}
+    extra, remeasured = hierarchy.remeasure(
+        rows, lambda path, phase: _statement_of(outcomes.get(path, {}).get(phase), phase),
+        max(1e-3, config.min_run_time / 20), num_threads, run_id,
+        lambda path, phase: pair_index.get((path, phase), -1) + 1,
+    )
+    samples += extra
+    session_record = None
+    if config.rounds > 1:
+        samples, session_record = _more_rounds(model, batches, config, run_id, rows, samples, request, progress_enabled=config.progress)
+    noise = rounds.apply_rounds(rows, samples, config.phases, peak_flops, peak_bw,
+                                (session_record or {}).pop("flagged_notes", None))
+    hierarchy_record = hierarchy.check(rows, remeasured)
     peak_warnings = check_peaks(rows, device_info, lambda path, phase: _replay_of(outcomes.get(path, {}).get(phase), phase))
     counts = {s: sum(1 for r in rows if r["phase"] == config.phases[0] and r["status"] == s) for s in schema.STATUSES}
     # Every failed phase of every component, as measured: a failed parent is estimated from its children
     # and a failed backward has no row in the counts phase, yet both failed.
     counts["failed"] = sum(1 for per in outcomes.values() for o in per.values() if o.status == "failed")
-    step = collect_step(model, batches, config, num_threads) if config.step else None
+    step = collect_step(model, batches, config, num_threads, request) if config.step else None
     meta = {
         "schema_version": schema.SCHEMA_VERSION,
         "run_id": run_id,
@@ -404,13 +436,81 @@ def _profile(
         "warnings": load_warnings + _load_warnings(num_threads, "after") + peak_warnings,
         "counts_phase": config.phases[0],
         "step": step,
+        "rounds": noise["rounds"],
+        "noise": noise,
+        "samples": {"file": archive.SAMPLES_FILE, "rows": len(samples)} if samples else None,
+        "session": session_record,
+        "hierarchy": hierarchy_record,
     }
     table = pl.from_arrow(archive.rows_to_table(rows))
-    run = archive.Run(meta=meta, rows=table, artifacts=artifacts, ops=_ops_frame(runner.ops, run_id, model_name, version))
+    run = archive.Run(meta=meta, rows=table, artifacts=artifacts, ops=_ops_frame(runner.ops, run_id, model_name, version),
+                      samples=samples_frame(samples, run_id, model_name, version))
     if artifacts is not None:
         weakref.finalize(run, shutil.rmtree, artifacts, True)  # the staging folder lives as long as the Run
     _report(run, selection)
     return run
+
+
+def samples_frame(samples: list[dict[str, Any]], run_id: str, model_name: str, version: str) -> pl.DataFrame | None:
+    """samples.parquet's rows with the run's identity, typed by schema.SAMPLES_SCHEMA."""
+    if not samples:
+        return None
+    import pyarrow as pa
+
+    rows = [{**s, "run_id": run_id, "model": model_name, "version": version} for s in samples]
+    return pl.from_arrow(pa.Table.from_pylist(rows, schema=schema.SAMPLES_SCHEMA))
+
+
+def _more_rounds(model: nn.Module, batches: Sequence[Inputs], config: CollectConfig, run_id: str,
+                 rows: list[dict[str, Any]], samples: list[dict[str, Any]], request: Any,
+                 progress_enabled: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Time every measured component again in rounds-1 fresh worker processes (the session scheduler)."""
+    from cbsite.collector.session.scheduler import plan_jobs, run_jobs
+    from cbsite.collector.session.spec import ArmSpec, ProcessJob, Task
+
+    tasks = [Task(key=r["path"], phase=r["phase"], paths=(("run", r["path"]),)) for r in rows if r["status"] == "measured"]
+    with contextlib.ExitStack() as stack:
+        if request is not None:
+            arm = ArmSpec(arm="run", request=request, device=config.device, dtype=config.dtype)
+        else:  # a model handed to the API: the workers load a copy of it and its batches
+            folder = Path(stack.enter_context(_temporary_folder()))
+            payload = folder / "payload.pt"
+            torch.save({"model": model, "batches": list(batches)}, payload)
+            arm = ArmSpec(arm="run", payload=str(payload), device=config.device, dtype=config.dtype)
+        template = ProcessJob(session_id=run_id, process=0, arms=(), tasks=(), threads=torch.get_num_threads(),
+                              pairs=max(5, BLOCKS_PER_ROUND), block_s=max(1e-3, config.min_run_time / BLOCKS_PER_ROUND),
+                              warmup=config.warmup, max_task_s=max(5.0, 20 * config.min_run_time))
+        jobs = plan_jobs(run_id, [arm], tasks, config.rounds - 1, "interleaved", template)
+        progress = _progress(progress_enabled, len(jobs))
+        with progress:
+            task = progress.add_task("rounds in fresh processes", total=len(jobs))
+            session = run_jobs(jobs, on_done=lambda done, total, elapsed: progress.update(task, completed=done))
+    flagged: dict[tuple[str, str], list[str]] = {}
+    for result in session.results:
+        for where, note in result.flagged.items():
+            flagged.setdefault(where, []).append(f"round {result.process}: {note}")
+        for where, error in result.errors.items():
+            flagged.setdefault(where, []).append(f"round {result.process} failed: {error}")
+    record = {
+        "layout": "rounds", "processes": config.rounds, "threads": torch.get_num_threads(),
+        "wall_s": round(session.wall_s, 3), "died": {str(k): v for k, v in session.died.items()},
+        "flagged_notes": flagged,
+    }
+    return samples + session.samples, record
+
+
+BLOCKS_PER_ROUND = 10
+
+
+@contextlib.contextmanager
+def _temporary_folder():
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="cbsite-payload-")
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _plugins_record(selection: registry.Selection, status: dict[str, str], seconds: dict[str, float]) -> dict[str, Any]:
@@ -493,6 +593,13 @@ def _rows(
                 )
             rows.append(row)
     return rows
+
+
+def _statement_of(outcome: _Outcome | None, phase: str) -> tuple[Callable[[], Any], int] | None:
+    """A measured component's timed statement of `phase` and its calls per statement, for re-measurement."""
+    if outcome is None or outcome.status != "measured" or outcome.measurement is None:
+        return None
+    return outcome.measurement.rotation(phase), outcome.measurement.calls_per_batch
 
 
 def _replay_of(outcome: _Outcome | None, phase: str) -> Callable[[], Any] | None:
