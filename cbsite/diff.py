@@ -168,8 +168,14 @@ class RunDiff:
                 counts[c.kind] += 1
         return counts
 
-    def summary(self) -> str:
-        """One plain-text paragraph in words: totals with ratios, where the change is, counts, warnings."""
+    def summary(self, latency: dict[str, str] | None = None) -> str:
+        """One plain-text paragraph in words: totals with ratios, where the change is, counts, warnings.
+
+        `latency` (phase -> the whole model's latency verdict, `cbsite.stats`), when latency was judged: a
+        total is then a change only where its verdict is regressed or improved, unchanged where it is
+        unchanged, and named inconclusive otherwise; without it the within-run IQR rule (noise) decides.
+        Components that tie for the largest part of a change are named as a tie, never one of them alone.
+        """
         base_model, head_model = self.base_meta.get("model", "?"), self.head_meta.get("model", "?")
         model = head_model
         title = (
@@ -185,6 +191,7 @@ class RunDiff:
         same: list[str] = []
         noisy: list[str] = []
         unknown: list[str] = []
+        undecided: list[str] = []
         # Parameter memory is static: say it once, not per phase.
         items = [("param_bytes", main, LABELS["param_bytes"])]
         for phase in self.phases:
@@ -192,7 +199,14 @@ class RunDiff:
                 items.append((metric, phase, f"{phase} {LABELS[metric]}"))
         for metric, phase, label in items:
             total = self.totals[phase][metric]
-            if total.delta is None:
+            verdict = (latency or {}).get(phase) if metric == "latency_ms" else None
+            if verdict in ("regressed", "improved") and total.delta is not None:
+                changed.append(f"{format_ratio(total)} {label} ({format_delta(metric, total.delta)}, {verdict})")
+            elif verdict == "unchanged":
+                same.append(label)
+            elif verdict is not None:
+                undecided.append(f"{label} ({verdict})")
+            elif total.delta is None:
                 unknown.append(label)
             elif total.noise:
                 noisy.append(f"{label} ({format_delta(metric, total.delta)})")
@@ -207,13 +221,18 @@ class RunDiff:
             parts.append(f"unchanged {', '.join(same)}")
         if unknown:
             parts.append(f"unknown {', '.join(unknown)}")
+        parts.extend(undecided)
         sentences = [f"{title}: {', '.join(parts)}."]
 
         where = []
         for metric in ("flops", "param_bytes", "peak_memory_bytes", "latency_ms"):
             total = self.totals[main][metric]
-            if total.delta in (None, 0) or total.noise or not _is_change(metric, total.base, total.head, total.delta):
+            if total.delta in (None, 0) or not _is_change(metric, total.base, total.head, total.delta):
                 continue
+            if metric == "latency_ms":
+                verdict = (latency or {}).get(main)
+                if verdict not in ("regressed", "improved") if verdict is not None else total.noise:
+                    continue
             # The largest own change in the direction of the total: a component that moved the other
             # way is an offset, not where the growth is.
             growing = total.delta > 0
@@ -223,7 +242,17 @@ class RunDiff:
             c, share = best[0], best[0].share[metric]
             name = display_path(c.path, model) + (" (own)" if c.path == "" else "")
             what = f"{_GROWTH_LABELS[metric]} {'growth' if total.delta > 0 else 'reduction'}"
-            if 0.5 <= share <= 1 + REL_TOL:
+            tied = [t for t in best if t.self_delta[metric] == c.self_delta[metric]]
+            if len(tied) > 1:
+                names = [display_path(t.path, model) for t in tied]
+                shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+                each = (f"{format_delta(metric, c.self_delta[metric])} each" if metric == "peak_memory_bytes"
+                        else f"{_pct(share)} each, {_pct(share * len(tied))} together")
+                where.append(f"{len(tied)} components tie for the largest part of the {what} ({each}): {shown}")
+            elif metric == "peak_memory_bytes" and not 0.5 <= share <= 1 + REL_TOL:
+                # Peaks are maxima: beyond "this component's own change is the model's", a share means nothing.
+                where.append(f"the largest own {what} is in {name} ({format_delta(metric, c.self_delta[metric])})")
+            elif 0.5 <= share <= 1 + REL_TOL:
                 where.append(f"most of the {what} ({_pct(share)}) is in {name} ({_short_type(c.module_type)})")
             elif share > 1:
                 where.append(f"{name} accounts for {_pct(share)} of the {what}, partly offset elsewhere")

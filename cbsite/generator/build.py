@@ -24,11 +24,11 @@ from typing import Any, Callable, Iterator, Sequence
 
 import jinja2
 
-from cbsite import archive
+from cbsite import archive, stats
 from cbsite import diff as cdiff
 from cbsite.archive import Run
 from cbsite.errors import CbsiteError
-from cbsite.generator import charts, diffdata, pages, rundata, sitedir
+from cbsite.generator import charts, diffdata, latencydata, pages, rundata, sitedir
 from cbsite.generator.catalog import Catalog, load_catalog
 from cbsite.generator.config import SiteConfig, dump_yaml, load_site_config, project_config
 
@@ -59,6 +59,7 @@ class _DiffEntry:
     summary: str | None = None
     error: str | None = None
     context: dict[str, Any] = field(default_factory=dict)
+    comparison: dict[str, Any] | None = None  # the comparison record that measured these two runs, if any
 
 
 def _epoch(created_at: str | None) -> int:
@@ -99,26 +100,30 @@ class _Writer:
         self.pages += 1
 
 
-def _diff_job(job: tuple[Path, Path, Path, str]) -> dict[str, Any]:
+def _diff_job(job: tuple[Path, Path, Path, str, dict[str, Any] | None]) -> dict[str, Any]:
     """Compute one diff and write its data files; runs in a worker process (diffs dominate build time).
 
+    `record` is the comparison record of the two runs, if any (read once by the catalog): latency is
+    judged on it, else on both runs' rounds, else not judged (latencydata.py).
     Returns only what the templates need, so little crosses the process boundary.
     """
-    base_path, head_path, folder, model = job
+    base_path, head_path, folder, model, record = job
     base, head = archive.read_run(base_path), archive.read_run(head_path)
     try:
         rd = cdiff.diff_runs(base, head)
     except CbsiteError as exc:  # e.g. no phase in common: a page that says so, not a crashed build
         return {"error": str(exc)}
-    tops = diffdata.top_rows(rd, model)
-    pages.dump_json(diffdata.diff_json(rd), folder / "diff.json")
+    judged = latencydata.judge(record, base, head, rd)
+    tops = diffdata.top_rows(rd, model, judged)
+    pages.dump_json(diffdata.diff_json(rd, judged), folder / "diff.json")
     specs = diffdata.chart_specs(tops)
     if specs:
         pages.dump_json(specs, folder / "charts.json")
     return {
-        "summary": rd.summary(), "warnings": list(rd.warnings), "phases": rd.phases,
-        "totals": diffdata.totals_rows(rd), "tops": tops, "chart_metrics": list(specs),
-        "counts": {p: rd.counts(p) for p in rd.phases},
+        "summary": rd.summary(latency=latencydata.root_verdicts(judged, rd)), "warnings": list(rd.warnings), "phases": rd.phases,
+        "totals": diffdata.totals_rows(rd, judged), "tops": tops, "ties": diffdata.ties(tops),
+        "chart_metrics": list(specs), "counts": {p: rd.counts(p) for p in rd.phases},
+        "latency": latencydata.latency_context(judged, rd, model),
     }
 
 
@@ -164,7 +169,9 @@ def _start_diffs(catalog: Catalog, docs: Path, stack: contextlib.ExitStack) -> t
         _DiffEntry(base, head, pages.diff_url(base, head, (base.run_id, head.run_id) in consecutive))
         for base, head in catalog.diff_pairs
     ]
-    jobs = [(e.base.path, e.head.path, docs / e.url, e.head.model) for e in entries]
+    for e in entries:
+        e.comparison = catalog.comparison_of.get((e.base.run_id, e.head.run_id))
+    jobs = [(e.base.path, e.head.path, docs / e.url, e.head.model, e.comparison) for e in entries]
     for job in jobs:
         job[2].mkdir(parents=True, exist_ok=True)
     return entries, _map_started(_diff_job, jobs, stack)
@@ -181,6 +188,25 @@ def _render_diffs(entries: list[_DiffEntry], results: list[Any], writer: _Writer
                              "head_data": pages.root_of(entry.url) + pages.run_url(entry.head) + "components.json"}
         writer.page(entry.url, "pages/diff.md.j2", base=entry.base, head=entry.head, entry=entry, **entry.context)
     return entries
+
+
+def _comparisons_by_model(catalog: Catalog, diffs: list[_DiffEntry]) -> dict[str, list[dict[str, Any]]]:
+    """Per model, the comparison records (`cbsite compare`) of its runs, newest first, each with its diff page."""
+    by_pair = {(e.base.run_id, e.head.run_id): e for e in diffs}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for record in reversed(catalog.comparisons):
+        entry = by_pair.get((record["base"]["run_id"], record["head"]["run_id"]))
+        if entry is None:
+            continue
+        summary = record.get("summary") if isinstance(record.get("summary"), dict) else {}
+        verdicts = summary.get("verdicts") if isinstance(summary.get("verdicts"), dict) else {}
+        item = {"id": record.get("comparison_id"), "created_at": record.get("created_at"), "entry": entry,
+                "layout": record.get("layout"), "processes": record.get("processes"), "threads": record.get("threads"),
+                "counts": {k: verdicts[k] for k in stats.VERDICTS if isinstance(verdicts.get(k), int) and verdicts[k]},
+                "noise": summary.get("noise_median"), "detectable": summary.get("detectable_median")}
+        for model in sorted({entry.base.model, entry.head.model}):
+            out.setdefault(model, []).append(item)
+    return out
 
 
 def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str]) -> tuple[int, list[Any]]:
@@ -208,13 +234,15 @@ def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str])
         related = [e for e in diffs_of.get(run.model, []) if run.run_id in (e.base.run_id, e.head.run_id)]
         writer.page(url, "pages/run.md.j2", run=run, rd=run_info[run.run_id], meta=run.meta,
                     versions=entry.versions, diffs=related, perfetto_origin=site.perfetto_origin)
+    comparisons_of = _comparisons_by_model(catalog, diffs)
     for name, entry in catalog.models.items():
         url = pages.model_url(name)
         newest_ids = {entry.newest(v).run_id for v in entry.versions}
         specs = charts.trend_specs(entry.versions, entry.all_runs(), newest_ids, totals)
         pages.dump_json(specs, docs / url / "trends.json")
         writer.page(url, "pages/model.md.j2", model=entry, totals=totals, chart_metrics=list(specs),
-                    chart_titles=dict(charts.TREND_METRICS), diffs=diffs_of.get(name, []))
+                    chart_titles=dict(charts.TREND_METRICS), diffs=diffs_of.get(name, []),
+                    comparisons=comparisons_of.get(name, []))
     newest = sorted(catalog.runs(), key=lambda r: r.run_id, reverse=True)[:MAX_NEWEST]
     latest_change = {}
     for e in diffs:  # the last consecutive diff of each model is "what changed most" on the home page

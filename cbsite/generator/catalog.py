@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from cbsite import archive
+from cbsite import archive, comparison
 from cbsite.archive import Run
 from cbsite.errors import CbsiteError
 
@@ -35,7 +35,12 @@ class ModelEntry:
 class Catalog:
     models: dict[str, ModelEntry]
     warnings: list[str]
-    diff_pairs: list[tuple[Run, Run]]  # (base, head), consecutive versions first, then extra pairs
+    diff_pairs: list[tuple[Run, Run]]  # (base, head), consecutive versions first, then comparisons, then extra pairs
+    # Comparison records (`cbsite compare`) whose two runs are both on the site, oldest first; each record's
+    # pair has a diff page. `comparison_of` holds the newest record per (base run id, head run id), the one
+    # `comparison.find_comparison` would pick.
+    comparisons: list[dict] = field(default_factory=list)
+    comparison_of: dict[tuple[str, str], dict] = field(default_factory=dict)
 
     def runs(self) -> list[Run]:
         return [r for m in self.models.values() for r in m.all_runs()]
@@ -84,13 +89,25 @@ def load_catalog(root: Path, extra_diffs: Sequence[tuple[str, str]] = ()) -> Cat
         for old, new in zip(entry.versions, entry.versions[1:]):
             pairs.append((entry.newest(old), entry.newest(new)))
     by_id = {r.run_id: r for m in models.values() for r in m.all_runs()}
+    records = []
+    for record in comparison.list_comparisons(root):
+        ids = (str(record.get("base", {}).get("run_id")), str(record.get("head", {}).get("run_id")))
+        if ids[0] not in by_id or ids[1] not in by_id or ids[0] == ids[1]:
+            continue
+        record.pop("_path", None)  # a local path: never on a page
+        records.append(record)
+    comparison_of = {(r["base"]["run_id"], r["head"]["run_id"]): r for r in records}  # newest wins
+    for base_id, head_id in comparison_of:
+        if all((base_id, head_id) != (a.run_id, b.run_id) for a, b in pairs):
+            pairs.append((by_id[base_id], by_id[head_id]))
     for base_spec, head_spec in extra_diffs:
         pair = (_resolve(base_spec, root, by_id), _resolve(head_spec, root, by_id))
         if pair[0].run_id == pair[1].run_id:
             raise CbsiteError(f"extra diff {base_spec} .. {head_spec} compares a run with itself; name two runs")
         if all((pair[0].run_id, pair[1].run_id) != (a.run_id, b.run_id) for a, b in pairs):
             pairs.append(pair)
-    return Catalog(models=dict(sorted(models.items())), warnings=warnings, diff_pairs=pairs)
+    return Catalog(models=dict(sorted(models.items())), warnings=warnings, diff_pairs=pairs,
+                   comparisons=records, comparison_of=comparison_of)
 
 
 def _resolve(spec: str, root: Path, by_id: dict[str, Run]) -> Run:

@@ -6,6 +6,7 @@ Pages are `<folder>/index.md`, so a page's relative links are the same with or w
 
 from __future__ import annotations
 
+import decimal
 import functools
 import json
 import math
@@ -82,6 +83,17 @@ def fmt_num(value: Any) -> str:
     return str(value)
 
 
+def fmt_ratio(value: float | None, unit: bool = True) -> str:
+    """A ratio head/base: "1.052×" (3 decimals below 10, as the PR comment writes it), "12.4×", "153×".
+    format.js `ratio` is the same rule (tests/test_generator_latency.py ties them)."""
+    if value is None or not math.isfinite(value):
+        return DASH
+    places = 3 if abs(value) < 10 else 1 if abs(value) < 100 else 0
+    # Exact halves round away from zero, as JavaScript's toFixed does (Python's format rounds them to even).
+    text = str(decimal.Decimal(value).quantize(decimal.Decimal(1).scaleb(-places), rounding=decimal.ROUND_HALF_UP))
+    return text + ("\u00d7" if unit else "")
+
+
 def fmt_signed(value: float | None, kind: str) -> str:
     """A delta with its sign, in the metric's unit."""
     if value is None:
@@ -102,7 +114,7 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     env.filters.update(
-        ms=fmt_ms, bytes=fmt_bytes, flops=fmt_flops, pct=fmt_pct, num=fmt_num, signed=fmt_signed,
+        ms=fmt_ms, bytes=fmt_bytes, flops=fmt_flops, pct=fmt_pct, num=fmt_num, signed=fmt_signed, ratio=fmt_ratio,
         # YAML front matter: a JSON string is a valid YAML scalar, and tojson escapes <, >, & and '.
         yaml_str=lambda s: jinja2.utils.htmlsafe_json_dumps(str(s)),
     )

@@ -38,6 +38,15 @@
       if (!isNum(v)) return DASH;
       return (mark && v > 1 ? "\u26a0 " : "") + sig(v * 100, 3) + "%";
     },
+    /* A ratio head/base: 3 decimals below 10, 1 below 100, none above (pages.py fmt_ratio). */
+    ratio: function (v, noUnit) {
+      if (!isNum(v)) return DASH;
+      var a = Math.abs(v);
+      return v.toFixed(a < 10 ? 3 : a < 100 ? 1 : 0) + (noUnit ? "" : "\u00d7");
+    },
+    interval: function (lo, hi) {
+      return isNum(lo) && isNum(hi) ? F.ratio(lo, true) + "\u2013" + F.ratio(hi) : DASH;
+    },
     signed: function (v, fmt) {
       if (!isNum(v)) return DASH;
       return (v > 0 ? "+" : v < 0 ? "\u2212" : "\u00b1") + fmt(Math.abs(v));

@@ -132,10 +132,13 @@
     this.opts = opts;
     this.zoom = 0;
     this.svg = null;
+    // The tooltip lives on <body> with fixed positioning: the icicle's box clips its overflow (the drawing
+    // is as wide as the page), and a tooltip inside it would be cut to the rows below the pointer.
     this.tip = document.createElement("div");
     this.tip.className = "cbsite-tip";
+    this.tip.setAttribute("role", "tooltip");
     this.tip.hidden = true;
-    container.appendChild(this.tip);
+    document.body.appendChild(this.tip);
     var self = this;
     if (typeof ResizeObserver !== "undefined") {
       var lastWidth = 0;
@@ -221,7 +224,7 @@
         this._hoverSelf(sg, k, L);
       }
     }
-    this.container.insertBefore(svg, this.tip);
+    this.container.appendChild(svg);
     this.svg = svg;
     this.layout = L;
     if (o.onRender) o.onRender(this);
@@ -237,12 +240,15 @@
       if (r[2]) line.className = r[2];
       tip.appendChild(line);
     });
-    var box = this.container.getBoundingClientRect();
     tip.hidden = false;
-    var left = evt.clientX - box.left + 12, topPx = evt.clientY - box.top + 12;
-    if (left + tip.offsetWidth > box.width) left = Math.max(0, box.width - tip.offsetWidth);
-    tip.style.left = left + "px";
-    tip.style.top = topPx + "px";
+    // Beside the pointer, flipped to its left or above it where the viewport ends: always whole and visible.
+    var vw = document.documentElement.clientWidth, vh = document.documentElement.clientHeight, gap = 12;
+    var w = tip.offsetWidth, h = tip.offsetHeight;
+    var left = evt.clientX + gap, topPx = evt.clientY + gap;
+    if (left + w > vw - 4) left = evt.clientX - gap - w;
+    if (topPx + h > vh - 4) topPx = evt.clientY - gap - h;
+    tip.style.left = Math.max(4, Math.min(left, vw - w - 4)) + "px";
+    tip.style.top = Math.max(4, Math.min(topPx, vh - h - 4)) + "px";
   };
 
   Icicle.prototype._hover = function (g, k, L) {

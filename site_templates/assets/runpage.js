@@ -179,7 +179,7 @@
     return s;
   }
 
-  function tooltip(d, phase, widthKey, colourKey, colourSpec) {
+  function tooltip(d, phase, widthKey, colourKey, colourSpec, extraTip) {
     return function (i, info) {
       var rows = [["", fullPath(d, i)], ["type", d.module_type[i]], ["status", status(d, phase, i)],
         ["calls per forward", String(d.call_count[i])],
@@ -191,6 +191,7 @@
         ["bandwidth utilisation", utilText(d, phase, "bandwidth_util", i)]];
       if (F.suspect(metric(d, phase, "mfu", i))) rows.push(["", SUSPECT, "warn"]);
       if (colourSpec && colourSpec.extra) rows.push([colourSpec.label, colourSpec.fmt(colourSpec.value(i))]);
+      if (extraTip) rows = rows.concat(extraTip(i, phase));
       if (info.share !== null && info.share !== undefined) rows.push(["share of parent", F.pct(info.share)]);
       if (info.self !== null && info.self !== undefined) rows.push(["self share", F.pct(info.self)]);
       if (info.overflow) rows.push(["", "children sum to " + (isFinite(info.overflow) ? info.overflow.toPrecision(3) + "\u00d7" : "more than") +
@@ -202,8 +203,9 @@
     };
   }
 
-  /* Mount an icicle with its phase/width/colour controls; `extraColours` adds colour metrics (diff deltas). */
-  function mountIcicle(d, prefix, extraColours, defaultColour) {
+  /* Mount an icicle with its phase/width/colour controls; `extraColours` adds colour metrics (diff deltas),
+     `extraTip(i, phase)` rows to each node's tooltip. */
+  function mountIcicle(d, prefix, extraColours, defaultColour, extraTip) {
     var box = document.getElementById(prefix + "-icicle");
     var colours = {};
     Object.keys(extraColours || {}).forEach(function (k) { colours[k] = extraColours[k]; });
@@ -228,7 +230,7 @@
         status: function (i) { return status(d, state.phase, i); },
         width: function (i) { return metric(d, state.phase, state.width, i); },
         colour: colourFn(), colourKind: c.kind,
-        tooltip: tooltip(d, state.phase, state.width, state.colour, spec)
+        tooltip: tooltip(d, state.phase, state.width, state.colour, spec, extraTip)
       };
     }
     var ic = new window.CbsiteIcicle.Icicle(box, opts());
@@ -238,7 +240,8 @@
       legend.textContent = "colour: " + c.label + (sc.lo === null ? " (no values)" :
         " from " + c.fmt(sc.lo) + " to " + c.fmt(sc.hi)) + " \u00b7 width: " + WIDTH[state.width].label +
         " \u00b7 hatched = estimated or failed, \u2248 estimated, \u2715 failed, grey = no value" +
-        (state.colour === "mfu" ? " or MFU above 100 % (suspect: see the run's warnings)" : "");
+        (state.colour === "mfu" ? " or MFU above 100 % (suspect: see the run's warnings)" : "") +
+        (c.legend ? " \u00b7 " + c.legend : "");
       crumb.textContent = icicle.zoom === 0 ? "" : "zoomed into " + fullPath(d, icicle.zoom) + " \u2014 click the top bars or the node to back out";
     };
     ic.render();
