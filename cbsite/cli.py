@@ -490,7 +490,22 @@ def cmd_demo(args: argparse.Namespace) -> int:
         from cbsite.generator.sitedir import check_out
 
         check_out(args.out, args.runs)
-    for provider, name, version, options in DEMO:
+    # The two DLRM revisions are measured together (cbsite compare), so their diff page carries latency
+    # verdicts; the other models are single runs.
+    (provider, name, base_version, base_options), (_, _, head_version, head_options) = DEMO[:2]
+    print(f"comparing {name}@{base_version} and {name}@{head_version} in one session ...", flush=True)
+    with _staging_in(args.runs):
+        from cbsite.collector.session.compare import CompareConfig, compare
+
+        side = dict(provider=provider, model_name=name, config=config, tags=("demo",))
+        result = compare(CollectRequest(options=base_options, version=base_version, **side),
+                         CollectRequest(options=head_options, version=head_version, **side),
+                         CompareConfig(), progress=config.progress, say=lambda line: print("  " + line, flush=True))
+        record = result.save(args.runs)
+    verdicts = ", ".join(f"{n} {v}" for v, n in result.record["summary"]["verdicts"].items() if n)
+    print(f"  saved {result.base.path}, {result.head.path} and {record} ({result.record['wall_s']:.1f}s; {verdicts})",
+          flush=True)
+    for provider, name, version, options in DEMO[2:]:
         print(f"collecting {name}@{version} ...", flush=True)
         with _staging_in(args.runs):
             run = collect(CollectRequest(provider=provider, options=options, model_name=name, version=version,

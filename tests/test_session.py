@@ -212,3 +212,47 @@ def test_stats_verdict_on_session_units_matches_scipy():
 
     p = st.ttest_1samp(units, 0, alternative="greater").pvalue
     assert math.isclose(v.p_regressed, p, rel_tol=1e-9) and v.verdict == "regressed"
+
+
+def test_base_rev_compares_two_git_revisions_in_abba_processes(tmp_path, monkeypatch):
+    """`--base-rev`: the base side imports the package from a worktree of an older commit, in its own
+    processes (the two revisions cannot share one), alternating A B B A."""
+    repo = tmp_path / "repo"
+    (repo / "toypkg").mkdir(parents=True)
+    (repo / "toypkg" / "__init__.py").write_text("")
+    source = (__import__("pathlib").Path(__file__).parent / "session_models.py").read_text()
+    (repo / "toypkg" / "models.py").write_text(source.replace("def mlp(repeat: int = 0,", "def mlp(repeat: int = 0,"))
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True,
+                       env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                            "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin"})
+
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "base")
+    # The head revision plants 3x extra matmul work in layers.1.0 by default.
+    (repo / "toypkg" / "models.py").write_text(source.replace("def mlp(repeat: int = 0,", "def mlp(repeat: int = 3,"))
+    git("commit", "-qam", "head")
+    monkeypatch.chdir(repo)
+    monkeypatch.syspath_prepend(str(repo))
+    monkeypatch.setenv("PYTHONPATH", str(repo))
+    from cbsite.cli import main
+
+    runs = tmp_path / "runs"
+    code = main(["compare", "toypkg.models:mlp", "toypkg.models:mlp", "--base-rev", "HEAD~1", "--model", "toy",
+                 "--runs", str(runs), "--processes", "4", "--pairs", "3", "--block-time", "0.004", "--budget", "0.02",
+                 "--no-progress", "--phases", "forward", "--no-step", "--fail-on", "layers.*:latency>+20%"])
+    assert code == 1  # the planted slowdown breaks the rule
+    record = comparison.list_comparisons(runs)[-1]
+    assert record["layout"] == "abba" and record["base"]["sys_path"]
+    planted = next(c for c in record["components"] if c["key"] == PLANTED)
+    assert planted["verdict"]["verdict"] == "regressed" and len(planted["units"]) == 2
+    samples = pl.read_parquet(next((runs / comparison.COMPARISONS_DIR).glob("*/samples.parquet")))
+    order = samples.group_by("process").agg(pl.col("arm").first()).sort("process")["arm"].to_list()
+    assert order == ["base", "head", "head", "base"]
+    untouched = next(c for c in record["components"] if c["key"] == "layers.0.0")
+    assert untouched["verdict"]["verdict"] != "regressed"
+    # The worktree is gone afterwards.
+    listed = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
+    assert len(listed.strip().splitlines()) == 1

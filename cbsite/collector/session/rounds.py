@@ -3,7 +3,7 @@
 Round 0 is the collecting process (its blocks come from `time_fn`); rounds 1..N-1 are worker processes
 of a session. Per component and phase:
 
-- each round's latency is the median of its uncontended blocks (all of its blocks when fewer than three
+- each round's latency is the median of its uncontended blocks (all of its blocks when fewer than five
   are clean, and the row says so);
 - `latency_ms` is the median of the round medians, so one disturbed process cannot move it far;
 - `latency_p25_ms` / `latency_p75_ms` are quartiles of the pooled clean blocks of every round;
@@ -20,7 +20,9 @@ from typing import Any, Iterable, Sequence
 
 from cbsite import tree
 
-MIN_CLEAN_BLOCKS = 3
+# As measure.MIN_BLOCKS: with fewer clean blocks a round's median uses all of its blocks, and the row
+# says it was contended (the same rule the collecting process applies to its own blocks).
+MIN_CLEAN_BLOCKS = 5
 
 
 def block_samples(path: str, phase: str, blocks: Iterable[Any], session_id: str, process: int = 0,
