@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import platform
+import re
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -37,4 +39,47 @@ def package_versions(names: tuple[str, ...] = ("cbsite", "torch", "torchrec", "f
                 break
             except metadata.PackageNotFoundError:
                 continue
+    return out
+
+
+# --- what differs between two runs' setups (the diff page and the PR summary show it first) ------------
+
+SETUP_GROUPS = ("provider", "preprocessing", "inputs", "config", "dtype", "device", "versions", "git")
+# Leaves that differ from run to run whatever the setup: how long things took, the machine's load.
+_VOLATILE = re.compile(r"(^|\.)(seconds|load_average|wall_time_s|wall_s|timed_s|started_at|ended_at|repeats)(\.|$)")
+
+
+def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
+    if isinstance(value, dict) and value:
+        for k in sorted(value, key=str):
+            _flatten(value[k], f"{prefix}.{k}" if prefix else str(k), out)
+    elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+        for i, v in enumerate(value):  # a list of steps (preprocessing): one key per step
+            _flatten(v, f"{prefix}[{i}]", out)
+    else:
+        out[prefix] = value
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def setup_changes(base: dict[str, Any], head: dict[str, Any]) -> list[dict[str, Any]]:
+    """The setup keys whose values differ between two runs' metadata, as [{group, key, base, head}], in
+    SETUP_GROUPS order then key order; values are text (JSON for lists), None where a side lacks the key.
+    Timings and load (`_VOLATILE`) are left out: they differ between any two runs."""
+    out: list[dict[str, Any]] = []
+    for group in SETUP_GROUPS:
+        a: dict[str, Any] = {}
+        b: dict[str, Any] = {}
+        _flatten(base.get(group), group, a)
+        _flatten(head.get(group), group, b)
+        for key in sorted(set(a) | set(b)):
+            if _VOLATILE.search(key) or a.get(key) == b.get(key):
+                continue
+            out.append({"group": group, "key": key, "base": _text(a.get(key)), "head": _text(b.get(key))})
     return out

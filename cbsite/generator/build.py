@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import jinja2
 
-from cbsite import archive, stats
+from cbsite import archive, provenance, stats
 from cbsite import diff as cdiff
 from cbsite.archive import Run
 from cbsite.errors import CbsiteError
@@ -124,6 +124,7 @@ def _diff_job(job: tuple[Path, Path, Path, str, dict[str, Any] | None]) -> dict[
         "totals": diffdata.totals_rows(rd, judged), "tops": tops, "ties": diffdata.ties(tops),
         "chart_metrics": list(specs), "counts": {p: rd.counts(p) for p in rd.phases},
         "latency": latencydata.latency_context(judged, rd, model),
+        "setup": provenance.setup_changes(base.meta, head.meta),
     }
 
 
@@ -220,6 +221,10 @@ def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str])
             url = pages.run_url(run)
             rd, comps, ops = rundata.run_data(run, warnings)
             rundata.write_run_files(run, docs / url, comps, ops, pages.dump_json)
+            roofline = charts.roofline_spec(comps)
+            if roofline is not None:
+                pages.dump_json({"roofline": roofline}, docs / url / "roofline.json")
+                rd.roofline = True
             totals[run.run_id] = rd.totals
             run_info[run.run_id] = rd
         results = diff_results()
@@ -228,12 +233,16 @@ def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str])
     for e in diffs:
         for model in sorted({e.base.model, e.head.model}):
             diffs_of.setdefault(model, []).append(e)
+    # The newest run of each version lists its component paths in the page text, so that search finds a
+    # component by its full path (older runs of a version would only repeat them in the index).
+    newest_of_version = {m.newest(v).run_id for m in catalog.models.values() for v in m.versions}
     for run in catalog.runs():
         url = pages.run_url(run)
         entry = catalog.models[run.model]
         related = [e for e in diffs_of.get(run.model, []) if run.run_id in (e.base.run_id, e.head.run_id)]
         writer.page(url, "pages/run.md.j2", run=run, rd=run_info[run.run_id], meta=run.meta,
-                    versions=entry.versions, diffs=related, perfetto_origin=site.perfetto_origin)
+                    versions=entry.versions, diffs=related, perfetto_origin=site.perfetto_origin,
+                    index_paths=run.run_id in newest_of_version)
     comparisons_of = _comparisons_by_model(catalog, diffs)
     for name, entry in catalog.models.items():
         url = pages.model_url(name)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 from typing import Any, Sequence
+from urllib.parse import quote
 
 import altair as alt
 import vl_convert
@@ -115,4 +116,73 @@ def contributors_spec(rows: list[dict[str, Any]], title: str) -> dict[str, Any]:
     spec["data"] = {"values": [dict(r) for r in rows]}
     spec["encoding"]["y"]["sort"] = [r["label"] for r in rows]
     spec["height"] = max(60, 22 * len(rows))
+    return spec
+
+
+# --- the roofline of a run ------------------------------------------------------------------------
+
+BOUND_COLOURS = {"compute": "#1f6fb4", "memory": "#d9730d", "overhead": "#7f7f7f"}  # also in runpage.js
+MAX_ROOFLINE_POINTS = 1500  # the slowest leaves per forward; a 10,000-component run keeps a small chart
+
+
+def _roofline_chart() -> dict[str, Any]:
+    """Arithmetic intensity vs achieved FLOP/s on log axes: the roofs, the ridge and one point per leaf and
+    phase coloured by what bounds it (cbsite/bound.py); a click on a point opens that component."""
+    log = alt.Scale(type="log")
+    roof = alt.Chart(alt.Data(values=[])).mark_line(color="#555555", strokeDash=[4, 3]).encode(
+        x=alt.X("ai:Q", scale=log), y=alt.Y("flops_s:Q", scale=log))
+    ridge = alt.Chart(alt.Data(values=[])).mark_rule(color="#555555", strokeDash=[2, 2]).encode(
+        x=alt.X("ai:Q", scale=log), tooltip=[alt.Tooltip("label:N", title="ridge")])
+    points = alt.Chart(alt.Data(values=[])).mark_point(filled=True, size=60, opacity=0.85, cursor="pointer").encode(
+        x=alt.X("ai:Q", title="arithmetic intensity (FLOP per byte moved)", scale=alt.Scale(type="log"),
+                axis=alt.Axis(format="~s")),
+        y=alt.Y("flops_s:Q", title="achieved FLOP/s (per call)", scale=alt.Scale(type="log"), axis=alt.Axis(format="~s")),
+        color=alt.Color("bound:N", title="bound by", scale=alt.Scale(domain=list(BOUND_COLOURS), range=list(BOUND_COLOURS.values()))),
+        shape=alt.Shape("phase:N", title="phase"),
+        href=alt.Href("href:N"),
+        tooltip=[alt.Tooltip("path:N", title="component"), alt.Tooltip("phase:N"), alt.Tooltip("bound:N", title="bound by"),
+                 alt.Tooltip("ai:Q", title="FLOP/byte", format=".3~s"), alt.Tooltip("flops_s:Q", title="FLOP/s", format=".3~s"),
+                 alt.Tooltip("mfu:Q", title="MFU", format=".1%"), alt.Tooltip("bw:Q", title="bandwidth utilisation", format=".1%")],
+    )
+    chart = alt.layer(roof, ridge, points).properties(width="container", height=320, title="Roofline")
+    return _finish(chart)
+
+
+@functools.lru_cache(maxsize=1)
+def _roofline_template() -> str:
+    return json.dumps(_roofline_chart())
+
+
+def roofline_spec(comps: dict[str, Any]) -> dict[str, Any] | None:
+    """The roofline chart of a run from its components.json data; None when nothing can be placed on it."""
+    roof = comps.get("roofline") or {}
+    peak, bw = roof.get("peak_flops"), roof.get("peak_bandwidth")
+    rows = []
+    for phase in comps["phases"]:
+        cols = comps[phase]
+        for i, path in enumerate(comps["path"]):
+            ai, tflops, lat = cols["arithmetic_intensity"][i], cols["tflops_per_s"][i], cols["latency_ms"][i]
+            if not comps["is_leaf"][i] or not ai or not tflops or not lat or ai <= 0 or tflops <= 0:
+                continue
+            rows.append({"path": path or comps["model"], "phase": phase, "bound": cols["bound"][i], "ai": ai,
+                         "flops_s": float("%.4g" % (tflops * 1e12)), "mfu": cols["mfu"][i], "bw": cols["bandwidth_util"][i],
+                         "href": "#component=" + quote(path, safe=""),
+                         "_cost": lat * max(comps["call_count"][i] or 0, 1)})
+    if not rows:
+        return None
+    rows.sort(key=lambda r: (-r["_cost"], r["path"], r["phase"]))
+    rows = rows[:MAX_ROOFLINE_POINTS]
+    for r in rows:
+        del r["_cost"]
+    spec = json.loads(_roofline_template())
+    lo, hi = min(r["ai"] for r in rows), max(r["ai"] for r in rows)
+    if peak and bw:
+        ridge = peak / bw
+        lo, hi = min(lo, ridge) / 4, max(hi, ridge) * 4
+        spec["layer"][0]["data"] = {"values": [{"ai": lo, "flops_s": lo * bw}, {"ai": ridge, "flops_s": peak},
+                                               {"ai": hi, "flops_s": peak}]}
+        spec["layer"][1]["data"] = {"values": [{"ai": ridge, "label": f"{ridge:.3g} FLOP/byte: peak {peak:.3g} FLOP/s, {bw:.3g} B/s"}]}
+    else:  # no peaks recorded: points only
+        spec["layer"] = spec["layer"][2:]
+    spec["layer"][-1]["data"] = {"values": rows}
     return spec

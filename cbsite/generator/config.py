@@ -19,9 +19,11 @@ from cbsite.errors import CbsiteError
 DEFAULT_PERFETTO_ORIGIN = "https://ui.perfetto.dev"
 DEFAULTS_FILE = Path(__file__).resolve().parents[2] / "site_templates" / "mkdocs.defaults.yml"
 CBSITE_KEYS = {"perfetto_origin"}
-# Material's default separator plus '.' and '_', so `sparse_arch.ebc.t_cat_0` is found by any of its parts.
-SEARCH_SEPARATOR = r"[\s\-\.\_]+"
+# Material's default separator plus '.', so `sparse_arch.ebc.t_cat_0` is found by its dotted parts and by the
+# whole path; not '_', which would split `t_cat_0` into `t`, `cat`, `0` and match every page with a "0".
+SEARCH_SEPARATOR = r"[\s\-\.]+"
 CSS = "assets/cbsite/cbsite.css"
+SEARCH_JS = "assets/cbsite/search.js"  # search results carry the query, so a run page can open the component
 ORIGIN_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:\d{1,5})?$")
 
 
@@ -144,6 +146,7 @@ def project_config(site: SiteConfig, nav: list[Any], *, versioned: bool) -> tupl
     cfg["plugins"] = _plugins(cfg.get("plugins"), notes)
     extra_css = [c for c in cfg.get("extra_css", []) if c != CSS]
     cfg["extra_css"] = [CSS, *extra_css]
+    cfg["extra_javascript"] = [SEARCH_JS, *[j for j in cfg.get("extra_javascript", []) if j != SEARCH_JS]]
     if versioned:
         extra = cfg.setdefault("extra", {})
         extra["version"] = {**(extra.get("version") or {}), "provider": "mike"}

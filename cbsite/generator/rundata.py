@@ -14,7 +14,7 @@ from typing import Any
 
 import polars as pl
 
-from cbsite import archive, artifacts, schema
+from cbsite import archive, artifacts, bound, schema
 from cbsite.archive import Run
 
 # Per-phase columns the browser needs; the rest of the schema is in the Parquet/CSV downloads.
@@ -74,6 +74,9 @@ class RunData:
     phases: list[str]
     has_ops: bool
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # phase -> status -> components
+    facts: dict[str, Any] = field(default_factory=dict)  # key_facts: slowest per phase, bounds, notes, compile
+    paths: list[str] = field(default_factory=list)  # every component path, for the page's searchable index
+    roofline: bool = False  # a roofline.json was written beside the page
     warnings: list[str] = field(default_factory=list)
 
 
@@ -148,8 +151,13 @@ def components_json(run: Run, warnings: list[str]) -> dict[str, Any]:
                 values = [[f"{m.get('name')}={_compact(m.get('value'))}" for m in v]
                           if isinstance(v, list) and v and isinstance(v[0], dict) else v for v in values]
             cols[col] = compact_column(values)
+        # What bounds each component's time (cbsite/bound.py): compute, memory or overhead.
+        cols["bound"] = bound.classify_columns(cols["mfu"], cols["bandwidth_util"], cols["latency_ms"],
+                                               cols["device_time_ms"])
         data[phase] = cols
     data["optional"] = sorted({c for p in data["phases"] for c in OPTIONAL_COLUMNS if c in data[p]})
+    peak_flops, peak_bw = bound.peaks(run.meta)
+    data["roofline"] = {"peak_flops": peak_flops, "peak_bandwidth": peak_bw, "ridge": bound.ridge(run.meta)}
     return data
 
 
@@ -199,6 +207,57 @@ def hottest(run: Run, n: int = TOP_COMPONENTS) -> list[dict[str, Any]]:
     return fwd.select(["path", "module_type", "call_count", "latency_per_forward", "status"]).to_dicts()
 
 
+ROUTINE_NOTES = ("container: never called on its own", "estimated: sum of children")  # said by the status already
+SLOWEST_N = 8
+COMPILE_N = 3
+
+
+def key_facts(comps: dict[str, Any]) -> dict[str, Any]:
+    """What a reader should see first, per phase: the slowest leaves (with their share of the phase and what
+    bounds them), where the leaves' time goes by bound (cbsite/bound.py), the components' notes grouped by
+    text, and the compile plugin's whole-model speed-up with its best and worst components."""
+    n = len(comps["path"])
+    leaves = [i for i in range(n) if comps["is_leaf"][i]]
+    calls = [max(c or 0, 1) for c in comps["call_count"]]
+    label = lambda i: comps["path"][i] or comps["model"]  # noqa: E731
+    out: dict[str, Any] = {"slowest": {}, "bounds": {}, "notes": [], "compile": {}}
+    notes: dict[str, list[str]] = {}
+    for phase in comps["phases"]:
+        cols = comps[phase]
+        per_forward = {i: cols["latency_ms"][i] * calls[i] for i in leaves if cols["latency_ms"][i] is not None}
+        total = comps[phase]["latency_ms"][0] if n and comps["path"][0] == "" else None
+        total = total * calls[0] if total is not None else sum(per_forward.values())
+        ranked = sorted(per_forward, key=lambda i: (-per_forward[i], i))[:SLOWEST_N]
+        out["slowest"][phase] = [{"path": label(i), "module_type": comps["module_type"][i], "latency": per_forward[i],
+                                  "calls": calls[i], "share": per_forward[i] / total if total else None,
+                                  "bound": cols["bound"][i]} for i in ranked]
+        leaf_time = sum(per_forward.values())
+        if leaf_time > 0:
+            by: dict[str, float] = {}
+            for i, t in per_forward.items():
+                key = cols["bound"][i] or "no label"
+                by[key] = by.get(key, 0.0) + t
+            out["bounds"][phase] = [{"bound": b, "share": by[b] / leaf_time}
+                                    for b in (*bound.BOUNDS, "no label") if by.get(b)]
+        for i in range(n):
+            for note in cols["notes"][i] or []:
+                if not note.startswith(ROUTINE_NOTES):
+                    where = f"{label(i)} ({phase})"
+                    notes.setdefault(note, []).append(where)
+        if "compile_speedup" in cols:
+            sp = [(cols["compile_speedup"][i], i) for i in range(n) if cols["compile_speedup"][i] is not None]
+            if sp:
+                root = cols["compile_speedup"][0] if comps["path"][0] == "" else None
+                ordered = sorted(sp, key=lambda t: (-t[0], t[1]))
+                pick = lambda items: [{"path": label(i), "speedup": v, "compiled_ms": cols["compiled_latency_ms"][i]}  # noqa: E731
+                                      for v, i in items if i != 0]
+                out["compile"][phase] = {"model": root, "best": pick(ordered[:COMPILE_N + 1])[:COMPILE_N],
+                                         "worst": pick(ordered[::-1][:COMPILE_N + 1])[:COMPILE_N]}
+    out["notes"] = [{"note": k, "where": v[:4], "more": max(0, len(v) - 4)}
+                    for k, v in sorted(notes.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:6]]
+    return out
+
+
 def write_run_files(run: Run, folder: Path, data: dict[str, Any], ops: dict[str, Any] | None, dump) -> None:
     """Write the run's data files for the browser and its downloads into `folder` (in the docs tree)."""
     assert run.path is not None
@@ -234,5 +293,6 @@ def run_data(run: Run, warnings: list[str]) -> tuple[RunData, dict[str, Any], di
             phase: {s: sum(1 for v in comps[phase]["status"] if v == s) for s in schema.STATUSES}
             for phase in comps["phases"]
         },
+        facts=key_facts(comps), paths=comps["path"],
     )
     return rd, comps, ops

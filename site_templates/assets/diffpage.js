@@ -54,13 +54,12 @@
         cell: function (i, td) {
           var c = cols(), root = document.getElementById("cbsite-diff").getAttribute("data-model");
           td.className = "path";
-          td.style.paddingLeft = (0.3 + 0.8 * c.depth[i]) + "em";
-          td.textContent = c.path[i] === "" ? root + " (root)" : c.path[i];
-          if (c.base_path[i] !== null && c.base_path[i] !== c.path[i]) td.title = "was " + c.base_path[i];
+          td.style.paddingLeft = (0.3 + 0.6 * c.depth[i]) + "em";
+          window.CbsiteRunPage.pathText(td, c.path[i], root);
+          td.title = c.base_path[i] !== null && c.base_path[i] !== c.path[i] ? "was " + c.base_path[i] : (c.path[i] || root);
         } },
-      { key: "depth", label: "depth", numeric: true, value: function (i) { return cols().depth[i]; }, cell: function (i, td) { td.textContent = cols().depth[i]; } },
       { key: "module_type", label: "module type", value: function (i) { return cols().module_type[i]; },
-        cell: function (i, td) { td.textContent = cols().module_type[i].split(".").pop(); td.title = cols().module_type[i]; } },
+        cell: function (i, td) { td.className = "type"; td.textContent = cols().module_type[i].split(".").pop(); td.title = cols().module_type[i]; } },
       { key: "kind", label: "change", value: function (i) { return cols().kind[i]; },
         cell: function (i, td) { var s = document.createElement("span"); s.className = "cbsite-kind kind-" + cols().kind[i]; s.textContent = cols().kind[i]; td.appendChild(s);
           if (cols().missing[i].length) { s.title = "no value on a side for: " + cols().missing[i].join(", "); s.textContent += " *"; } } }

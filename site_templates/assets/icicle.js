@@ -74,6 +74,38 @@
   /* ----- colour ----- */
   var SEQ = ["#f7fcf5", "#d9f0d3", "#a6dba0", "#5aae61", "#1b7837", "#00441b"];
   var DIV = ["#2166ac", "#67a9cf", "#d1e5f0", "#f7f7f7", "#fddbc7", "#ef8a62", "#b2182b"];
+  /* Named ramps, so that two metrics never share one (MFU green, bandwidth purple). */
+  var RAMPS = { green: SEQ, purple: ["#fcfbfd", "#dadaeb", "#bcbddc", "#9e9ac8", "#6a51a3", "#3f007d"], diverging: DIV };
+  var NONE = "#cccccc";
+
+  function rgb(colour) {
+    if (colour.charAt(0) === "#") {
+      var v = parseInt(colour.slice(1), 16);
+      return [(v >> 16) & 255, (v >> 8) & 255, v & 255];
+    }
+    return colour.replace(/[^0-9,]/g, "").split(",").map(Number);
+  }
+  /* WCAG relative luminance and contrast ratio. */
+  function luminance(colour) {
+    var c = rgb(colour).map(function (x) { x /= 255; return x <= 0.03928 ? x / 12.92 : Math.pow((x + 0.055) / 1.055, 2.4); });
+    return 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2];
+  }
+  function contrast(a, b) {
+    var x = luminance(a), y = luminance(b);
+    return (Math.max(x, y) + 0.05) / (Math.min(x, y) + 0.05);
+  }
+  var DARK_TEXT = "#000000", LIGHT_TEXT = "#ffffff";  // black, not near-black: every fill then reaches 4.58:1
+  /* The label colour with the better contrast on a fill (near-black on light fills, white on dark ones). */
+  function textOn(fill) { return contrast(fill, DARK_TEXT) >= contrast(fill, LIGHT_TEXT) ? DARK_TEXT : LIGHT_TEXT; }
+
+  /* A label cut to `max` characters in the middle, so siblings that differ at the end (t_cat_0, t_cat_1)
+     stay told apart: "t_c…_0". */
+  function shorten(text, max) {
+    if (text.length <= max) return text;
+    if (max <= 1) return "…";
+    var tail = Math.min(Math.floor((max - 1) / 2), 6), head = max - 1 - tail;
+    return text.slice(0, head) + "…" + (tail > 0 ? text.slice(text.length - tail) : "");
+  }
 
   function mix(stops, t) {
     t = Math.max(0, Math.min(1, t));
@@ -86,8 +118,20 @@
   }
 
   /* A colour scale over the values shown: linear from 0 for ratios, log for magnitudes,
-     symmetric around 0 for deltas. */
-  function scale(values, kind) {
+     symmetric around 0 for deltas; "unit" is absolute, 0 to 100 % whatever is shown (utilisations: a node
+     at 21 % is never drawn as dark as one at 90 %); "category" maps names to fixed colours.
+     `ramp` names the sequential ramp (RAMPS), `categories` the colours of a categorical scale. */
+  function scale(values, kind, ramp, categories) {
+    var stops = RAMPS[ramp] || SEQ;
+    if (kind === "category") {
+      var cats = categories || {};
+      return { lo: null, hi: null, kind: kind, categories: cats, colour: function (v) {
+        return Object.prototype.hasOwnProperty.call(cats, v) ? cats[v] : NONE; } };
+    }
+    if (kind === "unit") {
+      return { lo: 0, hi: 1, kind: kind, stops: stops, colour: function (v) {
+        return typeof v === "number" && isFinite(v) ? mix(stops, v) : NONE; } };
+    }
     var lo = Infinity, hi = -Infinity;
     for (var i = 0; i < values.length; i++) {
       var v = values[i];
@@ -97,26 +141,27 @@
       if (v < lo) lo = v;
       if (v > hi) hi = v;
     }
-    if (!(hi > -Infinity)) return { colour: function () { return "#cccccc"; }, lo: null, hi: null, kind: kind };
+    if (!(hi > -Infinity)) return { colour: function () { return NONE; }, lo: null, hi: null, kind: kind, stops: stops };
     if (kind === "diverging") {
       var m = hi || 1;
-      return { lo: -m, hi: m, kind: kind, colour: function (v) {
-        return typeof v === "number" && isFinite(v) ? mix(DIV, 0.5 + v / (2 * m)) : "#cccccc"; } };
+      return { lo: -m, hi: m, kind: kind, stops: DIV, colour: function (v) {
+        return typeof v === "number" && isFinite(v) ? mix(DIV, 0.5 + v / (2 * m)) : NONE; } };
     }
     if (kind === "log") {
       var l0 = Math.log(lo), l1 = Math.log(hi);
-      return { lo: lo, hi: hi, kind: kind, colour: function (v) {
-        if (typeof v !== "number" || !(v > 0)) return "#cccccc";
-        return mix(SEQ, l1 > l0 ? (Math.log(v) - l0) / (l1 - l0) : 1); } };
+      return { lo: lo, hi: hi, kind: kind, stops: stops, colour: function (v) {
+        if (typeof v !== "number" || !(v > 0)) return NONE;
+        return mix(stops, l1 > l0 ? (Math.log(v) - l0) / (l1 - l0) : 1); } };
     }
     var top = hi > 0 ? hi : 1;
-    return { lo: 0, hi: top, kind: kind, colour: function (v) {
-      return typeof v === "number" && isFinite(v) ? mix(SEQ, v / top) : "#cccccc"; } };
+    return { lo: 0, hi: top, kind: kind, stops: stops, colour: function (v) {
+      return typeof v === "number" && isFinite(v) ? mix(stops, v / top) : NONE; } };
   }
 
   /* ----- renderer ----- */
   var SVGNS = "http://www.w3.org/2000/svg";
-  var ROW = 22;
+  var ROW = 24;
+  var CHAR = 7.3;  // width of a label character at the icicle's 12 px monospace
 
   function el(name, attrs, parentNode) {
     var e = document.createElementNS(SVGNS, name);
@@ -166,7 +211,7 @@
     for (var i = 0; i < n; i++) { values[i] = o.width(i); colours[i] = o.colour(i); }
     var L = layout(parent, values, this.zoom);
     var shown = L.nodes.map(function (k) { return colours[k]; });
-    var sc = scale(shown, o.colourKind);
+    var sc = scale(shown, o.colourKind, o.ramp, o.categories);
     this.scale = sc;
     var anc = ancestors(parent, this.zoom);
     var W = Math.max(this.container.clientWidth, 200);
@@ -186,12 +231,19 @@
       if (cls.indexOf("estimated") >= 0 || cls.indexOf("failed") >= 0 || cls.indexOf("self") >= 0) {
         el("rect", { width: Math.max(w - 1, 0.5), height: ROW - 2, fill: "url(#cbsite-hatch)", "class": "mark", rx: 2 }, g);
       }
-      if (w > 40) {
-        var t = el("text", { x: 4, y: ROW - 8 }, g);
+      if (k >= 0) {  // a focusable node: Tab reaches it, Enter zooms, focus shows its tooltip
+        g.setAttribute("tabindex", "0");
+        g.setAttribute("role", "button");
+        g.setAttribute("aria-label", o.label(k));
+      }
+      if (w > 24) {
         var text = (cls.indexOf("failed") >= 0 ? "\u2715 " : cls.indexOf("estimated") >= 0 ? "\u2248 " : "") +
                    (k < 0 ? "self" : o.label(k));
-        var maxChars = Math.floor((w - 8) / 6.5);
-        t.textContent = text.length > maxChars ? text.slice(0, Math.max(maxChars - 1, 1)) + "\u2026" : text;
+        var maxChars = Math.floor((w - 8) / CHAR);
+        if (maxChars >= 2) {
+          var t = el("text", { x: 4, y: ROW - 8, fill: textOn(fill) }, g);
+          t.textContent = shorten(text, maxChars);
+        }
       }
       return g;
     };
@@ -212,9 +264,13 @@
       var g = draw(k, x, w, row, "status-" + st + (k === this.zoom ? " zoom-root" : "") +
                    (L.overflow[k] ? " overflow" : ""), sc.colour(colours[k]));
       (function (k, g) {
-        g.addEventListener("click", function () {
+        var go = function () {
           // Clicking the zoomed node backs out one level; any other node zooms in.
           if (k === self.zoom && parent[k] >= 0) self.zoomTo(parent[k]); else self.zoomTo(k);
+        };
+        g.addEventListener("click", go);
+        g.addEventListener("keydown", function (e) {
+          if (e.key === "Enter" || e.key === " ") { e.preventDefault(); go(); self._focus(k); }
         });
       })(k, g);
       this._hover(g, k, L);
@@ -251,16 +307,27 @@
     tip.style.top = Math.max(4, Math.min(topPx, vh - h - 4)) + "px";
   };
 
+  /* Keyboard focus back on node k after a redraw (the old element is gone). */
+  Icicle.prototype._focus = function (k) {
+    var g = this.svg && this.svg.querySelector("g.cbsite-node[data-index='" + k + "']");
+    if (g && g.focus) g.focus();
+  };
+
   Icicle.prototype._hover = function (g, k, L) {
     var self = this;
-    g.addEventListener("mousemove", function (evt) {
-      var info = { layout: L, overflow: L ? L.overflow[k] : 0,
-                   share: L && self.opts.parent[k] >= 0 && L.size[self.opts.parent[k]] > 0 ?
-                     L.size[k] / Math.max(L.size[self.opts.parent[k]], L.childSum[self.opts.parent[k]]) : null,
-                   self: L && L.size[k] > L.childSum[k] && L.childSum[k] > 0 ? (L.size[k] - L.childSum[k]) / L.size[k] : null };
-      self._showTip(evt, self.opts.tooltip(k, info));
-    });
+    var info = function () {
+      return { layout: L, overflow: L ? L.overflow[k] : 0,
+               share: L && self.opts.parent[k] >= 0 && L.size[self.opts.parent[k]] > 0 ?
+                 L.size[k] / Math.max(L.size[self.opts.parent[k]], L.childSum[self.opts.parent[k]]) : null,
+               self: L && L.size[k] > L.childSum[k] && L.childSum[k] > 0 ? (L.size[k] - L.childSum[k]) / L.size[k] : null };
+    };
+    g.addEventListener("mousemove", function (evt) { self._showTip(evt, self.opts.tooltip(k, info())); });
     g.addEventListener("mouseleave", function () { self.tip.hidden = true; });
+    g.addEventListener("focus", function () {
+      var r = g.getBoundingClientRect();
+      self._showTip({ clientX: r.left + Math.min(r.width / 2, 40), clientY: r.bottom - 4 }, self.opts.tooltip(k, info()));
+    });
+    g.addEventListener("blur", function () { self.tip.hidden = true; });
   };
 
   Icicle.prototype._hoverSelf = function (g, k, L) {
@@ -273,7 +340,8 @@
     g.addEventListener("mouseleave", function () { self.tip.hidden = true; });
   };
 
-  var api = { layout: layout, ancestors: ancestors, scale: scale, Icicle: Icicle };
+  var api = { layout: layout, ancestors: ancestors, scale: scale, Icicle: Icicle, RAMPS: RAMPS, NONE: NONE,
+              contrast: contrast, textOn: textOn, shorten: shorten, mix: mix };
   global.CbsiteIcicle = api;
   if (typeof module !== "undefined" && module.exports) module.exports = api;
 })(typeof window !== "undefined" ? window : globalThis);

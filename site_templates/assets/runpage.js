@@ -9,11 +9,19 @@
     param_bytes: { label: "parameter bytes", fmt: F.bytes },
     peak_memory_bytes: { label: "peak memory", fmt: F.bytes }
   };
+  /* What bounds a component (cbsite/bound.py); the same colours as the roofline (charts.py BOUND_COLOURS). */
+  var BOUND = { compute: "#1f6fb4", memory: "#d9730d", overhead: "#7f7f7f" };
+  var BOUND_HELP = { compute: "MFU at least the bandwidth utilisation: at or above the ridge",
+    memory: "bandwidth utilisation above MFU: below the ridge, bound by the (estimated) bytes moved",
+    overhead: "the roofline explains under 10 % of the time (or the device idles over half of it): launches, dispatch, Python" };
+  /* MFU and bandwidth utilisation on absolute 0-100 % scales, each with its own ramp, never scaled to the
+     largest value shown: 21 % bandwidth is pale whatever else the drawing holds. */
   var COLOUR = {
-    mfu: { label: "MFU", fmt: F.pct, kind: "linear" },
-    bandwidth_util: { label: "bandwidth utilisation", fmt: F.pct, kind: "linear" },
-    latency_ms: { label: "latency per forward", fmt: F.ms, kind: "log" },
-    flops: { label: "FLOPs per forward", fmt: F.flops, kind: "log" }
+    bound: { label: "bound by", kind: "category", categories: BOUND },
+    mfu: { label: "MFU", fmt: F.pct, kind: "unit", ramp: "green" },
+    bandwidth_util: { label: "bandwidth utilisation", fmt: F.pct, kind: "unit", ramp: "purple" },
+    latency_ms: { label: "latency per forward", fmt: F.ms, kind: "log", ramp: "green" },
+    flops: { label: "FLOPs per forward", fmt: F.flops, kind: "log", ramp: "green" }
   };
 
   function calls(d, i) { return Math.max(d.call_count[i] || 0, 1); }
@@ -43,6 +51,7 @@
     if (key === "mfu" && F.suspect(v)) { td.classList.add("cbsite-suspect"); td.title = SUSPECT; }
   }
 
+  function boundOf(d, phase, i) { return d[phase] && d[phase].bound ? d[phase].bound[i] : null; }
   function label(d, i) { return d.path[i] === "" ? d.model : d.name[i]; }
   function fullPath(d, i) { return d.path[i] === "" ? d.model + " (root)" : d.path[i]; }
   function status(d, phase, i) { return d[phase] ? (d[phase].status[i] || "absent") : "absent"; }
@@ -63,7 +72,7 @@
     var b = document.createElement("button");
     b.type = "button";
     b.className = "cbsite-perfetto";
-    b.textContent = "Perfetto " + (phase === "forward" ? "fwd" : "bwd");
+    b.textContent = "Perfetto";
     b.title = "Open the " + phase + " trace of " + fullPath(d, i) + " in the Perfetto UI";
     b.setAttribute("data-trace", file);
     b.addEventListener("click", function () {
@@ -74,30 +83,61 @@
   }
 
   /* Artifact links of component i: traces (+ Perfetto) and memory timelines per phase, log, op breakdown. */
+  /* Artifact links of component i, one line per phase (trace, Perfetto, memory timeline), then the log and
+     the op breakdown: short words, so that the column stays narrow. */
   function artifacts(root, d, i, td, opsComponents, onOps) {
-    (d.phases || []).forEach(function (phase) {
-      var c = d[phase];
-      if (c.trace_file[i]) {
-        td.appendChild(link(c.trace_file[i], "trace " + (phase === "forward" ? "fwd" : "bwd")));
-        td.appendChild(perfettoButton(root, d, i, phase, c.trace_file[i]));
-      }
-    });
     var log = null;
     (d.phases || []).forEach(function (phase) {
-      var mem = d[phase].memory_file[i];
-      if (mem) td.appendChild(link(memoryView(root, mem), "memory " + (phase === "forward" ? "fwd" : "bwd")));
-      log = log || d[phase].log_file[i];
+      var c = d[phase], short = phase === "forward" ? "fwd" : "bwd";
+      log = log || c.log_file[i];
+      if (!c.trace_file[i] && !c.memory_file[i]) return;
+      var line = document.createElement("div");
+      line.className = "cbsite-art";
+      var tag = document.createElement("span");
+      tag.className = "cbsite-art-phase"; tag.textContent = short;
+      line.appendChild(tag);
+      if (c.trace_file[i]) {
+        var t = link(c.trace_file[i], "trace"); t.title = "the " + phase + " trace (gzipped Chrome trace JSON)";
+        line.appendChild(t);
+        line.appendChild(perfettoButton(root, d, i, phase, c.trace_file[i]));
+      }
+      if (c.memory_file[i]) {
+        var m = link(memoryView(root, c.memory_file[i]), "memory"); m.title = "the " + phase + " memory timeline";
+        line.appendChild(m);
+      }
+      td.appendChild(line);
     });
-    if (log) td.appendChild(link(log, "log"));
+    var rest = document.createElement("div");
+    rest.className = "cbsite-art";
+    if (log) rest.appendChild(link(log, "log"));
     if (opsComponents && opsComponents[d.path[i]]) {
       var b = document.createElement("button");
       b.type = "button"; b.className = "cbsite-ops"; b.textContent = "ops";
       b.addEventListener("click", function () { onOps(i); });
-      td.appendChild(b);
+      rest.appendChild(b);
     }
+    if (rest.childNodes.length) td.appendChild(rest);
   }
 
   function text(td, s, title) { td.textContent = s; if (title) td.title = title; }
+
+  /* A path as the table shows it: the parent part muted, the name bold, a line break allowed only after a
+     dot (never inside a name). */
+  function pathInto(el, d, i) { pathText(el, d.path[i], d.model); }
+
+  function pathText(el, path, model) {
+    if (path === "") { span(el, "name", model); span(el, "parent", " (root)"); return; }
+    var cut = path.lastIndexOf(".");
+    if (cut >= 0) {
+      var prefix = span(el, "parent", "");
+      path.slice(0, cut + 1).split(".").forEach(function (seg, j, all) {
+        if (j === all.length - 1) return;
+        prefix.appendChild(document.createTextNode(seg + "."));
+        prefix.appendChild(document.createElement("wbr"));
+      });
+    }
+    span(el, "name", path.slice(cut + 1));
+  }
 
   function details(panel, d, i, ops) {
     panel.hidden = false;
@@ -188,7 +228,8 @@
         ["parameters", F.bytes(d.param_bytes[i])],
         ["peak memory", F.bytes(metric(d, phase, "peak_memory_bytes", i))],
         ["MFU", utilText(d, phase, "mfu", i)],
-        ["bandwidth utilisation", utilText(d, phase, "bandwidth_util", i)]];
+        ["bandwidth utilisation", utilText(d, phase, "bandwidth_util", i)],
+        ["bound by", boundOf(d, phase, i) || F.DASH]];
       if (F.suspect(metric(d, phase, "mfu", i))) rows.push(["", SUSPECT, "warn"]);
       if (colourSpec && colourSpec.extra) rows.push([colourSpec.label, colourSpec.fmt(colourSpec.value(i))]);
       if (extraTip) rows = rows.concat(extraTip(i, phase));
@@ -201,6 +242,46 @@
       if (st === "failed") rows.push(["", "failed: " + (d[phase].error[i] || "no error recorded"), "warn"]);
       return rows;
     };
+  }
+
+  function span(parent, cls, text, title) {
+    var e = document.createElement("span");
+    if (cls) e.className = cls;
+    if (text) e.textContent = text;
+    if (title) e.title = title;
+    parent.appendChild(e);
+    return e;
+  }
+
+  /* The legend: a swatch of the colour scale with its ends (or one swatch per category), then what the
+     width, outlines, hatching and grey mean. */
+  function drawLegend(box, sc, c, widthLabel, key) {
+    box.textContent = "";
+    var scaleItem = span(box, "cbsite-legend-item");
+    span(scaleItem, "", "colour: " + c.label + " ");
+    if (sc.kind === "category") {
+      Object.keys(sc.categories).forEach(function (name) {
+        var it = span(scaleItem, "", "", BOUND_HELP[name] || "");
+        span(it, "cbsite-swatch", "").style.background = sc.categories[name];
+        span(it, "", name + " ");
+      });
+    } else if (sc.lo === null) {
+      span(scaleItem, "", "(no values)");
+    } else {
+      span(scaleItem, "", c.fmt(sc.lo));
+      var stops = (sc.stops || []).map(function (col, j, all) { return col + " " + Math.round(100 * j / (all.length - 1)) + "%"; });
+      span(scaleItem, "cbsite-ramp", "").style.background = "linear-gradient(to right, " + stops.join(", ") + ")";
+      span(scaleItem, "", c.fmt(sc.hi) + (sc.kind === "unit" ? " (absolute)" : sc.kind === "log" ? " (log)" : ""));
+    }
+    span(box, "cbsite-legend-item", "width: " + widthLabel);
+    var marks = [["hatched", "hatched: estimated, failed or self share"], ["estimated", "dashed outline, \u2248: estimated (sum of children)"],
+      ["failed", "red outline, \u2715: failed"], ["overflow", "orange outline: children add up to more than the node (scaled to fit)"]];
+    marks.forEach(function (m) { var it = span(box, "cbsite-legend-item"); span(it, "cbsite-swatch " + m[0], ""); span(it, "", m[1]); });
+    var none = span(box, "cbsite-legend-item");
+    span(none, "cbsite-swatch", "").style.background = window.CbsiteIcicle.NONE;
+    span(none, "", "no value" + (key === "mfu" ? " or MFU above 100 % (suspect: see the run's warnings)" :
+      key === "bound" ? " (no FLOPs and no bytes)" : ""));
+    if (c.legend) span(box, "cbsite-legend-item", c.legend);
   }
 
   /* Mount an icicle with its phase/width/colour controls; `extraColours` adds colour metrics (diff deltas),
@@ -216,6 +297,7 @@
     function colourFn() {
       var c = colours[state.colour];
       if (c.extra) return function (i) { return c.value(i, state.phase); };
+      if (state.colour === "bound") return function (i) { return boundOf(d, state.phase, i); };
       if (state.colour === "mfu") return function (i) {
         var v = metric(d, state.phase, "mfu", i);
         return F.suspect(v) || metric(d, state.phase, "flops", i) === 0 ? null : v; };
@@ -229,19 +311,14 @@
         label: function (i) { return label(d, i); },
         status: function (i) { return status(d, state.phase, i); },
         width: function (i) { return metric(d, state.phase, state.width, i); },
-        colour: colourFn(), colourKind: c.kind,
+        colour: colourFn(), colourKind: c.kind, ramp: c.ramp, categories: c.categories,
         tooltip: tooltip(d, state.phase, state.width, state.colour, spec, extraTip)
       };
     }
     var ic = new window.CbsiteIcicle.Icicle(box, opts());
     var o = ic.opts;
     o.onRender = function (icicle) {
-      var sc = icicle.scale, c = colours[state.colour];
-      legend.textContent = "colour: " + c.label + (sc.lo === null ? " (no values)" :
-        " from " + c.fmt(sc.lo) + " to " + c.fmt(sc.hi)) + " \u00b7 width: " + WIDTH[state.width].label +
-        " \u00b7 hatched = estimated or failed, \u2248 estimated, \u2715 failed, grey = no value" +
-        (state.colour === "mfu" ? " or MFU above 100 % (suspect: see the run's warnings)" : "") +
-        (c.legend ? " \u00b7 " + c.legend : "");
+      drawLegend(legend, icicle.scale, colours[state.colour], WIDTH[state.width].label, state.colour);
       crumb.textContent = icicle.zoom === 0 ? "" : "zoomed into " + fullPath(d, icicle.zoom) + " \u2014 click the top bars or the node to back out";
     };
     ic.render();
@@ -252,6 +329,13 @@
     select(prefix + "-colour", colours, state.colour, function (v) { state.colour = v; ic.setOptions(opts()); });
     document.getElementById(prefix + "-reset").addEventListener("click", function () { ic.zoomTo(0); });
     return ic;
+  }
+
+  function hasAny(d, key) {
+    return d.phases.some(function (p) { return (d[p][key] || []).some(function (v) { return v !== null && v !== undefined; }); });
+  }
+  function hasArtifacts(d, ops) {
+    return !!ops || ["trace_file", "memory_file", "log_file"].some(function (k) { return hasAny(d, k); });
   }
 
   function mountTable(root, d, ops) {
@@ -268,27 +352,40 @@
       { key: "path", label: "path", value: function (i) { return d.path[i]; },
         cell: function (i, td) {
           td.className = "path";
-          td.style.paddingLeft = (0.3 + 0.8 * d.depth[i]) + "em";
+          td.style.paddingLeft = (0.3 + 0.6 * d.depth[i]) + "em";
           var a = document.createElement("a");
-          a.href = "#cbsite-details"; a.textContent = fullPath(d, i); a.title = "details of " + fullPath(d, i);
-          a.addEventListener("click", function (e) { e.preventDefault(); showDetails(i); });
+          a.href = "#component=" + encodeURIComponent(d.path[i]); a.title = "details of " + fullPath(d, i);
+          pathInto(a, d, i);
+          a.addEventListener("click", function (e) {
+            e.preventDefault();
+            if (history.replaceState) history.replaceState(null, "", a.getAttribute("href"));
+            showDetails(i);
+          });
           td.appendChild(a);
         } },
-      { key: "depth", label: "depth", numeric: true, value: function (i) { return d.depth[i]; }, cell: function (i, td) { text(td, String(d.depth[i])); } },
       { key: "module_type", label: "module type", value: function (i) { return d.module_type[i]; },
-        cell: function (i, td) { text(td, d.module_type[i].split(".").pop(), d.module_type[i]); } },
+        cell: function (i, td) { td.className = "type"; text(td, d.module_type[i].split(".").pop(), d.module_type[i]); } },
       num("latency_ms", F.ms, "fwd latency", "forward latency per forward of the model (median x calls)", "forward"),
       num("latency_ms", F.ms, "bwd latency", "backward latency per forward of the model (median x calls)", "backward"),
       { key: "param_bytes", label: "size MB", title: "static size: parameters and buffers of the subtree", numeric: true,
         value: function (i) { return d.param_bytes[i]; }, cell: function (i, td) { text(td, F.mb(d.param_bytes[i])); } },
-      num("tflops_per_s", F.num, "TFLOP/s", "achieved TFLOP/s (selected phase)"),
+      num("tflops_per_s", function (v) { return F.isNum(v) ? F.flops(v * 1e12) + "/s" : F.DASH; }, "FLOP/s", "achieved FLOP/s per call (selected phase)"),
       { key: "mfu", label: "MFU", title: "model FLOPs utilisation against the peak in the summary (\u26a0 above 100 %: suspect)", numeric: true,
         value: function (i) { return metric(d, ph(), "mfu", i); }, cell: function (i, td) { utilCell(d, ph(), "mfu", i, td); } },
       num("cpu_time_ms", F.ms, "CPU time", "CPU time per forward of the model"),
-      num("device_time_ms", F.ms, "GPU time", "device time per forward of the model"),
-      num("bandwidth_gbps", F.num, "GB/s", "estimated bandwidth (roofline bytes / latency)"),
+      hasAny(d, "device_time_ms") ? num("device_time_ms", F.ms, "GPU time", "device time per forward of the model") : null,
+      num("bandwidth_gbps", function (v) { return F.isNum(v) ? F.bytes(v * 1e9) + "/s" : F.DASH; }, "bandwidth", "estimated bandwidth (roofline bytes / latency)"),
       { key: "bandwidth_util", label: "BW util", title: "estimated bandwidth against the peak in the summary (above 100 %: a cache-resident working set)", numeric: true,
         value: function (i) { return metric(d, ph(), "bandwidth_util", i); }, cell: function (i, td) { utilCell(d, ph(), "bandwidth_util", i, td); } },
+      { key: "bound", label: "bound by", title: "what bounds its time: compute, memory bandwidth or overhead (README: Bound by what)",
+        value: function (i) { return boundOf(d, ph(), i); },
+        cell: function (i, td) {
+          var b = boundOf(d, ph(), i);
+          if (!b) { td.textContent = F.DASH; return; }
+          var s = document.createElement("span");
+          s.className = "cbsite-bound bound-" + b; s.textContent = b; s.title = BOUND_HELP[b];
+          td.appendChild(s);
+        } },
       { key: "status", label: "status", value: function (i) { return status(d, ph(), i); },
         cell: function (i, td) {
           var s = status(d, ph(), i);
@@ -297,11 +394,11 @@
           if (s === "failed" && d[ph()].error[i]) span.title = d[ph()].error[i];
           td.appendChild(span);
         } },
-      { key: "links", label: "artifacts", cell: function (i, td) {
+      hasArtifacts(d, ops) ? { key: "links", label: "artifacts", cell: function (i, td) {
           td.className = "links";
           artifacts(root, d, i, td, ops && ops.components, showDetails);
-        } }
-    ];
+        } } : null
+    ].filter(Boolean);  // a column no row has a value for (GPU time on a CPU, artifacts) is left out
     var t = new window.CbsiteTable(document.getElementById("cbsite-table"), {
       columns: columns, count: d.path.length, pageSize: 100,
       text: function (i) { return d.path[i] === "" ? d.model : d.path[i]; },
@@ -319,6 +416,42 @@
     return t;
   }
 
+  /* A component named by the address opens: `#component=<path>` (the slowest lists, the roofline, a shared
+     link) or a search for its full path (Material's search adds `?h=<query>` to the result's address).
+     The table is filtered to it, its row marked, its details shown and the icicle zoomed to its parent. */
+  function linkedPath(d) {
+    var hash = location.hash;
+    if (hash.indexOf("#component=") === 0) {
+      try { return decodeURIComponent(hash.slice("#component=".length)); } catch (e) { return null; }
+    }
+    var params = new URLSearchParams(location.search);
+    var q = (params.get("q") || "").trim();  // the query a search result was clicked from (search.js)
+    if (q && d.path.indexOf(q) >= 0) return q;
+    // Material's ?h= lists the matched terms in no set order: a component whose dotted segments are
+    // exactly those terms (the first in tree order, should several be).
+    var terms = (params.get("h") || "").split(/[\s+]+/).filter(Boolean).sort().join(" ");
+    if (!terms) return null;
+    for (var i = 0; i < d.path.length; i++) {
+      if (d.path[i] && d.path[i].split(".").slice().sort().join(" ") === terms) return d.path[i];
+    }
+    return null;
+  }
+
+  function openLinked(d) {
+    var path = linkedPath(d);
+    if (path === null) return;
+    var i = d.path.indexOf(path);
+    if (i < 0) return;
+    var run = window.cbsiteRun, input = document.querySelector("#cbsite-table input.cbsite-filter");
+    if (input) { input.value = path; input.dispatchEvent(new Event("input")); }
+    var row = document.querySelector("#cbsite-table tbody tr[data-index='" + i + "']");
+    Array.prototype.forEach.call(document.querySelectorAll("#cbsite-table tr.cbsite-linked"), function (r) { r.classList.remove("cbsite-linked"); });
+    if (row) row.classList.add("cbsite-linked");
+    if (d.parent[i] >= 0) run.icicle.zoomTo(d.parent[i]);
+    details(document.getElementById("cbsite-details"), d, i, run.ops);
+    (row || document.getElementById("cbsite-details")).scrollIntoView({ block: "center" });
+  }
+
   function fetchJson(url) {
     return fetch(url).then(function (r) { if (!r.ok) throw new Error(url + ": " + r.status); return r.json(); });
   }
@@ -332,7 +465,9 @@
         var d = res[0];
         if (!d.phases.length) { root.querySelector(".cbsite-loading").textContent = "This run has no rows."; return; }
         root.querySelector(".cbsite-loading").hidden = true;
-        window.cbsiteRun = { data: d, icicle: mountIcicle(d, "cbsite"), table: mountTable(root, d, res[1]) };
+        window.cbsiteRun = { data: d, icicle: mountIcicle(d, "cbsite"), table: mountTable(root, d, res[1]), ops: res[1] };
+        openLinked(d);
+        window.addEventListener("hashchange", function () { openLinked(d); });
         root.setAttribute("data-ready", "1");
       })
       .catch(function (err) {
@@ -341,6 +476,7 @@
       });
   }
 
-  window.CbsiteRunPage = { metric: metric, mountIcicle: mountIcicle, fetchJson: fetchJson, label: label, fullPath: fullPath };
+  window.CbsiteRunPage = { metric: metric, mountIcicle: mountIcicle, fetchJson: fetchJson, label: label, fullPath: fullPath,
+                           pathText: pathText };
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start); else start();
 })();

@@ -1,0 +1,67 @@
+"""What bounds a component's time: compute, memory bandwidth, or overhead (the roofline, read per row).
+
+Core module (no torch, no jinja2); the site labels, colours and plots components with it.
+
+The roofline says a component needs at least `flops / peak FLOP/s` (compute) and `bytes / peak bytes/s`
+(memory) seconds. Divided by its measured latency these are exactly its MFU and its bandwidth utilisation,
+so the label is read from the row's own ratios:
+
+* **overhead**: the roofline explains less than `OVERHEAD_SHARE` (10 %) of the measured time, i.e.
+  max(MFU, bandwidth utilisation) < 0.1: the time goes to kernel launches, dispatch and Python, not to
+  arithmetic or memory traffic. On a GPU a component whose device time is under `DEVICE_IDLE` (50 %) of
+  its latency is overhead too: the device waits for the host most of the time.
+* **compute**: otherwise, when MFU >= bandwidth utilisation (arithmetic intensity at or above the
+  device's ridge point, peak FLOP/s / peak bytes/s);
+* **memory**: otherwise (below the ridge: bandwidth is the nearer roof).
+* **None** (no label) when neither ratio is known: no FLOPs and no bytes, or no latency.
+
+Bytes moved is an estimate (the inputs and outputs of every op, no cache), so "memory" means "bound by the
+estimated traffic"; a cache-resident working set can show a bandwidth utilisation above 100 %.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Sequence
+
+BOUNDS = ("compute", "memory", "overhead")
+OVERHEAD_SHARE = 0.1
+DEVICE_IDLE = 0.5
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def classify(mfu: float | None, bandwidth_util: float | None, latency_ms: float | None = None,
+             device_time_ms: float | None = None) -> str | None:
+    """The bound label of one row (see the module docstring)."""
+    c, m = _num(mfu), _num(bandwidth_util)
+    if c is None and m is None:
+        return None
+    lat, dev = _num(latency_ms), _num(device_time_ms)
+    if lat and dev is not None and dev < DEVICE_IDLE * lat:
+        return "overhead"
+    c, m = c or 0.0, m or 0.0
+    if max(c, m) < OVERHEAD_SHARE:
+        return "overhead"
+    return "compute" if c >= m else "memory"
+
+
+def classify_columns(mfu: Sequence[Any], bandwidth_util: Sequence[Any], latency_ms: Sequence[Any],
+                     device_time_ms: Sequence[Any]) -> list[str | None]:
+    return [classify(*row) for row in zip(mfu, bandwidth_util, latency_ms, device_time_ms)]
+
+
+def peaks(meta: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    """The run's peak FLOP/s (for its dtype) and peak bytes/s, as its ratios were computed with."""
+    device = meta.get("device") if isinstance(meta.get("device"), Mapping) else {}
+    flops = device.get("peak_flops")
+    peak_flops = _num(flops.get(meta.get("dtype"))) if isinstance(flops, Mapping) else _num(flops)
+    return peak_flops, _num(device.get("peak_bandwidth"))
+
+
+def ridge(meta: Mapping[str, Any]) -> float | None:
+    """The device's ridge point in FLOP per byte: where the compute and memory roofs meet."""
+    f, b = peaks(meta)
+    return f / b if f and b else None

@@ -1,0 +1,177 @@
+"""Issue 14 on the generator's data: what bounds each component, the roofline, the key facts a run page
+leads with, the setup changes a diff page leads with, shares only where they mean something, search that
+finds a component by its full path. The browser side is tests/test_browser_readability.py."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from cbsite import bound, provenance
+from cbsite.generator import build_site, rundata
+from tests.conftest_site import synthetic_run, write_golden_archive
+from tests.runfactory import make_run, write_archive
+
+
+def test_bound_labels_follow_the_roofline():
+    assert bound.classify(0.6, 0.2) == "compute"
+    assert bound.classify(0.05, 0.4) == "memory"
+    assert bound.classify(0.03, 0.05) == "overhead"  # the roofline explains under 10 % of the time
+    assert bound.classify(None, 0.3) == "memory"  # a FLOP-free module (ReLU, LayerNorm)
+    assert bound.classify(None, None) is None  # nothing to place on a roofline
+    assert bound.classify(0.8, 0.1, latency_ms=1.0, device_time_ms=0.2) == "overhead"  # the GPU idles
+    assert bound.classify(2.27, 0.1) == "compute"  # a suspect MFU still says which roof is nearer
+    meta = {"dtype": "float32", "device": {"peak_flops": {"float32": 2e11}, "peak_bandwidth": 2e10}}
+    assert bound.peaks(meta) == (2e11, 2e10) and bound.ridge(meta) == 10.0
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    base = tmp_path_factory.mktemp("readable")
+    runs = base / "runs"
+    write_golden_archive(runs)
+    synthetic_run(runs, "toy", "v1", n=60, seed=11, trace_every=5, ops=True)
+    synthetic_run(runs, "toy", "v2", n=64, seed=12, minutes=5, scale=1.3)
+    spec = {"": {"emb": None, "mlp": {"mlp.0": None, "mlp.1": None}}}
+    a = make_run(spec, model="cfg", version="v1", run_id="20250301T000000Z-0000d1")
+    b = make_run(spec, model="cfg", version="v2", run_id="20250302T000000Z-0000d2",
+                 metrics={"emb": {"param_bytes": 8000}})
+    a.meta["provider"] = {"name": "dlrm", "options": {"embedding_dim": 32, "num_tables": 8}}
+    b.meta["provider"] = {"name": "dlrm", "options": {"embedding_dim": 64, "num_tables": 8}}
+    a.meta["wall_time_s"], b.meta["wall_time_s"] = 10.0, 12.0
+    a.meta["device"]["load_average"], b.meta["device"]["load_average"] = [1.0], [2.0]
+    write_archive(runs, [a, b])
+    site = build_site(runs, base / "site", project_dir=base / "project", quiet=True)
+    return runs, site, base / "project" / "docs"
+
+
+def _run_dir(site: Path, model: str, version: str) -> Path:
+    return next((site / "runs" / model / version).iterdir())
+
+
+def test_components_json_labels_each_component_by_what_bounds_it(built):
+    _, site, _ = built
+    data = json.loads((_run_dir(site, "toy", "v1") / "components.json").read_text())
+    for phase in data["phases"]:
+        cols = data[phase]
+        assert cols["bound"] == [bound.classify(m, b, l, g) for m, b, l, g in zip(
+            cols["mfu"], cols["bandwidth_util"], cols["latency_ms"], cols["device_time_ms"])]
+        assert {"compute", "memory"} <= set(cols["bound"])
+    assert data["roofline"] == {"peak_flops": 2e11, "peak_bandwidth": 2e10, "ridge": 10.0}
+
+
+def test_roofline_chart_has_the_roofs_the_ridge_and_clickable_points(built):
+    _, site, _ = built
+    folder = _run_dir(site, "toy", "v1")
+    spec = json.loads((folder / "roofline.json").read_text())["roofline"]
+    roof, ridge, points = (layer["data"]["values"] for layer in spec["layer"])
+    assert [p["flops_s"] for p in roof][1:] == [2e11, 2e11]  # flat at peak FLOP/s from the ridge on
+    assert roof[1]["ai"] == 10.0 and ridge[0]["ai"] == 10.0
+    assert roof[0]["flops_s"] == pytest.approx(roof[0]["ai"] * 2e10)  # the bandwidth roof below the ridge
+    assert points and all(p["href"].startswith("#component=") for p in points)
+    assert {p["bound"] for p in points} <= set(bound.BOUNDS)
+    assert spec["layer"][2]["encoding"]["color"]["scale"]["domain"] == list(bound.BOUNDS)
+    assert spec["layer"][2]["encoding"]["x"]["scale"]["type"] == "log"
+    page = (folder / "index.html").read_text()
+    assert 'data-cbsite-specs="roofline.json"' in page and "vega.js" in page
+
+
+def test_run_page_leads_with_both_phases_slowest_bounds_and_notes(built):
+    runs, site, docs = built
+    url = _run_dir(site, "toy", "v1").relative_to(site)
+    page = (docs / url / "index.md").read_text()
+    assert page.index('id="icicle"') < page.index('id="facts"') < page.index('id="components"') < page.index('id="environment"')
+    facts = page[page.index('id="facts"'):page.index('id="components"')]
+    assert "Slowest components (forward)" in facts and "Slowest components (backward)" in facts
+    assert re.search(r"Leaf time .*compute.*%", facts)
+    # Totals: FLOP/s with a unit prefix, never TFLOP/s as 0.0008833.
+    totals = page[page.index("cbsite-totals"):page.index("</table>", page.index("cbsite-totals"))]
+    assert re.search(r"\d GFLOP/s", totals) and "TFLOP/s" not in totals
+
+
+def test_key_facts_group_notes_and_summarise_compile():
+    spec = {"": {"a": None, "b": None, "c": None}}
+    run = make_run(spec, model="k", version="v1", run_id="20250401T000000Z-0000e1",
+                   metrics={"c": {"latency_ms": 0.5}}, phase_metrics={"backward": {"c": {"latency_ms": 3.0}}})
+    rows = run.rows.to_dicts()
+    for r in rows:
+        if r["path"] in ("a", "b") and r["phase"] == "backward":
+            r["notes"] = ["dense embedding gradient: backward writes whole tables"]
+        if r["path"] == "c":
+            r["notes"] = ["estimated: sum of children"]  # routine: said by the status already
+        r["compile_speedup"] = {"": 1.5, "a": 2.0, "b": 0.5, "c": 1.1}[r["path"]]
+        r["compiled_latency_ms"] = 0.1
+    import polars as pl
+
+    run.rows = pl.DataFrame(rows, schema=run.rows.schema)
+    comps = rundata.components_json(run, [])
+    facts = rundata.key_facts(comps)
+    assert set(facts["slowest"]) == {"forward", "backward"}
+    assert facts["slowest"]["backward"][0]["path"] == "c"  # backward has its own list
+    assert facts["notes"] == [{"note": "dense embedding gradient: backward writes whole tables",
+                               "where": ["a (backward)", "b (backward)"], "more": 0}]
+    fwd = facts["compile"]["forward"]
+    assert fwd["model"] == 1.5 and fwd["best"][0]["path"] == "a" and fwd["worst"][0]["path"] == "b"
+
+
+def test_setup_changes_name_what_differs_and_skip_timings():
+    a = {"provider": {"name": "dlrm", "options": {"embedding_dim": 32, "sizes": [128, 32]}},
+         "config": {"batch_size": 128, "plugins": {"compile": {"seconds": 110.3}}}, "device": {"load_average": [1.0]},
+         "versions": {"torch": "2.5"}, "preprocessing": [{"step": "eval", "params": {}}]}
+    b = {"provider": {"name": "dlrm", "options": {"embedding_dim": 64, "sizes": [128, 64]}},
+         "config": {"batch_size": 256, "plugins": {"compile": {"seconds": 108.9}}}, "device": {"load_average": [2.0]},
+         "versions": {"torch": "2.6"}, "preprocessing": [{"step": "eval", "params": {}}, {"step": "half", "params": {}}]}
+    changes = provenance.setup_changes(a, b)
+    assert [(c["key"], c["base"], c["head"]) for c in changes] == [
+        ("provider.options.embedding_dim", "32", "64"),
+        ("provider.options.sizes", "[128, 32]", "[128, 64]"),
+        ("preprocessing[1].params", None, "{}"),
+        ("preprocessing[1].step", None, "half"),
+        ("config.batch_size", "128", "256"),
+        ("versions.torch", "2.5", "2.6"),
+    ]
+
+
+def test_diff_page_leads_with_the_setup_change(built):
+    _, _, docs = built
+    page = (docs / "diffs/cfg/v1/v2/index.md").read_text()
+    setup = page[page.index('id="setup"'):page.index('id="totals"')]
+    assert "<code>provider.options.embedding_dim</code></td><td>32</td><td>64</td>" in setup
+    assert "wall_time" not in setup and "load_average" not in setup
+    same = (docs / "diffs/dlrm/v1/v2/index.md").read_text()
+    assert "The same setup" in same[same.index('id="setup"'):same.index('id="totals"')]
+
+
+def test_shares_only_where_they_mean_something(built):
+    _, _, docs = built
+    data = json.loads((docs / "diffs/toy/v1/v2/diff.json").read_text())
+    for phase in data["phases"]:
+        cols = data[phase]
+        assert set(cols["share"]["peak_memory_bytes"]) == {None}  # maxima do not add up
+        for k, noise in enumerate(cols["noise"]["latency_ms"]):
+            if noise:  # a latency change within noise gets no share
+                assert cols["share"]["latency_ms"][k] is None
+    page = (docs / "diffs/toy/v1/v2/index.md").read_text()
+    # A change word follows the metric's own sign: never "increased: −0.05 ms".
+    assert not re.search(r"increased: \u2212", page) and not re.search(r"grew: \u2212", page)
+    assert not re.search(r"shrank: \+", page)
+
+
+def test_search_indexes_full_paths_without_splitting_names(built):
+    _, site, _ = built
+    index = json.loads((site / "search" / "search_index.json").read_text())
+    assert "_" not in index["config"]["separator"] and "\\." in index["config"]["separator"]
+    run = _run_dir(site, "toy", "v2")
+    loc = str(run.relative_to(site)) + "/#components"
+    doc = next(d for d in index["docs"] if d["location"] == loc)
+    data = json.loads((run / "components.json").read_text())
+    assert all(p in doc["text"] for p in data["path"] if p)  # every path of the newest run is searchable
+    assert doc.get("boost", 1) > 1
+    home = next(d for d in index["docs"] if d["location"] == "#changes")
+    summary = (site / "index.html").read_text()
+    assert "embedding.tables.t_cat_0" in summary  # the golden diff's summary names it on the home page ...
+    assert "embedding.tables.t_cat_0" not in home["text"]  # ... out of the index: run pages rank first
+    assert "assets/cbsite/search.js" in (site / "index.html").read_text()
