@@ -233,3 +233,19 @@ def test_icicle_nodes_work_from_the_keyboard(site, page):
     assert page.evaluate("window.cbsiteRun.icicle.zoom") == index
     assert page.evaluate("document.activeElement.getAttribute('data-index')") == str(index)
     assert page.errors == []
+
+
+def test_charts_follow_the_dark_scheme(site, page):
+    server, _ = site
+    page.goto(server.url + "models/toy/")
+    page.wait_for_selector(".cbsite-chart svg", timeout=20000)
+    style = "(() => { const s = document.querySelector('.cbsite-chart svg'); return [s.style.backgroundColor, getComputedStyle(s.querySelector('text')).fill]; })()"
+    assert page.evaluate(style) == ["white", "rgb(0, 0, 0)"]
+    page.evaluate("document.body.setAttribute('data-md-color-scheme', 'slate')")  # what the palette toggle does
+    page.wait_for_function("document.querySelector('.cbsite-chart svg') && document.querySelector('.cbsite-chart svg').style.backgroundColor === 'transparent'", timeout=10000)
+    background, ink = page.evaluate(style)
+    assert background == "transparent" and ink != "rgb(0, 0, 0)"  # light text on the dark page, no white box
+    # Axis labels carry unit prefixes, not raw numbers.
+    labels = page.locator(".cbsite-chart svg .role-axis-label text").all_text_contents()
+    assert labels and not any(len(t.replace(",", "")) > 6 and t.replace(",", "").isdigit() for t in labels)
+    assert page.errors == []

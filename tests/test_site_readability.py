@@ -175,3 +175,56 @@ def test_search_indexes_full_paths_without_splitting_names(built):
     assert "embedding.tables.t_cat_0" in summary  # the golden diff's summary names it on the home page ...
     assert "embedding.tables.t_cat_0" not in home["text"]  # ... out of the index: run pages rank first
     assert "assets/cbsite/search.js" in (site / "index.html").read_text()
+
+
+def test_charts_read_at_a_glance(built):
+    import altair as alt
+
+    _, site, docs = built
+    trends = json.loads((site / "models" / "toy" / "trends.json").read_text())
+    for metric, spec in trends.items():
+        alt.LayerChart.from_dict(spec)  # valid Vega-Lite
+        y = next(layer["encoding"]["y"] for layer in spec["layer"] if "axis" in layer["encoding"].get("y", {}))
+        assert y["axis"]["format"] == ("~g" if metric == "latency_ms" else "~s")  # 40M, never 40,000,000
+        x = spec["layer"][-1]["encoding"]["x"]["axis"]
+        assert x["labelAngle"] == 0  # two versions: level labels, not 90 degrees
+        assert spec["title"]["limit"] == 0  # a title is never cut
+    band = trends["latency_ms"]["layer"][0]
+    assert band["mark"]["type"] == "area" and band["encoding"]["y2"]["field"] == "hi"  # the spread of the runs
+    roof = json.loads((next((site / "runs" / "toy" / "v1").iterdir()) / "roofline.json").read_text())["roofline"]
+    alt.LayerChart.from_dict(roof)
+    charts = json.loads((docs / "diffs/toy/v1/v2/charts.json").read_text())
+    assert charts["flops"]["encoding"]["x"]["axis"]["format"] == "~s"
+    assert charts["latency_ms"]["encoding"]["x"]["axis"]["format"] == "~g"
+
+
+def test_a_single_version_model_has_no_trend_charts(tmp_path):
+    runs = tmp_path / "runs"
+    synthetic_run(runs, "solo", "v1", n=20, seed=3)
+    site = build_site(runs, tmp_path / "site", project_dir=tmp_path / "project", quiet=True)
+    assert json.loads((site / "models" / "solo" / "trends.json").read_text()) == {}
+    page = (tmp_path / "project" / "docs" / "models" / "solo" / "index.md").read_text()
+    assert "a trend needs two" in page and "data-cbsite-chart" not in page and "vega.js" not in page
+
+
+def test_one_number_format_in_python_and_javascript():
+    """The templates' filters (pages.py) and the browser's format.js write every number the same way."""
+    import shutil
+    import subprocess
+
+    from cbsite.generator import pages
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    values = [None, 0, 0.0, 1, 7, 999, 999.4, 999.6, 1000, 1234, 99949, 99950, 123456, 1e6 - 1, 40_000_000,
+              2.5e9, 1.2345e12, 7.2e18, 0.5, 0.125, 1.125, 2.675, 0.0123, 0.000123, 1.23e-5, 3.3e-8, 12.345,
+              -0.00179, -48.1, 0.9996, 1.0004, 0.2149, 0.00058789, 123.45, 9.995]
+    fmt = Path(__file__).parents[1] / "site_templates" / "assets" / "format.js"
+    script = ("const F = require(process.argv[1]); const v = JSON.parse(process.argv[2]);"
+              "process.stdout.write(JSON.stringify(v.map(x => [F.flops(x), F.bytes(x), F.ms(x), F.pct(x), F.num(x)])))")
+    out = subprocess.run([node, "-e", script, str(fmt), json.dumps(values)], capture_output=True, text=True, check=True)
+    js = json.loads(out.stdout)
+    py = [[pages.fmt_flops(v), pages.fmt_bytes(v), pages.fmt_ms(v), pages.fmt_pct(v), pages.fmt_num(v)] for v in values]
+    assert js == py
+    assert pages.fmt_flops(999.6) == "1 kFLOP"  # the issue's example: once "1 kFLOP", "1e+03 FLOP" and "1000 FLOP"

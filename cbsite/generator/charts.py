@@ -50,9 +50,18 @@ def _finish(chart: alt.TopLevelMixin) -> dict[str, Any]:
     return spec
 
 
+# Axis number formats (d3-format): SI prefixes for counts and bytes (40M, not 40,000,000); milliseconds as
+# plain significant digits.
+AXIS_FORMAT = {"latency_ms": "~g", "flops": "~s", "param_bytes": "~s", "peak_memory_bytes": "~s", "bytes_moved": "~s"}
+
+
 def trend_specs(versions: Sequence[str], runs: Sequence[Run], newest_ids: set[str],
                 totals: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """One chart per total across versions: a line through each version's newest run, a point per run."""
+    """One chart per total across versions: a line through each version's newest run, a point per run, and
+    for latency the band between the newest runs' quartiles (p25-p75). None for a single version: one point
+    is no trend (the model page says so)."""
+    if len(versions) < 2:
+        return {}
     records: list[dict[str, Any]] = []
     for run in runs:
         for phase, values in sorted(totals[run.run_id].items()):
@@ -63,18 +72,23 @@ def trend_specs(versions: Sequence[str], runs: Sequence[Run], newest_ids: set[st
                 # Parameter bytes are static: one series, not one per phase.
                 if metric == "param_bytes" and phase != "forward":
                     continue
-                records.append({
+                record = {
                     "version": run.version, "run_id": run.run_id, "phase": phase if metric != "param_bytes" else "static",
                     "metric": metric, "value": value, "newest": run.run_id in newest_ids,
-                })
+                }
+                if metric == "latency_ms" and values.get("latency_p25_ms") is not None and values.get("latency_p75_ms") is not None:
+                    record["lo"], record["hi"] = values["latency_p25_ms"], values["latency_p75_ms"]
+                records.append(record)
     specs: dict[str, dict[str, Any]] = {}
     for metric, title in TREND_METRICS:
         rows = [r for r in records if r["metric"] == metric]
         if not rows:
             continue
+        x = alt.X("version:N", sort=list(versions), title="version",
+                  axis=alt.Axis(labelAngle=-30 if len(versions) > 6 else 0, labelOverlap="greedy", labelLimit=120))
         base = alt.Chart(alt.Data(values=rows)).encode(
-            x=alt.X("version:N", sort=list(versions), title="version"),
-            y=alt.Y("value:Q", title=title, scale=alt.Scale(zero=True)),
+            x=x,
+            y=alt.Y("value:Q", title=title, scale=alt.Scale(zero=True), axis=alt.Axis(format=AXIS_FORMAT[metric])),
             color=alt.Color("phase:N", title="phase"),
         )
         line = base.transform_filter("datum.newest").mark_line(point=True)
@@ -82,37 +96,45 @@ def trend_specs(versions: Sequence[str], runs: Sequence[Run], newest_ids: set[st
             tooltip=[alt.Tooltip("version:N"), alt.Tooltip("run_id:N", title="run"), alt.Tooltip("phase:N"),
                      alt.Tooltip("value:Q", format=".4~s")]
         )
-        specs[metric] = _finish((line + points).properties(width="container", height=180, title=title))
+        layers = [line, points]
+        if any("lo" in r for r in rows):
+            band = alt.Chart(alt.Data(values=rows)).transform_filter("datum.newest && isValid(datum.lo)").mark_area(
+                opacity=0.18).encode(x=x, y=alt.Y("lo:Q"), y2=alt.Y2("hi:Q"), color=alt.Color("phase:N", legend=None))
+            layers.insert(0, band)
+        title_params = alt.TitleParams(title + (" (band: p25-p75 of the newest run)" if len(layers) == 3 else ""),
+                                       anchor="start", limit=0, fontSize=12)
+        specs[metric] = _finish(alt.layer(*layers).properties(width="container", height=180, title=title_params))
     return specs
 
 
-def _contributors_chart(rows: list[dict[str, Any]], title: str) -> dict[str, Any]:
+def _contributors_chart(rows: list[dict[str, Any]], title: str, axis_format: str = "~s") -> dict[str, Any]:
     """Horizontal bars of the largest per-component deltas, signed, biggest first (built with Altair)."""
     order = [r["label"] for r in rows]
     chart = alt.Chart(alt.Data(values=rows)).mark_bar().encode(
         y=alt.Y("label:N", sort=order, title=None, axis=alt.Axis(labelLimit=360)),
-        x=alt.X("delta:Q", title=title),
+        x=alt.X("delta:Q", title=title, axis=alt.Axis(format=axis_format)),
         color=alt.condition("datum.delta > 0", alt.value("#d6604d"), alt.value("#4393c3")),
         tooltip=[alt.Tooltip("path:N"), alt.Tooltip("kind:N"), alt.Tooltip("delta:Q", format=".4~s"),
                  alt.Tooltip("share:Q", format=".1%", title="share of growth")],
     )
-    return _finish(chart.properties(width="container", height=max(60, 22 * len(rows)), title=title))
+    return _finish(chart.properties(width="container", height=max(60, 22 * len(rows)),
+                                    title=alt.TitleParams(title, anchor="start", limit=0, fontSize=12)))
 
 
 @functools.lru_cache(maxsize=None)
-def _contributors_template(title: str) -> str:
+def _contributors_template(title: str, axis_format: str) -> str:
     """The chart for `title` with no rows, as JSON: Altair takes ~50 ms a chart (it validates its encodings
     even with validate=False), and only the data, the bar order and the height depend on the rows."""
-    return json.dumps(_contributors_chart([], title))
+    return json.dumps(_contributors_chart([], title, axis_format))
 
 
-def contributors_spec(rows: list[dict[str, Any]], title: str) -> dict[str, Any]:
+def contributors_spec(rows: list[dict[str, Any]], title: str, axis_format: str = "~s") -> dict[str, Any]:
     """Horizontal bars of the largest per-component deltas, signed, biggest first.
 
     The same spec as `_contributors_chart`, byte for byte (tests/golden/diff_charts.json pins it), from a
     per-title template.
     """
-    spec = json.loads(_contributors_template(title))
+    spec = json.loads(_contributors_template(title, axis_format))
     spec["data"] = {"values": [dict(r) for r in rows]}
     spec["encoding"]["y"]["sort"] = [r["label"] for r in rows]
     spec["height"] = max(60, 22 * len(rows))

@@ -100,7 +100,8 @@ def ties(tops: dict[str, list[dict[str, Any]]]) -> dict[str, int]:
 
 def chart_specs(tops: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     return {
-        metric: charts.contributors_spec(rows, f"Own change: {cdiff.LABELS[metric]}")
+        metric: charts.contributors_spec(rows, f"Own change: {cdiff.LABELS[metric]}" + (" (ms)" if metric == "latency_ms" else ""),
+                                         charts.AXIS_FORMAT[metric])
         for metric, rows in tops.items()
     }
 

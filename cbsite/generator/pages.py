@@ -45,22 +45,42 @@ def root_of(url: str) -> str:
 DASH = "\u2013"
 
 
+def _sig(value: float, digits: int = 3) -> str:
+    """`digits` significant digits written as JavaScript writes `Number(v.toPrecision(digits))`: halves
+    rounded away from zero, no trailing zeros, no exponent between 1e-7 and 1e21. format.js `sig` is the
+    same rule; tests/test_site_readability.py ties the two on many values."""
+    d = decimal.Decimal(value)  # the float's exact value
+    if d == 0:
+        return "0"
+    q = d.quantize(decimal.Decimal(1).scaleb(d.adjusted() - digits + 1), rounding=decimal.ROUND_HALF_UP)
+    x = float(q)
+    if 1e-7 <= abs(x) < 1e21:
+        return format(decimal.Decimal(repr(x)).normalize(), "f")
+    return repr(x).replace("e-0", "e-").replace("e+0", "e+")
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
 def _si(value: float | None, unit: str, base: float = 1000.0) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+    """3 significant digits and a decimal prefix; the prefix is chosen after rounding, so 999.6 FLOP is
+    "1 kFLOP" (as cbsite.diff.format_amount writes it), never "1e+03 FLOP" or "1000 FLOP"."""
+    if not _finite(value):
         return DASH
     prefixes = ["", "k", "M", "G", "T", "P", "E"]
     v, i = float(value), 0
-    while abs(v) >= base and i < len(prefixes) - 1:
+    while abs(float(_sig(v))) >= base and i < len(prefixes) - 1:
         v /= base
         i += 1
-    text = f"{v:.3g}" if abs(v) >= 1 or v == 0 else f"{v:.2g}"
-    return f"{text} {prefixes[i]}{unit}"
+    return f"{_sig(v)} {prefixes[i]}{unit}"
 
 
 def fmt_ms(value: float | None) -> str:
-    if value is None:
+    if not _finite(value):
         return DASH
-    return f"{value:.3g} ms" if abs(value) < 1000 else f"{value / 1000:.3g} s"
+    text = _sig(value)
+    return f"{text} ms" if abs(float(text)) < 1000 else f"{_sig(value / 1000)} s"
 
 
 def fmt_bytes(value: float | None) -> str:
@@ -72,15 +92,28 @@ def fmt_flops(value: float | None) -> str:
 
 
 def fmt_pct(value: float | None) -> str:
-    return DASH if value is None else f"{value * 100:.3g}%"
+    return f"{_sig(value * 100)}%" if _finite(value) else DASH
 
 
 def fmt_num(value: Any) -> str:
+    """A plain number (format.js `num`): a whole number below a million as it is, anything from a million
+    up with 4 significant digits and a decimal prefix ("1.235 M", "1 T"), the rest with 4 significant digits."""
     if value is None:
         return DASH
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if not math.isfinite(value):
+        return DASH
+    if abs(value) >= 1e6:
+        prefixes = ["", "k", "M", "G", "T", "P", "E"]
+        v, i = float(value), 0
+        while abs(float(_sig(v, 4))) >= 1000 and i < len(prefixes) - 1:
+            v /= 1000
+            i += 1
+        return f"{_sig(v, 4)} {prefixes[i]}"
+    if float(value).is_integer():
+        return str(int(value))
+    return _sig(value, 4)
 
 
 def fmt_ratio(value: float | None, unit: bool = True) -> str:

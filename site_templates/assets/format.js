@@ -6,28 +6,41 @@
 
   function isNum(v) { return typeof v === "number" && isFinite(v); }
 
+  /* `digits` significant digits, no trailing zeros (pages.py _sig is the same rule). */
   function sig(v, digits) {
     var s = Number(v).toPrecision(digits);
     return String(Number(s));
   }
 
+  /* The prefix is chosen after rounding: 999.6 FLOP is "1 kFLOP", as in Python (pages.py _si). */
   function si(v, unit) {
     if (!isNum(v)) return DASH;
     var prefixes = ["", "k", "M", "G", "T", "P", "E"];
     var i = 0, x = v;
-    while (Math.abs(x) >= 1000 && i < prefixes.length - 1) { x /= 1000; i++; }
+    while (Math.abs(Number(sig(x, 3))) >= 1000 && i < prefixes.length - 1) { x /= 1000; i++; }
     return sig(x, 3) + " " + prefixes[i] + unit;
   }
 
   var F = {
     DASH: DASH,
+    sig: sig,
     isNum: isNum,
-    ms: function (v) { return isNum(v) ? (Math.abs(v) < 1000 ? sig(v, 3) + " ms" : sig(v / 1000, 3) + " s") : DASH; },
+    ms: function (v) { return isNum(v) ? (Math.abs(Number(sig(v, 3))) < 1000 ? sig(v, 3) + " ms" : sig(v / 1000, 3) + " s") : DASH; },
     bytes: function (v) { return si(v, "B"); },
     mb: function (v) { return isNum(v) ? sig(v / 1e6, 3) : DASH; },
     flops: function (v) { return si(v, "FLOP"); },
     pct: function (v) { return isNum(v) ? sig(v * 100, 3) + "%" : DASH; },
-    num: function (v) { return isNum(v) ? sig(v, 4) : (v === null || v === undefined ? DASH : String(v)); },
+    /* A plain number: whole below a million as it is, from a million up 4 digits and a prefix (pages.py fmt_num). */
+    num: function (v) {
+      if (v === null || v === undefined) return DASH;
+      if (!isNum(v)) return typeof v === "number" ? DASH : String(v);
+      if (Math.abs(v) >= 1e6) {
+        var prefixes = ["", "k", "M", "G", "T", "P", "E"], i = 0, x = v;
+        while (Math.abs(Number(sig(x, 4))) >= 1000 && i < prefixes.length - 1) { x /= 1000; i++; }
+        return sig(x, 4) + " " + prefixes[i];
+      }
+      return Number.isInteger(v) ? String(v) : sig(v, 4);
+    },
     NA: "n/a",
     /* MFU above 100 % is suspect (timing noise, or a peak the run could not confirm): shown with a marker. */
     suspect: function (v) { return isNum(v) && v > 1; },
