@@ -249,3 +249,73 @@ def test_charts_follow_the_dark_scheme(site, page):
     labels = page.locator(".cbsite-chart svg .role-axis-label text").all_text_contents()
     assert labels and not any(len(t.replace(",", "")) > 6 and t.replace(",", "").isdigit() for t in labels)
     assert page.errors == []
+
+
+SILENT = "<!DOCTYPE html><html><head><meta charset='utf-8'><title>silent</title></head><body>no answer</body></html>"
+
+
+def test_perfetto_that_does_not_answer_is_said_on_the_page(site, browser, tmp_path):
+    """Offline, the Perfetto tab shows only a browser error: the run page itself says what happened."""
+    _, built = site
+    silent_dir = tmp_path / "silent"
+    silent_dir.mkdir()
+    (silent_dir / "index.html").write_text(SILENT)
+    silent = Server(silent_dir)
+    server = None
+    try:
+        out = build_site(built.parent / "runs", tmp_path / "site", perfetto_origin=silent.url.rstrip("/"), quiet=True)
+        server = Server(out)
+        context = browser.new_context(viewport=VIEWPORT)
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        _open(page, _run(server, out, "v1"))
+        page.evaluate("window.CbsitePerfetto.answerMs = 300")
+        page.select_option("#cbsite-table select.cbsite-depth", "")
+        button = page.locator("button.cbsite-perfetto").first
+        assert silent.url.rstrip("/") in button.get_attribute("title")
+        with context.expect_page():
+            button.click()
+        toast = page.locator(".cbsite-toast")
+        toast.wait_for(timeout=5000)
+        assert "has not answered" in toast.inner_text() and _inside_viewport(toast.bounding_box())
+        assert toast.locator("a").get_attribute("href") == button.get_attribute("data-trace")
+        assert errors == []
+        context.close()
+    finally:
+        silent.close()
+        if server is not None:
+            server.close()
+
+
+def test_a_page_opened_from_disk_says_why_it_does_not_work(site, browser):
+    _, built = site
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    page.goto((next((built / "runs" / "toy" / "v1").iterdir()) / "index.html").as_uri())
+    banner = page.locator(".cbsite-file-banner")
+    banner.wait_for(timeout=10000)
+    assert "cbsite serve" in banner.inner_text() and banner.is_visible()
+    assert _inside_viewport(banner.bounding_box())
+    context.close()
+
+
+def test_version_selector_shows_aliases(site, browser, tmp_path):
+    from cbsite.generator import publish_site
+
+    _, built = site
+    out = tmp_path / "published"
+    publish_site(built.parent / "runs", out, "1.0", quiet=True)
+    publish_site(built.parent / "runs", out, "2.0", aliases=["latest"], set_default=True, quiet=True)
+    server = Server(out)
+    try:
+        context = browser.new_context(viewport=VIEWPORT)
+        page = context.new_page()
+        page.goto(server.url)
+        page.wait_for_url("**/latest/", timeout=10000)
+        page.wait_for_selector(".md-version__list .md-version__item", state="attached", timeout=10000)
+        items = [t.strip() for t in page.locator(".md-version__list .md-version__link").all_text_contents()]
+        assert any("2.0" in t and "latest" in t for t in items)
+        context.close()
+    finally:
+        server.close()

@@ -174,7 +174,7 @@ def test_search_indexes_full_paths_without_splitting_names(built):
     summary = (site / "index.html").read_text()
     assert "embedding.tables.t_cat_0" in summary  # the golden diff's summary names it on the home page ...
     assert "embedding.tables.t_cat_0" not in home["text"]  # ... out of the index: run pages rank first
-    assert "assets/cbsite/search.js" in (site / "index.html").read_text()
+    assert "assets/cbsite/site.js" in (site / "index.html").read_text()
 
 
 def test_charts_read_at_a_glance(built):

@@ -23,7 +23,7 @@ CBSITE_KEYS = {"perfetto_origin"}
 # whole path; not '_', which would split `t_cat_0` into `t`, `cat`, `0` and match every page with a "0".
 SEARCH_SEPARATOR = r"[\s\-\.]+"
 CSS = "assets/cbsite/cbsite.css"
-SEARCH_JS = "assets/cbsite/search.js"  # search results carry the query, so a run page can open the component
+SITE_JS = "assets/cbsite/site.js"  # on every page: search results carry the query; a file:// page says why it fails
 ORIGIN_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:\d{1,5})?$")
 
 
@@ -146,10 +146,11 @@ def project_config(site: SiteConfig, nav: list[Any], *, versioned: bool) -> tupl
     cfg["plugins"] = _plugins(cfg.get("plugins"), notes)
     extra_css = [c for c in cfg.get("extra_css", []) if c != CSS]
     cfg["extra_css"] = [CSS, *extra_css]
-    cfg["extra_javascript"] = [SEARCH_JS, *[j for j in cfg.get("extra_javascript", []) if j != SEARCH_JS]]
+    cfg["extra_javascript"] = [SITE_JS, *[j for j in cfg.get("extra_javascript", []) if j != SITE_JS]]
     if versioned:
         extra = cfg.setdefault("extra", {})
-        extra["version"] = {**(extra.get("version") or {}), "provider": "mike"}
+        # alias: the selector shows each version's aliases ("2.0 latest"), so readers see which is current.
+        extra["version"] = {"alias": True, **(extra.get("version") or {}), "provider": "mike"}
     return cfg, notes
 
 

@@ -73,7 +73,8 @@
     b.type = "button";
     b.className = "cbsite-perfetto";
     b.textContent = "Perfetto";
-    b.title = "Open the " + phase + " trace of " + fullPath(d, i) + " in the Perfetto UI";
+    b.title = "Open the " + phase + " trace of " + fullPath(d, i) + " in the Perfetto UI at " +
+      root.getAttribute("data-perfetto-origin") + " (it must be reachable from this browser)";
     b.setAttribute("data-trace", file);
     b.addEventListener("click", function () {
       window.CbsitePerfetto.open(root.getAttribute("data-perfetto-origin"), file,
@@ -425,7 +426,7 @@
       try { return decodeURIComponent(hash.slice("#component=".length)); } catch (e) { return null; }
     }
     var params = new URLSearchParams(location.search);
-    var q = (params.get("q") || "").trim();  // the query a search result was clicked from (search.js)
+    var q = (params.get("q") || "").trim();  // the query a search result was clicked from (site.js)
     if (q && d.path.indexOf(q) >= 0) return q;
     // Material's ?h= lists the matched terms in no set order: a component whose dotted segments are
     // exactly those terms (the first in tree order, should several be).

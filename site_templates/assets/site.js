@@ -1,5 +1,7 @@
-/* Search results carry the query (?q=): a run page opens the component whose full path was searched for
-   (runpage.js), since Material's own ?h= holds the matched terms, not the path they came from. */
+/* Site-wide behaviour, on every page (extra_javascript):
+   - search results carry the query (?q=), so a run page opens the component whose full path was searched
+     for (runpage.js); Material's own ?h= holds the matched terms, not the path they came from;
+   - a page opened from disk (file://) says why navigation, search, tables and charts do not work there. */
 (function () {
   "use strict";
   document.addEventListener("click", function (e) {
@@ -11,4 +13,16 @@
     url.searchParams.set("q", q);
     a.setAttribute("href", url.pathname + url.search + url.hash);
   }, true);
+
+  function fileBanner() {
+    if (location.protocol !== "file:" || document.querySelector(".cbsite-file-banner")) return;
+    var div = document.createElement("div");
+    div.className = "cbsite-file-banner";
+    div.setAttribute("role", "alert");
+    div.textContent = "This page was opened from disk (file://). Browsers do not let such pages load their data, " +
+      "so the tables, icicles, charts, search and folder links do not work. Serve the site over HTTP instead: " +
+      "cbsite serve SITE_FOLDER, then open http://127.0.0.1:8000/";
+    document.body.insertBefore(div, document.body.firstChild);
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", fileBanner); else fileBanner();
 })();
