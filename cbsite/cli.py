@@ -58,7 +58,8 @@ def _add_collect_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="float32")
     p.add_argument("--peak-flops", type=float, default=None, help="override the peak FLOP/s used for MFU")
     p.add_argument("--peak-bandwidth", type=float, default=None, help="override the peak bytes/s")
-    p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: torch's)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="intra-op threads (default on CPU: 1, measured as the honest choice on shared machines; README)")
     p.add_argument("--rounds", type=int, default=1,
                    help="repeat the timing in this many processes (the collecting one, then fresh workers) so the "
                         "run carries its run-to-run noise; gates judge latency only with 2 or more")
@@ -336,8 +337,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
         rules = review.parse_rules(args.fail_on)
     elif (found := review.config_rules(Path.cwd())) is not None:
         rules = found[0]
-    if args.threads is None:
-        args.threads = 1  # one intra-op thread: a comparison on a shared machine (README: "Why one thread")
     config = _collect_config(args)
     cfg = CompareConfig(processes=args.processes, layout=args.order, pairs=args.pairs, block_s=args.block_time,
                         alpha=args.alpha, floor=args.floor, share_inputs=not args.no_shared_inputs)

@@ -102,6 +102,8 @@ class LatencyEvidence:
     units: dict[tuple[str, str], Any] = field(default_factory=dict)  # paired: [log ratios]; rounds: (base, head)
     source: str = ""  # a comparison id, or "rounds a/b"
     flagged: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    alpha: float = stats.ALPHA  # the level and floor the verdicts of reports use (a comparison's own)
+    floor: float = stats.FLOOR
 
     @property
     def paired(self) -> bool:
@@ -121,8 +123,11 @@ class LatencyEvidence:
             return {}
         return stats.judge_family(present, alpha=alpha, floor=floor, paired=self.paired)
 
-    def verdicts(self, *, alpha: float = stats.ALPHA, floor: float = stats.FLOOR) -> dict[tuple[str, str], stats.Verdict]:
-        """Every component's verdict on its own (no family correction): what reports list."""
+    def verdicts(self, *, alpha: float | None = None, floor: float | None = None) -> dict[tuple[str, str], stats.Verdict]:
+        """Every component's verdict on its own (no family correction): what reports list. The level and
+        floor default to the evidence's own (a comparison's `--alpha` / `--floor`)."""
+        alpha = self.alpha if alpha is None else alpha
+        floor = self.floor if floor is None else floor
         keys = list(self.units)
         if self.paired:
             judged = stats.paired_many([self.units[k] for k in keys], alpha=alpha, floor=floor)
@@ -138,7 +143,8 @@ class LatencyEvidence:
 
 def from_record(record: Mapping[str, Any]) -> LatencyEvidence:
     """Evidence from a comparison record (its units were computed from its samples when it was made)."""
-    ev = LatencyEvidence(kind="paired", source=str(record.get("comparison_id")))
+    ev = LatencyEvidence(kind="paired", source=str(record.get("comparison_id")),
+                         alpha=float(record.get("alpha") or stats.ALPHA), floor=float(record.get("floor", stats.FLOOR)))
     for c in record.get("components", []):
         key = (c["key"], c["phase"])
         if c.get("units") is not None:
@@ -244,9 +250,18 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def evidence_for(root: str | os.PathLike[str], base: Any, head: Any, head_to_base: Mapping[str, str]) -> LatencyEvidence | None:
-    """The best latency evidence for two archived runs: their comparison record, else both runs' rounds."""
-    record = find_comparison(root, base.run_id, head.run_id)
+def evidence_for(root: str | os.PathLike[str], base: Any, head: Any, head_to_base: Mapping[str, str],
+                 records: Sequence[Mapping[str, Any]] | None = None) -> LatencyEvidence | None:
+    """The best latency evidence for two archived runs: their comparison record, else both runs' rounds.
+
+    `records`: comparison records already read (`list_comparisons`), so a caller judging many pairs reads
+    the archive's records once."""
+    if records is None:
+        record = find_comparison(root, base.run_id, head.run_id)
+    else:
+        hits = [r for r in records if r.get("base", {}).get("run_id") == base.run_id
+                and r.get("head", {}).get("run_id") == head.run_id]
+        record = hits[-1] if hits else None
     if record is not None:
         return from_record(record)
     return from_rounds(base.samples, head.samples, head_to_base,

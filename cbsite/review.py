@@ -239,9 +239,9 @@ def _judge_latency(result: GateResult, rd: RunDiff, rule: Rule, phases: Sequence
                  and (fnmatch.fnmatchcase(c.path, rule.glob) if rule.glob is not None else c.path == "")]
         keys = [(c.path, phase) for c in comps if c.kind != "added"]
         if rule.glob is not None and len(keys) > 1:
-            verdicts = latency.family(keys, floor=rule.limit)
+            verdicts = latency.family(keys, alpha=latency.alpha, floor=rule.limit)
         else:
-            verdicts = {k: v for k in keys if (v := latency.verdict(*k, floor=rule.limit)) is not None}
+            verdicts = {k: v for k in keys if (v := latency.verdict(*k, alpha=latency.alpha, floor=rule.limit)) is not None}
         for c in comps:
             where = f"{phase} {'total' if rule.glob is None else repr(c.path)}"
             if c.kind == "added":
@@ -354,6 +354,14 @@ def latency_rows(evidence: LatencyEvidence | None, rd: RunDiff, phases: Sequence
     return rows
 
 
+def root_verdicts(evidence: LatencyEvidence | None, rd: RunDiff) -> dict[str, str] | None:
+    """phase -> the whole model's latency verdict, so the summary sentence agrees with the verdicts."""
+    if evidence is None:
+        return None
+    verdicts = evidence.verdicts()
+    return {ph: verdicts[("", ph)].verdict for ph in rd.phases if ("", ph) in verdicts}
+
+
 def latency_summary(evidence: LatencyEvidence | None, phases: Sequence[str]) -> str:
     """One line: how latency was judged, how many components got each verdict, the noise and the
     smallest change the session could detect."""
@@ -390,7 +398,7 @@ def markdown(rd: RunDiff, gate: GateResult | None = None, *, phase: str | None =
     out = [f"## cbsite: {_title(rd)}", ""]
     if gate is not None and gate.rules:
         out += [_gate_line(gate), ""]
-    out += [rd.summary(), ""]
+    out += [rd.summary(latency=root_verdicts(latency, rd)), ""]
     out += _latency_section(rd, latency, phases, model)
 
     out += ["| metric | phase | base | head | change | ratio |", "|---|---|--:|--:|--:|--:|"]
@@ -511,7 +519,7 @@ def print_table(rd: RunDiff, gate: GateResult | None, console: Any, *, phase: st
 
     model = rd.head_meta.get("model", "?")
     main = main_phase(rd, phase)
-    console.print(rd.summary(), markup=False, highlight=False)
+    console.print(rd.summary(latency=root_verdicts(latency, rd)), markup=False, highlight=False)
     phases = [phase] if phase else rd.phases
     console.print(latency_summary(latency, phases), markup=False, highlight=False)
     rows = latency_rows(latency, rd, phases)

@@ -256,3 +256,22 @@ def test_base_rev_compares_two_git_revisions_in_abba_processes(tmp_path, monkeyp
     # The worktree is gone afterwards.
     listed = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
     assert len(listed.strip().splitlines()) == 1
+
+
+class _Sleepy(torch.nn.Module):
+    """A component that takes 0.2 s a call (sleeping: the cap is about wall time, whatever the cause)."""
+
+    def forward(self, x):
+        time.sleep(0.2)
+        return x * 2
+
+
+def test_the_per_component_cap_bounds_a_slow_component_and_the_row_says_so():
+    model = torch.nn.Sequential(_Sleepy(), torch.nn.Linear(4, 4))
+    cfg = _config(min_run_time=5.0, max_component_s=1.0, phases=("forward",), warmup=1, step=False)
+    run = profile(model, torch.randn(2, 4), config=cfg)
+    row = run.table("forward").filter(pl.col("path") == "0").to_dicts()[0]
+    assert row["status"] == "measured" and any(n.startswith("cut short") for n in row["notes"])
+    blocks = run.samples.filter(pl.col("path") == "0")
+    # Timing stopped at the cap: a handful of 0.2 s blocks, not the 25 s the budget asked for.
+    assert blocks.height <= 8 and (blocks["seconds_per_call"] * blocks["calls"]).sum() < 2.5

@@ -256,8 +256,7 @@ def profile_model(
         raise CbsiteError("no example inputs: give at least one batch of (args, kwargs)")
     refuse_iterators(batches)
     caller_threads = torch.get_num_threads()
-    if config.num_threads:
-        torch.set_num_threads(config.num_threads)
+    torch.set_num_threads(threads_for(config))
     try:
         with preserved(model):  # the caller's model is left as it was found: values, dtype, device, RNG (restore.py)
             return _profile(model, batches, config, model_name, version, provider, preprocessing, inputs_description, tags,
@@ -272,6 +271,20 @@ def _captured(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], g
         return capture(model, args, kwargs, grad=grad)
     except Exception as exc:  # noqa: BLE001 - the user's model, not cbsite
         raise user_code_error(f"the model's forward on example batch {index}", exc, "forward") from exc
+
+
+# Intra-op threads when --threads is not given: one on CPU. Measured (benchmarks/threads.py, README "Why one
+# thread"): on 2 cores, two threads had 12 % run-to-run spread against 1.3 % for one thread, and two busy
+# neighbours stalled two-thread components up to 559x (OpenMP barriers waiting for a descheduled thread)
+# against at most 4.7x, flagged, for one. A user measuring multi-threaded kernels says --threads N.
+DEFAULT_CPU_THREADS = 1
+
+
+def threads_for(config: CollectConfig) -> int:
+    """The intra-op thread count a collection times with (recorded in run.json)."""
+    if config.num_threads:
+        return config.num_threads
+    return DEFAULT_CPU_THREADS if config.device == "cpu" else torch.get_num_threads()
 
 
 def _load_warnings(num_threads: int, when: str) -> list[str]:
@@ -416,6 +429,8 @@ def _profile(
             **{k: v for k, v in asdict(config).items() if k not in ("plugins", "plugin_options")},
             "batch_size": batch_size_of(ProvidedInputs(*batches[0])), "batches": len(batches),
             "training": model.training, "num_threads": num_threads,
+            "threads_source": "given (--threads)" if config.num_threads else
+            ("default: one intra-op thread on CPU (README: Why one thread)" if config.device == "cpu" else "torch default"),
             "plugins": _plugins_record(selection, runner.status, runner.seconds),
         },
         "preprocessing": list(preprocessing),
@@ -475,7 +490,14 @@ def _more_rounds(model: nn.Module, batches: Sequence[Inputs], config: CollectCon
         else:  # a model handed to the API: the workers load a copy of it and its batches
             folder = Path(stack.enter_context(_temporary_folder()))
             payload = folder / "payload.pt"
-            torch.save({"model": model, "batches": list(batches)}, payload)
+            try:
+                torch.save({"model": model, "batches": list(batches)}, payload)
+            except Exception as exc:  # noqa: BLE001 - a model the workers cannot receive is the user's to fix
+                raise CbsiteError(
+                    f"--rounds {config.rounds} sends the model to fresh worker processes, but it cannot be pickled "
+                    f"({type(exc).__name__}: {exc}); define its classes at module level (no lambdas or local "
+                    "classes), or collect it through a provider (`cbsite collect package.module:function --rounds N`)"
+                ) from exc
             arm = ArmSpec(arm="run", payload=str(payload), device=config.device, dtype=config.dtype)
         template = ProcessJob(session_id=run_id, process=0, arms=(), tasks=(), threads=torch.get_num_threads(),
                               pairs=max(5, BLOCKS_PER_ROUND), block_s=max(1e-3, config.min_run_time / BLOCKS_PER_ROUND),
