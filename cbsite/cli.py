@@ -294,11 +294,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     from cbsite.diff import diff_runs
 
     # Rules are checked before any run is read, so a typo in a rule fails fast (exit 2).
-    rules: list[Any] = []
-    if args.fail_on:
-        rules = review.parse_rules(args.fail_on)
-    elif (found := review.config_rules(Path.cwd())) is not None:
-        rules = found[0]
+    rules = _gate_rules(args)
     base_ref, head_ref = resolve_run(args.base, args.runs), resolve_run(args.head, args.runs)
     base_run, head_run = read_run(base_ref.path), read_run(head_ref.path)
     rd = diff_runs(base_run, head_run, match_moved=args.match_moved)
@@ -324,6 +320,16 @@ def _report_diff(args: argparse.Namespace, rd: Any, gate: Any, evidence: Any, ph
     return 0 if gate is None or gate.passed else 1
 
 
+def _gate_rules(args: argparse.Namespace) -> list[Any]:
+    """--fail-on rules, else those of the configuration file; checked before anything runs (exit 2 on a typo)."""
+    from cbsite import review
+
+    if args.fail_on:
+        return review.parse_rules(args.fail_on)
+    found = review.config_rules(Path.cwd())
+    return found[0] if found is not None else []
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     """Measure BASE and HEAD together in one session; print verdicts; exit 1 when a gate rule is broken."""
     from cbsite import review
@@ -332,11 +338,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from cbsite.comparison import from_record
     from cbsite.diff import diff_runs
 
-    rules: list[Any] = []
-    if args.fail_on:
-        rules = review.parse_rules(args.fail_on)
-    elif (found := review.config_rules(Path.cwd())) is not None:
-        rules = found[0]
+    rules = _gate_rules(args)
     config = _collect_config(args)
     cfg = CompareConfig(processes=args.processes, layout=args.order, pairs=args.pairs, block_s=args.block_time,
                         alpha=args.alpha, floor=args.floor, share_inputs=not args.no_shared_inputs)

@@ -7,7 +7,7 @@ import pytest
 
 from cbsite.generator import build_site
 from tests.latency_archive import COMPARISON_ID, IDS, write_latency_archive
-from tests.test_browser_site import ARGS, CHROMIUM, Server, _outside
+from tests.test_browser_site import CHROMIUM, Server, _outside, launched_browser, recording_page
 
 pytestmark = [
     pytest.mark.browser,
@@ -28,24 +28,14 @@ def site(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+    with launched_browser() as b:
         yield b
-        b.close()
 
 
 @pytest.fixture
 def page(browser):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    pg = context.new_page()
-    pg.requests, pg.errors = [], []
-    context.on("request", lambda r: pg.requests.append(r.url))
-    pg.on("console", lambda m: pg.errors.append(m.text) if m.type == "error" else None)
-    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
-    yield pg
-    context.close()
+    with recording_page(browser, {"width": 1400, "height": 1000}) as pg:
+        yield pg
 
 
 def _cell(page, path: str, header: str):

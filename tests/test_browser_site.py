@@ -5,6 +5,8 @@ hands the trace to a stub Perfetto UI on another local port after the PING/PONG 
 
 from __future__ import annotations
 
+import contextlib
+
 import threading
 from pathlib import Path
 from urllib.parse import urlparse
@@ -71,27 +73,44 @@ def site(tmp_path_factory, stub):
     server.close()
 
 
-@pytest.fixture(scope="module")
-def browser():
+@contextlib.contextmanager
+def launched_browser():
+    """Debian's chromium under playwright (never a downloaded browser); the browser tests share it."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield b
-        b.close()
+        try:
+            yield b
+        finally:
+            b.close()
 
 
-@pytest.fixture
-def page(browser):
-    """A page that records every request and every console error."""
-    context = browser.new_context(viewport={"width": 1300, "height": 900})
+@contextlib.contextmanager
+def recording_page(browser, viewport: dict):
+    """A page that records every request (`page.requests`) and every console error (`page.errors`)."""
+    context = browser.new_context(viewport=viewport)
     pg = context.new_page()
     pg.requests, pg.errors = [], []
     context.on("request", lambda r: pg.requests.append(r.url))
     pg.on("console", lambda m: pg.errors.append(m.text) if m.type == "error" else None)
     pg.on("pageerror", lambda e: pg.errors.append(str(e)))
-    yield pg
-    context.close()
+    try:
+        yield pg
+    finally:
+        context.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with launched_browser() as b:
+        yield b
+
+
+@pytest.fixture
+def page(browser):
+    with recording_page(browser, {"width": 1300, "height": 900}) as pg:
+        yield pg
 
 
 def _outside(requests: list[str], allowed_ports: set[int]) -> list[str]:

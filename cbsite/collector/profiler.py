@@ -507,12 +507,9 @@ def _more_rounds(model: nn.Module, batches: Sequence[Inputs], config: CollectCon
         with progress:
             task = progress.add_task("rounds in fresh processes", total=len(jobs))
             session = run_jobs(jobs, on_done=lambda done, total, elapsed: progress.update(task, completed=done))
-    flagged: dict[tuple[str, str], list[str]] = {}
-    for result in session.results:
-        for where, note in result.flagged.items():
-            flagged.setdefault(where, []).append(f"round {result.process}: {note}")
-        for where, error in result.errors.items():
-            flagged.setdefault(where, []).append(f"round {result.process} failed: {error}")
+    flagged, errors = session.notes("round")
+    for where, lines in errors.items():
+        flagged.setdefault(where, []).extend(f"failed in {line}" for line in lines)
     record = {
         "layout": "rounds", "processes": config.rounds, "threads": torch.get_num_threads(),
         "wall_s": round(session.wall_s, 3), "died": {str(k): v for k, v in session.died.items()},

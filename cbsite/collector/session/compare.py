@@ -137,13 +137,7 @@ def compare(
     raw = session.samples
     samples = _samples_frame(raw, base_run, head_run)
     units = comparison.paired_units(samples, layout) if samples is not None else {}
-    flagged: dict[tuple[str, str], list[str]] = {}
-    errors: dict[tuple[str, str], list[str]] = {}
-    for result in session.results:
-        for where, note in result.flagged.items():
-            flagged.setdefault(where, []).append(f"process {result.process}: {note}")
-        for where, error in result.errors.items():
-            errors.setdefault(where, []).append(f"process {result.process}: {error}")
+    flagged, errors = session.notes("process")
     verdicts = {(t.key, t.phase): stats.paired(units.get((t.key, t.phase), []), alpha=cfg.alpha, floor=cfg.floor)
                 for t in tasks}
 

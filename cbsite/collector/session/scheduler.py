@@ -41,6 +41,17 @@ class SessionResult:
     def samples(self) -> list[dict]:
         return [s for r in self.results for s in r.samples]
 
+    def notes(self, unit: str = "process") -> tuple[dict[tuple[str, str], list[str]], dict[tuple[str, str], list[str]]]:
+        """(key, phase) -> the workers' contention notes, and -> their errors, each prefixed with `unit` N."""
+        flagged: dict[tuple[str, str], list[str]] = {}
+        errors: dict[tuple[str, str], list[str]] = {}
+        for result in self.results:
+            for where, note in result.flagged.items():
+                flagged.setdefault(where, []).append(f"{unit} {result.process}: {note}")
+            for where, error in result.errors.items():
+                errors.setdefault(where, []).append(f"{unit} {result.process}: {error}")
+        return flagged, errors
+
 
 def abba_order(processes: int, arms: Sequence[str] = ("base", "head")) -> list[str]:
     """A B B A A B B A ...: each arm equally often first, so a linear drift cancels in neighbour pairs."""
