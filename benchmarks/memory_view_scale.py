@@ -21,7 +21,7 @@ from pathlib import Path
 from cbsite.collector.plugins import memory_timeline
 from cbsite.generator.serve import make_server
 
-ASSETS = Path(__file__).resolve().parents[1] / "site_templates" / "assets"
+ASSETS = Path(__file__).resolve().parents[1] / "cbsite" / "generator" / "templates" / "assets"
 CHROMIUM = Path("/usr/bin/chromium")
 
 

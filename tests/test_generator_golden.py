@@ -38,7 +38,7 @@ def project(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("golden")
     runs = write_golden_archive(base / "runs")
     build_site(runs, base / "site", project_dir=base / "project", quiet=True,
-               config=Path(__file__).parents[1] / "site_templates" / "mkdocs.defaults.yml")
+               config=Path(__file__).parents[1] / "cbsite" / "generator" / "templates" / "mkdocs.defaults.yml")
     return base / "project"
 
 

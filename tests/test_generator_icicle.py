@@ -1,4 +1,4 @@
-"""Properties of the icicle layout, checked on the very JS file the site ships (site_templates/assets/icicle.js)
+"""Properties of the icicle layout, checked on the very JS file the site ships (cbsite/generator/templates/assets/icicle.js)
 run by node on hypothesis-generated trees. One node process serves every example over stdin/stdout, so a
 hundred trees cost well under a second."""
 
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-ICICLE_JS = Path(__file__).parents[1] / "site_templates" / "assets" / "icicle.js"
+ICICLE_JS = Path(__file__).parents[1] / "cbsite" / "generator" / "templates" / "assets" / "icicle.js"
 NODE = shutil.which("node") or "/usr/bin/node"
 TOL = 1e-9
 

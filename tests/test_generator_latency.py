@@ -161,7 +161,7 @@ NODE = shutil.which("node")
 @pytest.mark.skipif(NODE is None, reason="node is not installed")
 def test_ratio_format_is_the_same_in_python_and_javascript():
     values = [None, 0.0, 0.5, 0.99949, 1.0, 1.0004, 1.2149, 2.34567, 9.9994, 9.99951, 12.345, 99.94, 153.4, 1234.5]
-    fmt = Path(__file__).parents[1] / "site_templates" / "assets" / "format.js"
+    fmt = Path(__file__).parents[1] / "cbsite" / "generator" / "templates" / "assets" / "format.js"
     script = ("const F = require(process.argv[1]); const v = JSON.parse(process.argv[2]);"
               "process.stdout.write(JSON.stringify(v.map(x => [F.ratio(x), F.ratio(x, true)])));")
     out = subprocess.run([NODE, "-e", script, str(fmt), json.dumps(values)], capture_output=True, text=True, check=True)

@@ -146,7 +146,7 @@ def test_layout_tiles_the_live_bytes_at_every_event(snap, max_blocks):
         assert t["at_peak"]
 
 
-VIEWER = Path(__file__).resolve().parents[1] / "site_templates" / "assets" / "memory.html"
+VIEWER = Path(__file__).resolve().parents[1] / "cbsite" / "generator" / "templates" / "assets" / "memory.html"
 
 
 def test_the_viewer_loads_nothing_from_elsewhere_and_only_same_origin_data():

@@ -375,7 +375,7 @@ def test_memory_links_stay_beside_the_timeline_and_no_local_path_is_published(un
         assert "/home/" not in text and "alice" not in text and "/tmp/" not in text, (kind, text)
         assert "project/model.py" in text or kind == "trace" and "project/model.py" in text, (kind, text)
     # The site's viewer checks the link too (defence in depth for archives published by other tools).
-    viewer = (ROOT / "site_templates" / "assets" / "memory.html").read_text()
+    viewer = (ROOT / "cbsite" / "generator" / "templates" / "assets" / "memory.html").read_text()
     assert "snapshot.protocol === dataUrl.protocol" in viewer
 
 

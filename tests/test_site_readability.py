@@ -220,7 +220,7 @@ def test_one_number_format_in_python_and_javascript():
     values = [None, 0, 0.0, 1, 7, 999, 999.4, 999.6, 1000, 1234, 99949, 99950, 123456, 1e6 - 1, 40_000_000,
               2.5e9, 1.2345e12, 7.2e18, 0.5, 0.125, 1.125, 2.675, 0.0123, 0.000123, 1.23e-5, 3.3e-8, 12.345,
               -0.00179, -48.1, 0.9996, 1.0004, 0.2149, 0.00058789, 123.45, 9.995]
-    fmt = Path(__file__).parents[1] / "site_templates" / "assets" / "format.js"
+    fmt = Path(__file__).parents[1] / "cbsite" / "generator" / "templates" / "assets" / "format.js"
     script = ("const F = require(process.argv[1]); const v = JSON.parse(process.argv[2]);"
               "process.stdout.write(JSON.stringify(v.map(x => [F.flops(x), F.bytes(x), F.ms(x), F.pct(x), F.num(x)])))")
     out = subprocess.run([node, "-e", script, str(fmt), json.dumps(values)], capture_output=True, text=True, check=True)

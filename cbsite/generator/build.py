@@ -1,6 +1,6 @@
 """Archive -> generated MkDocs project -> built site.
 
-1. read the archive (broken runs become warnings), 2. render every page from `site_templates/` into a
+1. read the archive (broken runs become warnings), 2. render every page from `templates/` (package data) into a
 project's `docs/` and write the browser's data files beside them, 3. `mkdocs build` (strict), 4. copy
 artifacts into the site. The same archive gives the same bytes: sorted inputs, no clock (SOURCE_DATE_EPOCH
 is the newest run's time), sorted JSON.

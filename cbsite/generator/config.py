@@ -17,7 +17,7 @@ import yaml
 from cbsite.errors import CbsiteError
 
 DEFAULT_PERFETTO_ORIGIN = "https://ui.perfetto.dev"
-DEFAULTS_FILE = Path(__file__).resolve().parents[2] / "site_templates" / "mkdocs.defaults.yml"
+DEFAULTS_FILE = Path(__file__).resolve().parent / "templates" / "mkdocs.defaults.yml"
 CBSITE_KEYS = {"perfetto_origin"}
 # Material's default separator plus '.', so `sparse_arch.ebc.t_cat_0` is found by its dotted parts and by the
 # whole path; not '_', which would split `t_cat_0` into `t`, `cat`, `0` and match every page with a "0".

@@ -1,4 +1,4 @@
-"""The Jinja2 environment for `site_templates/`: autoescaping, number formats, and where pages live.
+"""The Jinja2 environment for the packaged templates (`cbsite/generator/templates/`): autoescaping, number formats, and where pages live.
 
 Templates produce the HTML of every page; this module only provides values and plain-text formats.
 Pages are `<folder>/index.md`, so a page's relative links are the same with or without directory URLs.
@@ -17,7 +17,8 @@ import jinja2
 
 from cbsite.archive import Run
 
-TEMPLATES = Path(__file__).resolve().parents[2] / "site_templates"
+# Shipped inside the package (package data), so an installed wheel builds sites with no source tree.
+TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 def run_url(run: Run) -> str:

@@ -15,7 +15,7 @@ Input is the snapshot format PyTorch's own tools share (`torch.cuda.memory._snap
   heights or the peak.
 
 Pure Python (no torch): the collector calls it and writes the result as `<phase>.memory.json`; the
-site's one viewer (`site_templates/assets/memory.html`) draws any of them; the tests check the
+site's one viewer (`cbsite/generator/templates/assets/memory.html`) draws any of them; the tests check the
 layout's invariants directly.
 """
 
