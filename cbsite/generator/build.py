@@ -270,6 +270,15 @@ def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str])
     return writer.pages, nav
 
 
+def render_docs(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str]) -> tuple[int, list[Any]]:
+    """The one page generator: every page, its data files and the assets, into `docs` (a folder of Markdown
+    pages whose links are relative to it). `cbsite build` makes it a project's docs_dir; the MkDocs plugin
+    (plugin.py) puts it under a prefix of a team's own docs. Returns the number of pages and the nav."""
+    n_pages, nav = _render(catalog, site, docs, warnings)
+    _write_assets(docs)
+    return n_pages, nav
+
+
 def _write_assets(docs: Path) -> None:
     target = docs / ASSETS_DIR
     target.mkdir(parents=True, exist_ok=True)
@@ -346,8 +355,7 @@ def _build_into(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool, 
                 shutil.rmtree(project)
         docs = project / "docs"
         docs.mkdir(parents=True)
-        n_pages, nav = _render(catalog, site, docs, warnings)
-        _write_assets(docs)
+        n_pages, nav = render_docs(catalog, site, docs, warnings)
         cfg, notes = project_config(site, nav, versioned=versioned)
         warnings.extend(notes)
         (project / "mkdocs.yml").write_text(dump_yaml(cfg))

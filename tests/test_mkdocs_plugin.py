@@ -1,0 +1,134 @@
+"""The MkDocs plugin `cbsite` inside a team's own docs: a small project with its own pages, theme settings and
+nav, built with `mkdocs build --strict`; the archive's pages appear under the prefix, with their nav entry,
+assets and artifacts, and the team's pages and theme stay as they were."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cbsite import archive
+
+ROOT = Path(__file__).resolve().parents[1]
+TEMPLATES = ROOT / "cbsite" / "generator" / "templates"
+
+
+def _project(tmp_path: Path, nav: bool) -> Path:
+    proj = tmp_path / "team-docs"
+    (proj / "docs").mkdir(parents=True)
+    (proj / "docs" / "index.md").write_text("# Team docs\n\nOur [performance reports](perf/index.md).\n")
+    (proj / "docs" / "guide.md").write_text("# Guide\n\nHow we work.\n")
+    shutil.copytree(ROOT / "runs", proj / "runs")
+    nav_yaml = "nav:\n  - Home: index.md\n  - Guide: guide.md\n" if nav else ""
+    (proj / "mkdocs.yml").write_text(textwrap.dedent("""\
+        site_name: Team docs
+        theme:
+          name: material
+          font: false
+          palette:
+            primary: teal
+          features:
+            - navigation.instant
+        markdown_extensions:
+          - admonition
+        plugins:
+          - search
+          - cbsite:
+              runs: runs
+              prefix: perf
+        """) + nav_yaml)
+    return proj
+
+
+def _build(proj: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CBSITE_BUILD_JOBS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict"], cwd=proj, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc
+
+
+@pytest.mark.parametrize("nav", [True, False], ids=["explicit-nav", "automatic-nav"])
+def test_plugin_adds_the_archive_under_a_prefix(tmp_path, nav):
+    proj = _project(tmp_path, nav)
+    _build(proj)
+    site = proj / "site"
+    refs = archive.list_runs(proj / "runs")
+    assert refs
+
+    # The team's pages are there, untouched by cbsite's stylesheet and script.
+    home = (site / "index.html").read_text()
+    assert "Team docs" in home
+    guide = (site / "guide" / "index.html").read_text()
+    assert "cbsite.css" not in guide and "site.js" not in guide
+    # The team's theme settings are theirs: palette, and the instant navigation cbsite build would drop.
+    assert 'data-md-color-primary="teal"' in home
+    assert "navigation.instant" in home
+
+    # The archive's pages, under the prefix, each with cbsite's stylesheet and script (links that resolve).
+    perf = site / "perf"
+    pages = [perf / "index.html", perf / "models" / "dlrm" / "index.html", perf / "diffs" / "dlrm" / "v1" / "v2" / "index.html"]
+    pages += [perf / "runs" / r.model / r.version / r.run_id / "index.html" for r in refs]
+    for page in pages:
+        text = page.read_text()
+        for href in re.findall(r'(?:href|src)="([^"]*(?:cbsite\.css|site\.js|icicle\.js))"', text):
+            assert (page.parent / href).resolve().is_file(), (page, href)
+        assert re.search(r'<link rel="stylesheet" href="[^"]*assets/cbsite/cbsite\.css">', text), page
+    for asset in TEMPLATES.joinpath("assets").iterdir():
+        assert (perf / "assets" / "cbsite" / asset.name).read_bytes() == asset.read_bytes()
+    assert (perf / "assets" / "cbsite" / "vega.js").is_file()
+    run = refs[0]
+    run_dir = perf / "runs" / run.model / run.version / run.run_id
+    assert (run_dir / "components.json").is_file()
+    assert any((run_dir / "artifacts").rglob("*.gz")), "the run's traces were not copied"
+
+    # The nav: a Performance section (explicit nav) or the prefix's folder (automatic), with the models,
+    # never the run or diff pages (reached from the model and home pages).
+    nav_html = home.split('<nav class="md-nav md-nav--primary"', 1)[1].split('<div class="md-content"', 1)[0]
+    assert ("Performance" if nav else "Perf") in nav_html
+    assert "perf/models/dlrm/" in nav_html
+    assert "perf/runs/" not in nav_html and "perf/diffs/" not in nav_html
+
+    # Search indexes the archive's pages next to the team's.
+    index = json.loads((site / "search" / "search_index.json").read_text())
+    locations = {d["location"] for d in index["docs"]}
+    assert any(loc.startswith("perf/runs/") for loc in locations)
+    assert any(loc.startswith("guide/") for loc in locations)
+
+
+def test_plugin_and_cbsite_build_share_the_page_generator(tmp_path):
+    """The same archive gives the same page Markdown and data files under the plugin's prefix as in the
+    project `cbsite build` generates (both come from build.render_docs)."""
+    from cbsite.generator import build
+    from cbsite.generator.catalog import load_catalog
+    from cbsite.generator.config import SiteConfig
+
+    catalog = load_catalog((ROOT / "runs").resolve(), ())
+    site = SiteConfig(base={}, perfetto_origin="https://ui.perfetto.dev", source=None)
+    a, b = tmp_path / "a", tmp_path / "b" / "perf"
+    os.environ["CBSITE_BUILD_JOBS"] = "1"
+    try:
+        na, nav_a = build.render_docs(catalog, site, a, [])
+        nb, nav_b = build.render_docs(catalog, site, b, [])
+    finally:
+        os.environ.pop("CBSITE_BUILD_JOBS")
+    assert na == nb and nav_a == nav_b
+    files_a = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    assert files_a == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    assert all((a / f).read_bytes() == (b / f).read_bytes() for f in files_a)
+
+
+def test_plugin_refuses_a_missing_archive(tmp_path):
+    proj = _project(tmp_path, nav=False)
+    shutil.rmtree(proj / "runs")
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict"], cwd=proj, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "does not exist; set `runs:` relative to mkdocs.yml" in proc.stderr
