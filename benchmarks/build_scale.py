@@ -6,6 +6,7 @@ file. Usage:
 
     .venv/bin/python benchmarks/build_scale.py                 # 10/30/100 runs x 1,000 components + 1 x 10,000
     .venv/bin/python benchmarks/build_scale.py --runs 10 30 --components 1000 --big 10000
+    .venv/bin/python benchmarks/build_scale.py --incremental 300   # add one run to 300 runs, with a build cache
 """
 
 from __future__ import annotations
@@ -55,16 +56,52 @@ def measure(root: Path, out: Path) -> dict[str, float]:
     }
 
 
+def timed_build(root: Path, out: Path, cache: Path | None) -> float:
+    t = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        build_site(root, out, quiet=True, cache=cache)
+    return time.perf_counter() - t
+
+
+def incremental(runs: int, components: int) -> None:
+    """An archive of `runs` runs built with a build cache (cold: everything computed), then one run added (a new
+    version of one model: one run page's data and one diff computed), then the same again with nothing added."""
+    load = os.getloadavg()
+    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    with tempfile.TemporaryDirectory() as tmp:
+        root, out, cache = Path(tmp) / "runs", Path(tmp) / "site", Path(tmp) / "cache"
+        gen = make_archive(root, runs, components)
+        print(f"archive: {runs} runs x {components:,} components, generated in {gen:.1f} s")
+        cold = timed_build(root, out, cache)
+        print(f"full build, cache cold:           {cold:7.1f} s")
+        synthetic_run(root, "model0", f"v{runs // 5 + 1}", n=components, seed=runs + 1, minutes=runs,
+                      trace_every=max(components // 20, 1), branching=8)
+        grown = timed_build(root, out, cache)
+        print(f"one run added ({runs + 1} runs), cached: {grown:7.1f} s")
+        same = timed_build(root, out, cache)
+        print(f"nothing added, cached:            {same:7.1f} s")
+        pages = len(list(out.rglob("*.html")))
+        print(f"pages: {pages}, cache MB: {sum(p.stat().st_size for p in cache.rglob('*') if p.is_file()) / 1e6:.0f}")
+    load = os.getloadavg()
+    print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, nargs="+", default=[10, 30, 100])
     ap.add_argument("--components", type=int, default=1000)
     ap.add_argument("--big", type=int, default=10000, help="components of the single big run (0: skip)")
+    ap.add_argument("--incremental", type=int, default=0, metavar="N",
+                    help="only measure adding one run to an archive of N runs with a build cache")
     args = ap.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     t = time.perf_counter()
     vega_bundle()  # built once per process; reported apart so the per-archive figures compare
     print(f"vega bundle (once per process): {time.perf_counter() - t:.1f} s")
+    if args.incremental:
+        incremental(args.incremental, args.components)
+        return
     print(f"{'archive':>22} {'generate s':>10} {'build s':>8} {'ms/run':>7} {'pages':>6} {'max page KB':>11} "
           f"{'max data KB':>11} {'search KB':>9} {'site MB':>8}")
     cases = [(n, args.components) for n in args.runs] + ([(1, args.big)] if args.big else [])

@@ -403,7 +403,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         raise CbsiteError("--diff takes BASE..HEAD, e.g. --diff dlrm@v1..dlrm@v3")
     _note_stale(args.runs)
     out = build_site(args.runs, args.out, config=args.config, perfetto_origin=args.perfetto_origin, extra_diffs=pairs,
-                     allow_empty=args.allow_empty)
+                     allow_empty=args.allow_empty, cache=args.cache)
     print(f"site built in {out}")
     return 0
 
@@ -653,6 +653,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
     p.add_argument("--out", type=Path, default=Path("site"))
     p.add_argument("--diff", action="append", default=[], help="extra diff page BASE..HEAD; repeatable")
+    p.add_argument("--cache", type=Path, default=None, metavar="DIR",
+                   help="build cache kept between builds: only new or changed runs and their diffs are computed")
     site_args(p)
     p.set_defaults(func=cmd_build)
 

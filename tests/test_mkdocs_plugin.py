@@ -44,6 +44,7 @@ def _project(tmp_path: Path, nav: bool) -> Path:
           - cbsite:
               runs: runs
               prefix: perf
+              cache: .cbsite-cache
         """) + nav_yaml)
     return proj
 
@@ -96,6 +97,10 @@ def test_plugin_adds_the_archive_under_a_prefix(tmp_path, nav):
     assert ("Performance" if nav else "Perf") in nav_html
     assert "perf/models/dlrm/" in nav_html
     assert "perf/runs/" not in nav_html and "perf/diffs/" not in nav_html
+
+    # The build cache (cache: .cbsite-cache) holds the runs' and diffs' data for the next build.
+    assert len(list((proj / ".cbsite-cache" / "runs").iterdir())) == len(refs)
+    assert list((proj / ".cbsite-cache" / "diffs").iterdir())
 
     # Search indexes the archive's pages next to the team's.
     index = json.loads((site / "search" / "search_index.json").read_text())

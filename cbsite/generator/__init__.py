@@ -19,7 +19,7 @@ __all__ = ["BuildResult", "SiteWarning", "build_site", "publish_site", "serve"]
 def build_site(
     runs: Path, out: Path, *, config: Path | None = None, perfetto_origin: str = DEFAULT_PERFETTO_ORIGIN,
     extra_diffs: Sequence[tuple[str, str]] = (), strict: bool = True, quiet: bool = False,
-    project_dir: Path | None = None, allow_empty: bool = False,
+    project_dir: Path | None = None, allow_empty: bool = False, cache: Path | None = None,
 ) -> Path:
     """Build the site of the archive `runs` into `out` and return `out`.
 
@@ -28,11 +28,12 @@ def build_site(
     `project_dir` keeps the generated MkDocs project there (for inspection; `mkdocs build` works on it).
     `out` must be new, empty or a site cbsite built (its marker file); the new site replaces it whole once
     complete. An archive with no readable run replaces an existing site only with `allow_empty`.
+    `cache` is a folder kept between builds: runs and diffs it knows by content are not computed again.
     """
     from cbsite.generator.build import build
 
     return build(runs, out, config=config, perfetto_origin=perfetto_origin, extra_diffs=extra_diffs,
-                 strict=strict, quiet=quiet, project_dir=project_dir, allow_empty=allow_empty).site
+                 strict=strict, quiet=quiet, project_dir=project_dir, allow_empty=allow_empty, cache=cache).site
 
 
 def publish_site(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import concurrent.futures.process
 import contextlib
+import dataclasses
 import logging
 import multiprocessing
 import os
@@ -28,6 +29,7 @@ from cbsite import archive, provenance, stats
 from cbsite import diff as cdiff
 from cbsite.archive import Run
 from cbsite.errors import CbsiteError
+from cbsite.generator import cache as bcache
 from cbsite.generator import charts, diffdata, latencydata, pages, rundata, sitedir
 from cbsite.generator.catalog import Catalog, load_catalog
 from cbsite.generator.config import SiteConfig, dump_yaml, load_site_config, project_config
@@ -161,7 +163,8 @@ def _map_started(fn: Any, jobs: list[Any], stack: contextlib.ExitStack) -> Calla
     return collect
 
 
-def _start_diffs(catalog: Catalog, docs: Path, stack: contextlib.ExitStack) -> tuple[list[_DiffEntry], Callable[[], list[Any]]]:
+def _start_diffs(catalog: Catalog, docs: Path, stack: contextlib.ExitStack, cache: bcache.BuildCache | None = None,
+                 keys: dict[str, str] | None = None) -> tuple[list[_DiffEntry], Callable[[], list[Any]]]:
     consecutive = set()
     for m in catalog.models.values():
         newest = [m.newest(v) for v in m.versions]
@@ -175,7 +178,21 @@ def _start_diffs(catalog: Catalog, docs: Path, stack: contextlib.ExitStack) -> t
     jobs = [(e.base.path, e.head.path, docs / e.url, e.head.model, e.comparison) for e in entries]
     for job in jobs:
         job[2].mkdir(parents=True, exist_ok=True)
-    return entries, _map_started(_diff_job, jobs, stack)
+    if cache is None or keys is None:
+        return entries, _map_started(_diff_job, jobs, stack)
+    # Cached diffs are placed now; only the others go to the workers.
+    dkeys = [bcache.diff_key(keys[e.base.run_id], keys[e.head.run_id], e.comparison) for e in entries]
+    cached = [cache.load("diffs", k, job[2]) for k, job in zip(dkeys, jobs)]
+    todo = [i for i, hit in enumerate(cached) if hit is None]
+    wait = _map_started(_diff_job, [jobs[i] for i in todo], stack)
+
+    def collect() -> list[Any]:
+        for i, result in zip(todo, wait()):
+            cached[i] = result
+            cache.store("diffs", dkeys[i], result, jobs[i][2], bcache.DIFF_FILES)
+        return cached
+
+    return entries, collect
 
 
 def _render_diffs(entries: list[_DiffEntry], results: list[Any], writer: _Writer, warnings: list[str]) -> list[_DiffEntry]:
@@ -210,21 +227,38 @@ def _comparisons_by_model(catalog: Catalog, diffs: list[_DiffEntry]) -> dict[str
     return out
 
 
-def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str]) -> tuple[int, list[Any]]:
+def _run_files(run: Run, folder: Path, warnings: list[str]) -> rundata.RunData:
+    """A run's page data: computed and written into `folder` (the run page's folder)."""
+    rd, comps, ops = rundata.run_data(run, warnings)
+    rundata.write_run_files(run, folder, comps, ops, pages.dump_json)
+    roofline = charts.roofline_spec(comps)
+    if roofline is not None:
+        pages.dump_json({"roofline": roofline}, folder / "roofline.json")
+        rd.roofline = True
+    return rd
+
+
+def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
+            cache: bcache.BuildCache | None = None) -> tuple[int, list[Any]]:
     env = pages.environment()
     writer = _Writer(docs, env)
     totals: dict[str, dict[str, dict[str, Any]]] = {}
     run_info: dict[str, rundata.RunData] = {}
+    keys = {run.run_id: bcache.run_key(run) for run in catalog.runs()} if cache is not None else None
     with contextlib.ExitStack() as stack:
-        entries, diff_results = _start_diffs(catalog, docs, stack)  # workers compute diffs meanwhile
+        entries, diff_results = _start_diffs(catalog, docs, stack, cache, keys)  # workers compute diffs meanwhile
         for run in catalog.runs():
             url = pages.run_url(run)
-            rd, comps, ops = rundata.run_data(run, warnings)
-            rundata.write_run_files(run, docs / url, comps, ops, pages.dump_json)
-            roofline = charts.roofline_spec(comps)
-            if roofline is not None:
-                pages.dump_json({"roofline": roofline}, docs / url / "roofline.json")
-                rd.roofline = True
+            hit = cache.load("runs", keys[run.run_id], docs / url) if cache is not None and keys is not None else None
+            if hit is not None:
+                rd = dataclasses.replace(hit["rd"], run=run)
+                warnings.extend(hit["warnings"])
+            else:
+                found: list[str] = []
+                rd = _run_files(run, docs / url, found)
+                warnings.extend(found)
+                if cache is not None and keys is not None:
+                    cache.store("runs", keys[run.run_id], bcache.run_value(rd, found), docs / url, bcache.RUN_FILES)
             totals[run.run_id] = rd.totals
             run_info[run.run_id] = rd
         results = diff_results()
@@ -270,11 +304,13 @@ def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str])
     return writer.pages, nav
 
 
-def render_docs(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str]) -> tuple[int, list[Any]]:
+def render_docs(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
+                cache: bcache.BuildCache | None = None) -> tuple[int, list[Any]]:
     """The one page generator: every page, its data files and the assets, into `docs` (a folder of Markdown
     pages whose links are relative to it). `cbsite build` makes it a project's docs_dir; the MkDocs plugin
-    (plugin.py) puts it under a prefix of a team's own docs. Returns the number of pages and the nav."""
-    n_pages, nav = _render(catalog, site, docs, warnings)
+    (plugin.py) puts it under a prefix of a team's own docs. With a `cache` (cache.py), runs and diffs whose
+    content the cache knows are not computed again. Returns the number of pages and the nav."""
+    n_pages, nav = _render(catalog, site, docs, warnings, cache)
     _write_assets(docs)
     return n_pages, nav
 
@@ -311,9 +347,12 @@ def _mkdocs_build(project: Path, out: Path, strict: bool, quiet: bool, epoch: in
 def build(
     runs: Path, out: Path, *, config: Path | None = None, perfetto_origin: str = "https://ui.perfetto.dev",
     extra_diffs: Sequence[tuple[str, str]] = (), strict: bool = True, quiet: bool = False,
-    versioned: bool = False, project_dir: Path | None = None, allow_empty: bool = False,
+    versioned: bool = False, project_dir: Path | None = None, allow_empty: bool = False, cache: Path | None = None,
 ) -> BuildResult:
     """Build the site for the archive `runs` into `out`; keep the generated project in `project_dir` if given.
+
+    `cache`: a folder kept between builds (cache.py): runs and diffs whose content it knows are not computed
+    again, so adding a run to a big archive computes that run and its diffs only; the site is the same.
 
     The site is built beside `out` and swapped in when complete, under a lock (see sitedir.py): a failed or
     killed build leaves the old site whole. An archive with no readable run does not replace an existing
@@ -322,6 +361,10 @@ def build(
     # Absolute: mkdocs resolves a relative site_dir against the generated project, not the caller.
     runs, out = Path(runs).resolve(), Path(out).resolve()
     sitedir.check_out(out, runs)
+    if cache is not None:
+        c = Path(cache).resolve()
+        if c == out or out in c.parents or c == runs or runs in c.parents:
+            raise CbsiteError(f"--cache {cache} lies in the site or the archive; choose a folder beside them, e.g. --cache .cbsite-cache")
     site = load_site_config(Path(config) if config is not None else None, perfetto_origin)
     with sitedir.locked(out):
         sitedir.check_out(out, runs)  # as found once the lock is held
@@ -329,8 +372,11 @@ def build(
         if not catalog.runs() and sitedir.holds_files(out) and not allow_empty:
             raise CbsiteError(empty_archive_message(runs, out, catalog.warnings))
         with sitedir.staged(out) as stage:
+            store = bcache.BuildCache(Path(cache).resolve()) if cache is not None else None
             result = _build_into(catalog, site, stage, strict=strict, quiet=quiet, versioned=versioned,
-                                 project_dir=project_dir)
+                                 project_dir=project_dir, cache=store)
+            if store is not None:
+                store.prune()
     for w in result.warnings:
         pywarnings.warn(w, SiteWarning, stacklevel=3)
     return BuildResult(site=out, project=project_dir, warnings=result.warnings, pages=result.pages, runs=result.runs)
@@ -344,7 +390,7 @@ def empty_archive_message(runs: Path, out: Path, warnings: Sequence[str], flag: 
 
 
 def _build_into(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool, quiet: bool, versioned: bool,
-                project_dir: Path | None) -> BuildResult:
+                project_dir: Path | None, cache: bcache.BuildCache | None = None) -> BuildResult:
     warnings = list(catalog.warnings)
     with contextlib.ExitStack() as stack:
         if project_dir is None:
@@ -355,7 +401,7 @@ def _build_into(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool, 
                 shutil.rmtree(project)
         docs = project / "docs"
         docs.mkdir(parents=True)
-        n_pages, nav = render_docs(catalog, site, docs, warnings)
+        n_pages, nav = render_docs(catalog, site, docs, warnings, cache)
         cfg, notes = project_config(site, nav, versioned=versioned)
         warnings.extend(notes)
         (project / "mkdocs.yml").write_text(dump_yaml(cfg))

@@ -7,6 +7,7 @@
           prefix: perf        # where the pages go: perf/index.md, perf/models/<model>/, perf/runs/..., perf/diffs/...
           nav_title: Performance
           perfetto_origin: https://ui.perfetto.dev
+          cache: .cbsite-cache  # optional, relative to mkdocs.yml: runs and diffs known by content are not recomputed
 
 The pages come from the one page generator `cbsite build` uses (build.render_docs), rendered into a
 temporary folder and handed to MkDocs as generated files under `prefix/`; their links are relative, so they
@@ -35,6 +36,7 @@ from mkdocs.utils import get_relative_url
 from cbsite import schema
 from cbsite.errors import CbsiteError
 from cbsite.generator import build, pages, rundata
+from cbsite.generator.cache import BuildCache
 from cbsite.generator.catalog import Catalog, load_catalog
 from cbsite.generator.config import DEFAULT_PERFETTO_ORIGIN, ORIGIN_RE, SiteConfig
 
@@ -46,6 +48,7 @@ class CbsitePluginConfig(Config):
     prefix = c.Type(str, default="perf")
     nav_title = c.Type(str, default="Performance")
     perfetto_origin = c.Type(str, default=DEFAULT_PERFETTO_ORIGIN)
+    cache = c.Optional(c.Type(str))
 
 
 class CbsitePlugin(BasePlugin[CbsitePluginConfig]):
@@ -77,7 +80,15 @@ class CbsitePlugin(BasePlugin[CbsitePluginConfig]):
         self._tmp = Path(tempfile.mkdtemp(prefix="cbsite-plugin-"))
         docs = self._tmp / prefix
         site = SiteConfig(base={}, perfetto_origin=origin, source=None)
-        _, nav = build.render_docs(self._catalog, site, docs, self._warnings)
+        store = None
+        if self.config.cache:
+            where = Path(self.config.cache)
+            if not where.is_absolute():
+                where = Path(config.config_file_path or ".").resolve().parent / where
+            store = BuildCache(where)
+        _, nav = build.render_docs(self._catalog, site, docs, self._warnings, store)
+        if store is not None:
+            store.prune()
         for w in self._warnings:  # as `cbsite build`: a broken run is skipped and named, never a failed docs build
             log.info("cbsite: %s", w)
         if config.nav is not None:  # an explicit nav: one section for the archive, at the end

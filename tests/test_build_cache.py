@@ -1,0 +1,111 @@
+"""Incremental builds (cbsite/generator/cache.py): a build cache keyed by run content. Only new or changed runs
+and the diffs they take part in are computed again, and the site is byte for byte the one a build without
+the cache writes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from cbsite.errors import CbsiteError
+from cbsite.generator import build as gbuild
+from cbsite.generator import build_site
+from tests.conftest_site import synthetic_run
+
+
+def _digest(site: Path) -> dict[str, str]:
+    return {p.relative_to(site).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(site.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Counts of what the build computes: run page data (per run id) and diffs (per base..head), in-process."""
+    monkeypatch.setenv("CBSITE_BUILD_JOBS", "1")
+    seen: dict[str, list[str]] = {"runs": [], "diffs": []}
+    run_files, diff_job = gbuild._run_files, gbuild._diff_job
+
+    def count_run(run, folder, found):
+        seen["runs"].append(f"{run.model}@{run.version}")
+        return run_files(run, folder, found)
+
+    def count_diff(job):
+        seen["diffs"].append(f"{job[0].parent.name}..{job[1].parent.name}")
+        return diff_job(job)
+
+    monkeypatch.setattr(gbuild, "_run_files", count_run)
+    monkeypatch.setattr(gbuild, "_diff_job", count_diff)
+    return seen
+
+
+def _build(runs: Path, out: Path, cache: Path | None) -> dict[str, str]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        build_site(runs, out, quiet=True, cache=cache)
+    return _digest(out)
+
+
+def test_adding_a_run_computes_only_that_run_and_its_diff(tmp_path, counted):
+    runs, cache = tmp_path / "runs", tmp_path / "cache"
+    synthetic_run(runs, "toy", "v1", seed=1, minutes=1, trace_every=7)
+    synthetic_run(runs, "toy", "v2", seed=2, minutes=2, scale=1.2)
+    synthetic_run(runs, "other", "v1", seed=3, minutes=3)
+
+    cold = _build(runs, tmp_path / "site", cache)
+    assert sorted(counted["runs"]) == ["other@v1", "toy@v1", "toy@v2"] and len(counted["diffs"]) == 1
+    counted["runs"].clear(), counted["diffs"].clear()
+
+    warm = _build(runs, tmp_path / "site", cache)  # nothing changed: nothing computed, the same site
+    assert counted == {"runs": [], "diffs": []}
+    assert warm == cold
+
+    synthetic_run(runs, "toy", "v3", seed=4, minutes=4, scale=1.5)  # one new run: its data and its one new diff
+    grown = _build(runs, tmp_path / "site", cache)
+    assert counted["runs"] == ["toy@v3"]
+    assert counted["diffs"] == ["v2..v3"]
+    assert grown == _build(runs, tmp_path / "fresh", None)  # byte for byte the site of a build without cache
+    assert {k for k in grown if k.startswith("runs/toy/v3/")} and "diffs/toy/v2/v3/index.html" in grown
+
+
+def test_a_changed_run_is_computed_again_with_its_diffs(tmp_path, counted):
+    runs, cache = tmp_path / "runs", tmp_path / "cache"
+    synthetic_run(runs, "toy", "v1", seed=1, minutes=1)
+    v2 = synthetic_run(runs, "toy", "v2", seed=2, minutes=2, scale=1.2)
+    synthetic_run(runs, "toy", "v3", seed=3, minutes=3, scale=1.3)
+    _build(runs, tmp_path / "site", cache)
+    counted["runs"].clear(), counted["diffs"].clear()
+
+    meta = json.loads((v2 / "run.json").read_text())
+    meta["notes"] = "edited after the fact"
+    (v2 / "run.json").write_text(json.dumps(meta))
+    site = _build(runs, tmp_path / "site", cache)
+    assert counted["runs"] == ["toy@v2"]
+    assert sorted(counted["diffs"]) == ["v1..v2", "v2..v3"]
+    assert site == _build(runs, tmp_path / "fresh", None)
+    assert "edited after the fact" in (tmp_path / "site" / "runs" / "toy" / "v2" / v2.name / "index.html").read_text()
+
+    # Entries of runs that changed (or were removed) do not pile up: only the current ones are kept.
+    assert len(list((cache / "runs").iterdir())) == 3
+    assert len(list((cache / "diffs").iterdir())) == 2
+
+
+def test_the_cache_of_the_committed_runs_gives_the_same_site(tmp_path, counted):
+    runs = Path(__file__).resolve().parents[1] / "runs"
+    cold = _build(runs, tmp_path / "a", tmp_path / "cache")
+    n_runs, n_diffs = len(counted["runs"]), len(counted["diffs"])
+    assert n_runs >= 4 and n_diffs >= 1
+    warm = _build(runs, tmp_path / "b", tmp_path / "cache")
+    assert (len(counted["runs"]), len(counted["diffs"])) == (n_runs, n_diffs)  # the second build computed nothing
+    assert warm == cold
+
+
+def test_a_cache_inside_the_site_or_archive_is_refused(tmp_path):
+    runs = tmp_path / "runs"
+    synthetic_run(runs, "toy", "v1", seed=1)
+    for cache in (tmp_path / "site" / "cache", runs / "cache"):
+        with pytest.raises(CbsiteError, match="--cache"):
+            build_site(runs, tmp_path / "site", quiet=True, cache=cache)
