@@ -253,6 +253,8 @@ def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
             if hit is not None:
                 rd = dataclasses.replace(hit["rd"], run=run)
                 warnings.extend(hit["warnings"])
+                assert run.path is not None
+                shutil.copyfile(run.path / archive.COMPONENTS_FILE, docs / url / archive.COMPONENTS_FILE)
             else:
                 found: list[str] = []
                 rd = _run_files(run, docs / url, found)

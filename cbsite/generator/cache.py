@@ -131,7 +131,9 @@ def _place(src: Path, dest: Path) -> None:
 
 
 # What a run entry holds: the RunData without its Run (the Run is the catalog's, re-attached on load).
-RUN_FILES = ["components.json", "ops.json", "roofline.json", "components.parquet", "components.csv"]
+# (components.parquet, the download of the archive's own file, is copied from the run: caching it would only
+# duplicate the archive.)
+RUN_FILES = ["components.json", "ops.json", "roofline.json", "components.csv"]
 DIFF_FILES = ["diff.json", "charts.json"]
 
 
