@@ -45,8 +45,13 @@ def package_versions(names: tuple[str, ...] = ("cbsite", "torch", "torchrec", "f
 # --- what differs between two runs' setups (the diff page and the PR summary show it first) ------------
 
 SETUP_GROUPS = ("provider", "preprocessing", "inputs", "config", "dtype", "device", "versions", "git")
-# Leaves that differ from run to run whatever the setup: how long things took, the machine's load.
-_VOLATILE = re.compile(r"(^|\.)(seconds|load_average|wall_time_s|wall_s|timed_s|started_at|ended_at|repeats)(\.|$)")
+# Leaves that differ from run to run whatever the setup: how long things took, the machine's load, and
+# what was measured rather than chosen (calibrated peaks and their repeats; a *given* peak still shows,
+# through device.peak_source).
+_VOLATILE = re.compile(
+    r"(^|\.)(seconds|load_average|wall_time_s|wall_s|timed_s|started_at|ended_at|repeats|calibration|check_s|"
+    r"peak_flops|peak_bandwidth)(\.|\[|$)"
+)
 
 
 def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:

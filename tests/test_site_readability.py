@@ -119,10 +119,14 @@ def test_key_facts_group_notes_and_summarise_compile():
 
 def test_setup_changes_name_what_differs_and_skip_timings():
     a = {"provider": {"name": "dlrm", "options": {"embedding_dim": 32, "sizes": [128, 32]}},
-         "config": {"batch_size": 128, "plugins": {"compile": {"seconds": 110.3}}}, "device": {"load_average": [1.0]},
+         "config": {"batch_size": 128, "plugins": {"compile": {"seconds": 110.3}}},
+         "device": {"load_average": [1.0], "peak_flops": {"float32": 1.1e11}, "peak_source": {"flops": "calibrated"},
+                    "calibration": {"end": {"flops": 1.1e11, "repeats": [{"flops": 1.0e11}]}}},
          "versions": {"torch": "2.5"}, "preprocessing": [{"step": "eval", "params": {}}]}
     b = {"provider": {"name": "dlrm", "options": {"embedding_dim": 64, "sizes": [128, 64]}},
-         "config": {"batch_size": 256, "plugins": {"compile": {"seconds": 108.9}}}, "device": {"load_average": [2.0]},
+         "config": {"batch_size": 256, "plugins": {"compile": {"seconds": 108.9}}},
+         "device": {"load_average": [2.0], "peak_flops": {"float32": 2.0e11}, "peak_source": {"flops": "given"},
+                    "calibration": {"end": {"flops": 1.2e11, "repeats": [{"flops": 0.9e11}]}}},
          "versions": {"torch": "2.6"}, "preprocessing": [{"step": "eval", "params": {}}, {"step": "half", "params": {}}]}
     changes = provenance.setup_changes(a, b)
     assert [(c["key"], c["base"], c["head"]) for c in changes] == [
@@ -131,6 +135,7 @@ def test_setup_changes_name_what_differs_and_skip_timings():
         ("preprocessing[1].params", None, "{}"),
         ("preprocessing[1].step", None, "half"),
         ("config.batch_size", "128", "256"),
+        ("device.peak_source.flops", "calibrated", "given"),  # measured peaks are not setup; giving one is
         ("versions.torch", "2.5", "2.6"),
     ]
 
