@@ -562,13 +562,14 @@ def _report(run: archive.Run, selection: registry.Selection) -> None:
 
 
 def _progress(enabled: bool, total: int):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     return Progress(
         TextColumn("[bold]{task.description}", justify="left"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TimeRemainingColumn(),  # from the components done so far: a rough estimate, as rich says "-:--:--" until then
         disable=not enabled,
         transient=False,
     )
