@@ -64,7 +64,12 @@ def test_adding_a_run_computes_only_that_run_and_its_diff(tmp_path, counted):
     assert warm == cold
 
     synthetic_run(runs, "toy", "v3", seed=4, minutes=4, scale=1.5)  # one new run: its data and its one new diff
+    traces = sorted((tmp_path / "site" / "runs" / "toy" / "v1").rglob("artifacts/**/*.gz"))
+    assert traces
+    inodes = [p.stat().st_ino for p in traces]
     grown = _build(runs, tmp_path / "site", cache)
+    # An unchanged run's published artifacts are hard links to the previous site's, not new copies.
+    assert [p.stat().st_ino for p in traces] == inodes
     assert counted["runs"] == ["toy@v3"]
     assert counted["diffs"] == ["v2..v3"]
     assert grown == _build(runs, tmp_path / "fresh", None)  # byte for byte the site of a build without cache

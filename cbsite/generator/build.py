@@ -244,7 +244,7 @@ def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
     writer = _Writer(docs, env)
     totals: dict[str, dict[str, dict[str, Any]]] = {}
     run_info: dict[str, rundata.RunData] = {}
-    keys = {run.run_id: bcache.run_key(run) for run in catalog.runs()} if cache is not None else None
+    keys = {run.run_id: cache.key_of(run) for run in catalog.runs()} if cache is not None else None
     with contextlib.ExitStack() as stack:
         entries, diff_results = _start_diffs(catalog, docs, stack, cache, keys)  # workers compute diffs meanwhile
         for run in catalog.runs():
@@ -375,10 +375,12 @@ def build(
             raise CbsiteError(empty_archive_message(runs, out, catalog.warnings))
         with sitedir.staged(out) as stage:
             store = bcache.BuildCache(Path(cache).resolve()) if cache is not None else None
+            previous = out if store is not None and sitedir.marker_kind(out) == sitedir.SITE else None
             result = _build_into(catalog, site, stage, strict=strict, quiet=quiet, versioned=versioned,
-                                 project_dir=project_dir, cache=store)
-            if store is not None:
-                store.prune()
+                                 project_dir=project_dir, cache=store, previous=previous)
+        if store is not None:  # the new site is in place: the next build may link from it
+            store.record_site(out, store.site_runs)
+            store.prune()
     for w in result.warnings:
         pywarnings.warn(w, SiteWarning, stacklevel=3)
     return BuildResult(site=out, project=project_dir, warnings=result.warnings, pages=result.pages, runs=result.runs)
@@ -392,7 +394,8 @@ def empty_archive_message(runs: Path, out: Path, warnings: Sequence[str], flag: 
 
 
 def _build_into(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool, quiet: bool, versioned: bool,
-                project_dir: Path | None, cache: bcache.BuildCache | None = None) -> BuildResult:
+                project_dir: Path | None, cache: bcache.BuildCache | None = None,
+                previous: Path | None = None) -> BuildResult:
     warnings = list(catalog.warnings)
     with contextlib.ExitStack() as stack:
         if project_dir is None:
@@ -408,6 +411,31 @@ def _build_into(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool, 
         warnings.extend(notes)
         (project / "mkdocs.yml").write_text(dump_yaml(cfg))
         _mkdocs_build(project, out, strict, quiet, _epoch(catalog.newest_run_time()))
+    previous_runs = cache.previous_site(previous) if cache is not None and previous is not None else {}
     for run in catalog.runs():
-        rundata.copy_artifacts(run, out / pages.run_url(run), warnings)
+        if cache is None:
+            rundata.copy_artifacts(run, out / pages.run_url(run), warnings)
+            continue
+        key, before = cache.key_of(run), previous_runs.get(run.run_id)
+        if isinstance(before, dict) and before.get("key") == key and _link_tree(
+                previous / pages.run_url(run) / archive.ARTIFACTS_DIR, out / pages.run_url(run) / archive.ARTIFACTS_DIR):
+            found = [str(w) for w in before.get("warnings", [])]
+        else:
+            found = []
+            rundata.copy_artifacts(run, out / pages.run_url(run), found)
+        warnings.extend(found)
+        cache.site_runs[run.run_id] = {"key": key, "warnings": found}
     return BuildResult(site=out, project=project_dir, warnings=warnings, pages=n_pages, runs=len(catalog.runs()))
+
+
+def _link_tree(src: Path, dest: Path) -> bool:
+    """Hard-link the published artifacts of the previous site into the new one; False (nothing left) where the
+    previous site has none there or the file system cannot link."""
+    if not src.is_dir() or src.is_symlink():
+        return False
+    try:
+        shutil.copytree(src, dest, symlinks=True, copy_function=os.link)
+        return True
+    except (OSError, shutil.Error):
+        shutil.rmtree(dest, ignore_errors=True)
+        return False

@@ -73,8 +73,35 @@ class BuildCache:
     def __init__(self, folder: Path) -> None:
         self.folder = Path(folder)
         self.used: set[tuple[str, str]] = set()
+        self.keys: dict[str, str] = {}
+        self.site_runs: dict[str, Any] = {}  # what this build wrote: run id -> {"key", "warnings"}
         self.hits = 0
         self.misses = 0
+
+    def key_of(self, run: Run) -> str:
+        """The run's key, computed once per build."""
+        if run.run_id not in self.keys:
+            self.keys[run.run_id] = run_key(run)
+        return self.keys[run.run_id]
+
+    # The site the last build with this cache wrote, and per run the key and the artifact warnings it was
+    # written with: a run whose key is unchanged takes its published artifacts from that site by hard links
+    # (the old site is deleted after the swap, so the new one owns them), instead of copying them again.
+    def previous_site(self, out: Path) -> dict[str, Any]:
+        try:
+            record = json.loads((self.folder / "site.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(record, dict) or record.get("site") != str(out) or record.get("fingerprint") != fingerprint():
+            return {}
+        runs = record.get("runs")
+        return runs if isinstance(runs, dict) else {}
+
+    def record_site(self, out: Path, runs: dict[str, Any]) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.folder / f".site.json.{secrets.token_hex(4)}"
+        tmp.write_text(json.dumps({"site": str(out), "fingerprint": fingerprint(), "runs": runs}, sort_keys=True))
+        os.replace(tmp, self.folder / "site.json")
 
     def _entry(self, kind: str, key: str) -> Path:
         return self.folder / kind / key
