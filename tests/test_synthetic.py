@@ -112,3 +112,102 @@ def test_bad_knobs_are_refused(options, problem):
     with pytest.raises(CbsiteError, match="bad options") as err:
         provide("dlrm-synthetic", {**TINY, **options})
     assert problem in str(err.value)
+
+
+# --- table placement (fbgemm's table-batched embeddings; CUDA only) -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"placement": "host"}, "placement='host' (use one of 'device', 'uvm', 'uvm_caching')"),
+        ({"placement": "uvm", "cache_ratio": 0.5}, "for placement=uvm_caching only"),
+        ({"cache_ratio": 0.5}, "for placement=uvm_caching only"),
+        ({"placement": "uvm_caching", "cache_ratio": 0}, "cache_ratio=0 (the share"),
+        ({"placement": "uvm_caching", "cache_ratio": 1.5}, "cache_ratio=1.5 (the share"),
+        ({"placement": "device", "embedding_dim": 6}, "need a multiple of 4"),
+    ],
+)
+def test_bad_placement_options_are_refused_before_anything_is_built(options, problem):
+    with pytest.raises(CbsiteError, match="bad options") as err:
+        provide("dlrm-synthetic", {**TINY, **options})
+    assert problem in str(err.value)
+
+
+@pytest.mark.parametrize("placement", ["device", "uvm", "uvm_caching"])
+def test_placement_without_cuda_is_a_clear_error(placement, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(CbsiteError, match=f"placement='{placement}' puts the tables in CUDA memory.*needs CUDA"):
+        provide("dlrm-synthetic", {**TINY, "placement": placement})
+
+
+def test_default_has_no_placement():
+    provided = provide("dlrm-synthetic", TINY)
+    assert provided.details["placement"] is None and provided.options["placement"] is None
+    assert type(provided.model.sparse_arch.embedding_bag_collection).__name__ == "EmbeddingBagCollection"
+
+
+def _same_tables(tbe_collection, ebc):
+    """Copy the table-batched weights into a torchrec EmbeddingBagCollection of the same tables."""
+    with torch.no_grad():
+        for config, weight in zip(tbe_collection.embedding_bag_configs(), tbe_collection.tbe.split_embedding_weights()):
+            ebc.embedding_bags[config.name].weight.copy_(weight.detach().cpu())
+
+
+def test_table_batched_collection_pools_as_torchrec_does_on_cpu():
+    """The wrapper's own arithmetic (ids per feature, shared tables, pooled slices), on fbgemm's CPU kernels (HOST)."""
+    from cbsite.collector.providers.synthetic import TableBatchedEmbeddingBagCollection, shared_collection
+
+    provided = provide("dlrm-synthetic", {**TINY, "sparse_features": 5, "num_tables": 2, "num_embeddings": [40, 9]})
+    ebc = shared_collection(5, 2, [40, 9], 8)
+    tbe = TableBatchedEmbeddingBagCollection(ebc.embedding_bag_configs(), "HOST", "cpu")
+    _same_tables(tbe, ebc)
+    kjt = provided.inputs[0].args[1]
+    got, want = tbe(kjt), ebc(kjt)
+    assert got.keys() == want.keys() == ["cat_0", "cat_2", "cat_4", "cat_1", "cat_3"]  # table by table, as torchrec
+    torch.testing.assert_close(got.values(), want.values())
+    # Features in another order are looked up by name.
+    reordered = kjt.permute([4, 3, 2, 1, 0])
+    torch.testing.assert_close(tbe(reordered).to_dict()["cat_3"], want.to_dict()["cat_3"])
+    # Backward runs through the fused SGD at learning rate 0: no row moves.
+    before = [w.clone() for w in tbe.tbe.split_embedding_weights()]
+    tbe(kjt).values().sum().backward()
+    assert all(torch.equal(a, b) for a, b in zip(before, tbe.tbe.split_embedding_weights()))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("placement", ["device", "uvm", "uvm_caching"])
+def test_placement_puts_the_tables_where_asked_on_cuda(placement, fast_config):
+    """On CUDA: the tables in device memory, UVM or UVM with a cache; pooled as torchrec's; a run collects."""
+    from dataclasses import replace
+
+    from cbsite.collector.collect import CollectRequest, collect
+    from cbsite.collector.providers.synthetic import shared_collection
+
+    options = {**TINY, "num_tables": 2, "num_embeddings": [1000, 200], "placement": placement}
+    if placement == "uvm_caching":
+        options["cache_ratio"] = 0.25
+    provided = provide("dlrm-synthetic", options)
+    collection = provided.model.sparse_arch.embedding_bag_collection
+    tbe = collection.tbe
+    assert type(collection).__name__ == "TableBatchedEmbeddingBagCollection"
+    rows = (1000 + 200) * 8
+    if placement == "device":
+        assert tbe.weights_dev.numel() == rows and tbe.weights_uvm.numel() == 0
+    else:
+        assert tbe.weights_uvm.numel() == rows and tbe.weights_dev.numel() == 0
+    if placement == "uvm_caching":
+        assert 0 < tbe.lxu_cache_weights.shape[0] < 1200
+        assert provided.details["placement"] == {"placement": "uvm_caching", "fbgemm_location": "MANAGED_CACHING",
+                                                 "cache_ratio": 0.25}
+    ebc = shared_collection(4, 2, [1000, 200], 8)
+    _same_tables(collection, ebc)
+    kjt = provided.inputs[0].args[1]
+    torch.testing.assert_close(collection(kjt.to("cuda")).values().cpu(), ebc(kjt).values())
+    config = replace(fast_config, device="cuda", max_depth=3, peak_flops=None, peak_bandwidth=None)
+    run = collect(CollectRequest("dlrm-synthetic", options, batches=2, config=config))
+    rows = {(r["path"], r["phase"]): r for r in run.table().to_dicts()}
+    assert rows[("sparse_arch.embedding_bag_collection.tbe", "forward")]["status"] == "measured"
+    assert rows[("", "backward")]["status"] == "measured"
+    assert run.meta["provider"]["details"]["placement"]["placement"] == placement
+    assert run.meta["step"]["train"]["examples_per_s"] > 0
