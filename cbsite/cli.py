@@ -31,6 +31,10 @@ DEMO = (
     ("deepfm", "deepfm", "v1", {}),
     ("nanogpt", "nanogpt", "v1", {}),
 )
+# The demo's small study (a `cbsite sweep`, runs/demo-dense-sparse and runs/_studies): provider, study name, shared
+# options, axes; collected without plugins, to depth 2, on a small budget: half a MB, minutes at most on 2 cores.
+DEMO_STUDY = ("dlrm-synthetic", "demo-dense-sparse", {"size": "tiny"}, ("dense_features=64,512", "sparse_features=4,16"))
+DEMO_STUDY_CONFIG = {"plugins": (), "plugin_options": {}, "max_depth": 2, "min_run_time": 0.05, "progress": False}
 
 
 def _parse_options(pairs: Sequence[str]) -> dict[str, Any]:
@@ -512,6 +516,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
             run = collect(CollectRequest(provider=provider, options=options, model_name=name, version=version,
                                          config=config, tags=("demo",)))
         print(f"  saved {run.save(args.runs)}  ({run.meta['wall_time_s']:.1f}s, {run.meta['counts']})", flush=True)
+    from dataclasses import replace
+
+    from cbsite import study as cstudy
+    from cbsite.collector.executors import run_sweep
+
+    provider, name, base_options, grid = DEMO_STUDY  # as `cbsite sweep`; points already in the archive are kept
+    sweep = cstudy.Study.from_grid(name, provider, grid, base_options=base_options)
+    print(f"sweeping study {name} ({len(sweep.points)} points, no plugins) ...", flush=True)
+    request = CollectRequest(provider=provider, config=replace(config, **DEMO_STUDY_CONFIG), tags=("demo",))
+    record = run_sweep(sweep, sweep.points, args.runs, request, say=lambda line: print("  " + line, flush=True))
+    failed = [f"{e['label']}: {e['error']}" for e in record["points"] if e["status"] == "failed"]
+    if failed:
+        raise CbsiteError(f"the demo study {name} has failed points: " + "; ".join(failed))
     if args.collect_only:
         return 0
     return cmd_build(args)

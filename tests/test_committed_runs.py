@@ -9,16 +9,35 @@ from pathlib import Path
 
 import pytest
 
-from cbsite import archive, schema, tree
+from cbsite import archive, schema, study, tree
+from cbsite.cli import DEMO, DEMO_PLUGINS, DEMO_STUDY
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "runs"
 REFS = archive.list_runs(RUNS)
+STUDY_PROVIDER, STUDY_NAME, STUDY_OPTIONS, STUDY_GRID = DEMO_STUDY
+
+
+def _is_study_run(meta):
+    """A point of a study (`cbsite sweep`, the demo's small study among them): run.json has `study`."""
+    return bool(meta.get("study"))
 
 
 def test_demo_archive_has_the_demo_models():
     versions = {(r.model, r.version) for r in REFS}
-    assert {("dlrm", "v1"), ("dlrm", "v2"), ("deepfm", "v1"), ("nanogpt", "v1")} <= versions
+    assert {(name, version) for _, name, version, _ in DEMO} <= versions
+
+
+def test_demo_archive_has_the_demo_study_with_every_point_done():
+    """The demo's small study (cbsite demo runs it after the models): each point a run, its record in _studies."""
+    sweep = study.Study.from_grid(STUDY_NAME, STUDY_PROVIDER, STUDY_GRID, base_options=STUDY_OPTIONS)
+    assert len(sweep.axes) == 2 and len(sweep.points) >= 4
+    done = study.done_points(RUNS, sweep)
+    assert set(done) == {p.label for p in sweep.points}
+    record = study.read_record(RUNS, STUDY_NAME)
+    assert record is not None and record["provider"] == STUDY_PROVIDER
+    assert {e["label"]: e["status"] for e in record["points"]} == {p.label: "done" for p in sweep.points}
+    assert all(not Path(e["path"]).is_absolute() for e in record["points"])  # no path of the machine that ran it
 
 
 @pytest.mark.parametrize("ref", REFS, ids=[f"{r.model}@{r.version}/{r.run_id}" for r in REFS])
@@ -30,9 +49,19 @@ def test_committed_run_is_valid(ref):
         t = tree.self_check(tree.build_tree(run.table(phase).to_dicts()))
         measured = [n for n in t if n["status"] == "measured"]
         assert measured and all(n["latency_ms"] > 0 for n in measured)
-    assert {"trace", "ops", "log", "memory", "compile"} <= set(run.meta["config"]["plugins"])  # the demo's set
-    for row in run.rows.filter(run.rows["status"] == "measured").to_dicts():
-        assert row["trace_file"] and row["memory_file"], (row["path"], row["phase"])
+    if _is_study_run(run.meta):
+        # A study point: collected without plugins (the demo study stays small); it must carry its study
+        # labels (run.json `study`, tags, its label as version) and the whole model's step throughput.
+        meta = run.meta["study"]
+        assert meta["point"] == ref.version and ref.model == meta["name"]
+        assert {study.study_tag(meta["name"]), study.point_tag(meta["point"])} <= set(run.meta["tags"])
+        assert set(meta["axes"]) == set(meta["options"]) and meta["options"].items() <= run.meta["provider"]["options"].items()
+        for kind in ("train", "eval"):
+            assert run.meta["step"][kind]["examples_per_s"] > 0 and run.meta["step"][kind]["ms"] > 0, kind
+    else:
+        assert set(DEMO_PLUGINS) <= set(run.meta["config"]["plugins"])  # the demo's set
+        for row in run.rows.filter(run.rows["status"] == "measured").to_dicts():
+            assert row["trace_file"] and row["memory_file"], (row["path"], row["phase"])
     links = run.rows.select(["trace_file", "memory_file", "log_file"]).to_dicts()
     for link in (v for row in links for v in row.values() if v):
         assert (ref.path / link).is_file(), link
@@ -68,6 +97,8 @@ def test_site_builds_from_committed_runs_without_torch(tmp_path):
     site = tmp_path / "site"
     assert (site / "diffs" / "dlrm" / "v1" / "v2" / "index.html").is_file()
     assert any((site / "runs" / "nanogpt" / "v1").iterdir())
+    assert (site / "studies" / STUDY_NAME / "index.html").is_file()
+    assert (site / "studies" / STUDY_NAME / "charts.json").is_file()
 
 
 def test_readme_pr_section_matches_what_the_commands_print(capsys):
