@@ -78,6 +78,9 @@ def test_installed_wheel_builds_the_committed_runs(wheel, tmp_path):
                  cwd=work, env=env).stdout.split()
     assert all(Path(w).is_relative_to(venv) for w in where), where
     assert not any(Path(w).is_relative_to(ROOT) for w in where), where
+    plugin = _run([str(py), "-c", "from importlib.metadata import entry_points as e; "
+                   "print(*[x.value for x in e(group='mkdocs.plugins', name='cbsite')])"], cwd=work, env=env).stdout.strip()
+    assert plugin == "cbsite.generator.plugin:CbsitePlugin"  # the MkDocs plugin is registered by the wheel
 
     _run([str(venv / "bin" / "cbsite"), "build", "--runs", "runs", "--out", "site"], cwd=work, env=env)
     site = work / "site"
