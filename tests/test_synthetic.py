@@ -175,6 +175,25 @@ def test_table_batched_collection_pools_as_torchrec_does_on_cpu():
     assert all(torch.equal(a, b) for a, b in zip(before, tbe.tbe.split_embedding_weights()))
 
 
+def test_collector_measures_a_dlrm_on_table_batched_embeddings_on_cpu(fast_config):
+    """The placement path's model, with fbgemm's CPU kernels: the `tbe` child is a component, fwd and bwd, and the step runs."""
+    from dataclasses import replace
+
+    from cbsite.collector import profile
+    from cbsite.collector.providers.synthetic import TableBatchedEmbeddingBagCollection, build
+
+    provided = provide("dlrm-synthetic", {**TINY, "num_tables": 2})
+    configs = provided.model.sparse_arch.embedding_bag_collection.embedding_bag_configs()
+    model = build("dot", TableBatchedEmbeddingBagCollection(configs, "HOST", "cpu"), 64, [32], [16, 1], 8, 4, 2, 4)
+    run = profile(model, *provided.inputs[0].args, config=replace(fast_config, max_depth=3))
+    rows = {(r["path"], r["phase"]): r for r in run.table().to_dicts()}
+    for phase in ("forward", "backward"):
+        assert rows[("sparse_arch.embedding_bag_collection.tbe", phase)]["status"] == "measured"
+        assert rows[("", phase)]["status"] == "measured"
+    assert rows[("sparse_arch.embedding_bag_collection.tbe", "forward")]["param_bytes"] >= (100 + 100) * 8 * 4
+    assert run.meta["step"]["train"]["examples_per_s"] > 0
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("placement", ["device", "uvm", "uvm_caching"])
 def test_placement_puts_the_tables_where_asked_on_cuda(placement, fast_config):
