@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from cbsite import archive, comparison, schema, stats
 from cbsite.archive import Run
+from cbsite.collector import hierarchy, peaks
 from cbsite.collector.session import rounds
 from cbsite.collector.session.scheduler import LAYOUTS, plan_jobs, run_jobs
 from cbsite.collector.session.spec import ArmSpec, ProcessJob, Task
@@ -239,6 +240,20 @@ def _apply_session(run: Run, arm_samples: list[dict[str, Any]], flagged: dict[tu
     notes = {(path, phase): flagged[(key, phase)] for path, key in arm_paths.items() for phase in schema.PHASES
              if (key, phase) in flagged}
     noise = rounds.apply_rounds(rows, merged, run.meta["config"]["phases"], peak_flops, dev.get("peak_bandwidth"), notes)
+    # The hierarchy check and the MFU ceiling are judged again on the final latencies (round 0 alone was
+    # judged during the collection).
+    for row in rows:
+        row["notes"] = [n for n in (row["notes"] or []) if not n.startswith(("slower than its parent", "faster than its child"))]
+    previous = run.meta.get("hierarchy") or {}
+    run.meta["hierarchy"] = hierarchy.check(rows, previous.get("remeasured_pairs", 0))
+    above = [r for r in rows if r.get("mfu") is not None and r["mfu"] > 1]
+    for row in above:
+        if not any(n.startswith(peaks.MFU_NOTE) for n in row["notes"] or []):
+            row["notes"] = list(row["notes"] or []) + [f"{peaks.MFU_NOTE} after the session's rounds: see the run's warnings"]
+    if above:
+        run.meta.setdefault("warnings", []).append(
+            f"{len(above)} row(s) above 100 % MFU once the comparison's rounds set their latency: "
+            + ", ".join(f"{r['path'] or '<root>'} {r['phase']} {r['mfu']:.0%}" for r in above[:8]))
     run.rows = pl.from_arrow(archive.rows_to_table(rows))
     from cbsite.collector.profiler import samples_frame
 
