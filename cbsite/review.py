@@ -482,6 +482,12 @@ def _latency_section(rd: RunDiff, latency: LatencyEvidence | None, phases: Seque
         if len(rows) > MAX_LATENCY_ROWS:
             out.append(f"\n{len(rows) - MAX_LATENCY_ROWS} more on the diff page.")
         out.append("")
+    flagged = sorted((ph, path, notes) for (path, ph), notes in (latency.flagged if latency else {}).items() if ph in phases)
+    if flagged:
+        shown = "; ".join(f"{_code(cdiff.display_path(path, model), table=False)} {ph}: {_escape(notes[0])}"
+                          for ph, path, notes in flagged[:10])
+        more = f"; and {len(flagged) - 10} more" if len(flagged) > 10 else ""
+        out += [f"Timing flags (blocks that waited for a CPU during the session): {shown}{more}.", ""]
     return out
 
 
