@@ -244,6 +244,13 @@ def _print_run(run: Any, top: int = 15) -> None:
             f"counts {meta['counts']}"),
         highlight=False,
     )
+    breakdown = meta.get("breakdown_s")
+    if isinstance(breakdown, dict) and breakdown:
+        order = ("setup_and_capture", "calibration_start", "components", "components_timed_blocks", "components_plugins",
+                 "components_other", "hierarchy_remeasure", "rounds", "calibration_end_and_peak_checks", "step")
+        keys = [k for k in order if k in breakdown] + sorted(k for k in breakdown if k not in order)
+        parts = ", ".join(f"{k.replace('_', ' ')} {breakdown[k]:.1f}s" for k in keys if isinstance(breakdown[k], (int, float)))
+        console.print(f"time: {parts}", markup=False, highlight=False)
     warnings = meta.get("warnings")
     for warning in warnings if isinstance(warnings, list) else []:
         console.print(f"[yellow]warning:[/yellow] {escape(str(warning))}")

@@ -114,6 +114,14 @@ def test_rounds_repeat_timing_in_fresh_processes(tmp_path):
     model, args = mlp(width=64, batch=16)
     run = profile(model, *args, config=_config(rounds=3, phases=("forward",)))
     assert run.meta["rounds"] == 3 and run.meta["session"]["processes"] == 3
+    # Where the wall time went: every stage, the rounds' workers among them, and no more than the wall time.
+    stages = run.meta["breakdown_s"]
+    top = ("setup_and_capture", "calibration_start", "components", "hierarchy_remeasure", "rounds",
+           "calibration_end_and_peak_checks", "step")
+    assert set(top) <= set(stages) and stages["rounds"] > 0
+    assert sum(stages[k] for k in top) <= run.meta["wall_time_s"] + 1e-3
+    assert stages["components_timed_blocks"] + stages["components_plugins"] + stages["components_other"] == pytest.approx(
+        stages["components"], abs=2e-3)
     samples = run.samples
     assert set(samples["process"]) == {0, 1, 2}
     # latency_ms is the median over rounds of each round's median of uncontended blocks.

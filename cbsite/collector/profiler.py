@@ -330,7 +330,9 @@ def _profile(
     batches = [moved(b, device, dtype) for b in batches]
 
     grad = "backward" in config.phases
+    stages = _Stages(started)  # where the wall time goes (run.json `breakdown_s`)
     captures: list[Capture] = [_captured(model, args, kwargs, grad, i) for i, (args, kwargs) in enumerate(batches)]
+    stages.done("setup_and_capture")
     components = component_tree(model)
     modules = dict(model.named_modules())
     plan = PlanConfig(config.max_depth, config.include, config.exclude)
@@ -339,6 +341,7 @@ def _profile(
     device_info = describe_device(
         device, dtype, peak_flops=config.peak_flops, peak_bandwidth=config.peak_bandwidth, calibrate=config.calibrate
     )
+    stages.done("calibration_start")
     peak_flops = next(iter(device_info["peak_flops"].values()), None)
     peak_bw = device_info["peak_bandwidth"]
     selection = config.selection()
@@ -386,6 +389,7 @@ def _profile(
 
             outcomes[comp.path] = _measure(modules[comp.path], per_batch, config.phases, timing, plugged, on_phase)
 
+    stages.done("components")
     rows = _rows(components, in_run, outcomes, captures[0], modules, config.phases, model_name, version)
     run_id = archive.new_run_id()
     for row in rows:
@@ -403,18 +407,23 @@ def _profile(
         lambda path, phase: pair_index.get((path, phase), -1) + 1,
     )
     samples += extra
+    stages.done("hierarchy_remeasure")
     session_record = None
     if config.rounds > 1:
         samples, session_record = _more_rounds(model, batches, config, run_id, rows, samples, request, progress_enabled=config.progress)
     noise = rounds.apply_rounds(rows, samples, config.phases, peak_flops, peak_bw,
                                 (session_record or {}).pop("flagged_notes", None))
+    stages.done("rounds")
     hierarchy_record = hierarchy.check(rows, remeasured)
     peak_warnings = check_peaks(rows, device_info, lambda path, phase: _replay_of(outcomes.get(path, {}).get(phase), phase))
+    stages.done("calibration_end_and_peak_checks")
     counts = {s: sum(1 for r in rows if r["phase"] == config.phases[0] and r["status"] == s) for s in schema.STATUSES}
     # Every failed phase of every component, as measured: a failed parent is estimated from its children
     # and a failed backward has no row in the counts phase, yet both failed.
     counts["failed"] = sum(1 for per in outcomes.values() for o in per.values() if o.status == "failed")
     step = collect_step(model, batches, config, num_threads, request) if config.step else None
+    stages.done("step")
+    timed_s = sum(o.result.timing.timed_s for per in outcomes.values() for o in per.values() if o.result)
     meta = {
         "schema_version": schema.SCHEMA_VERSION,
         "run_id": run_id,
@@ -445,7 +454,8 @@ def _profile(
         "wall_time_s": round(time.perf_counter() - started, 3),
         # Seconds inside timed regions: what no collector can avoid; the rest is capture, warm-up,
         # counting passes and calibration.
-        "timed_s": round(sum(o.result.timing.timed_s for per in outcomes.values() for o in per.values() if o.result), 3),
+        "timed_s": round(timed_s, 3),
+        "breakdown_s": stages.record(timed_s, sum(runner.seconds.values())),
         "counts": counts,
         "components": len(in_run),
         "warnings": load_warnings + _load_warnings(num_threads, "after") + peak_warnings,
@@ -530,6 +540,29 @@ def _temporary_folder():
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+class _Stages:
+    """Wall seconds per stage of a collection, so run.json says where the time went beside `timed_s`."""
+
+    def __init__(self, started: float) -> None:
+        self.last = started
+        self.seconds: dict[str, float] = {}
+
+    def done(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + now - self.last
+        self.last = now
+
+    def record(self, timed_s: float, plugins_s: float) -> dict[str, Any]:
+        """The stages, with the components stage split into its timed blocks, its plugins and the rest
+        (warm-ups, block sizing, counting and memory passes)."""
+        out = {k: round(v, 3) for k, v in self.seconds.items()}
+        components = self.seconds.get("components", 0.0)
+        out["components_timed_blocks"] = round(timed_s, 3)
+        out["components_plugins"] = round(plugins_s, 3)
+        out["components_other"] = round(max(0.0, components - timed_s - plugins_s), 3)
+        return out
 
 
 def _plugins_record(selection: registry.Selection, status: dict[str, str], seconds: dict[str, float]) -> dict[str, Any]:
