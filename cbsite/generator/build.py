@@ -30,7 +30,7 @@ from cbsite import diff as cdiff
 from cbsite.archive import Run
 from cbsite.errors import CbsiteError
 from cbsite.generator import cache as bcache
-from cbsite.generator import charts, diffdata, latencydata, pages, rundata, sitedir
+from cbsite.generator import charts, diffdata, latencydata, pages, rundata, sitedir, studydata
 from cbsite.generator.catalog import Catalog, load_catalog
 from cbsite.generator.config import SiteConfig, dump_yaml, load_site_config, project_config
 
@@ -295,8 +295,6 @@ def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
             latest_change[e.head.model] = e
     writer.page("", "pages/home.md.j2", catalog=catalog, newest=newest, latest_change=latest_change,
                 totals=totals, warnings=warnings)
-    from cbsite.generator import studydata
-
     studies = studydata.render(studydata.find_studies(catalog.runs()), docs, writer, pages.dump_json)
     nav: list[Any] = [{"Home": "index.md"}]
     if catalog.models:
