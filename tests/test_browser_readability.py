@@ -11,8 +11,8 @@ import json
 import pytest
 
 from cbsite.generator import build_site
-from tests.conftest_site import synthetic_run, write_golden_archive
 from tests.test_browser_site import CHROMIUM, Server, _outside, launched_browser, recording_page
+from tests.test_site_readability import readable_archive
 
 pytestmark = [
     pytest.mark.browser,
@@ -52,9 +52,7 @@ UNCLIPPED = """(sel) => {
 def site(tmp_path_factory):
     base = tmp_path_factory.mktemp("readable-browser")
     runs = base / "runs"
-    write_golden_archive(runs)
-    synthetic_run(runs, "toy", "v1", n=60, seed=11, trace_every=5, ops=True)
-    synthetic_run(runs, "toy", "v2", n=64, seed=12, minutes=5, scale=1.3, trace_every=5)
+    readable_archive(runs, head_trace_every=5)
     built = build_site(runs, base / "site", quiet=True)
     server = Server(built)
     yield server, built

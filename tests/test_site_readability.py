@@ -28,13 +28,19 @@ def test_bound_labels_follow_the_roofline():
     assert bound.peaks(meta) == (2e11, 2e10) and bound.ridge(meta) == 10.0
 
 
+def readable_archive(runs: Path, head_trace_every: int = 0) -> None:
+    """The archive both readability suites build (this one and tests/test_browser_readability.py): the golden
+    runs and two synthetic toy versions, the first with traces and ops."""
+    write_golden_archive(runs)
+    synthetic_run(runs, "toy", "v1", n=60, seed=11, trace_every=5, ops=True)
+    synthetic_run(runs, "toy", "v2", n=64, seed=12, minutes=5, scale=1.3, trace_every=head_trace_every)
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     base = tmp_path_factory.mktemp("readable")
     runs = base / "runs"
-    write_golden_archive(runs)
-    synthetic_run(runs, "toy", "v1", n=60, seed=11, trace_every=5, ops=True)
-    synthetic_run(runs, "toy", "v2", n=64, seed=12, minutes=5, scale=1.3)
+    readable_archive(runs)
     spec = {"": {"emb": None, "mlp": {"mlp.0": None, "mlp.1": None}}}
     a = make_run(spec, model="cfg", version="v1", run_id="20250301T000000Z-0000d1")
     b = make_run(spec, model="cfg", version="v2", run_id="20250302T000000Z-0000d2",
