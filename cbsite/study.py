@@ -217,21 +217,18 @@ def compile_expression(expression: str):
         pos += 1
         return tokens[pos - 1]
 
-    def parse_or():
-        left = parse_and()
-        while peek() == "or":
+    def parse_chain(word: str, operand, combine):
+        left = operand()
+        while peek() == word:
             take()
-            right = parse_and()
-            left = (lambda a, b: lambda s: a(s) or b(s))(left, right)
+            left = combine(left, operand())
         return left
 
+    def parse_or():
+        return parse_chain("or", parse_and, lambda a, b: lambda s: a(s) or b(s))
+
     def parse_and():
-        left = parse_not()
-        while peek() == "and":
-            take()
-            right = parse_not()
-            left = (lambda a, b: lambda s: a(s) and b(s))(left, right)
-        return left
+        return parse_chain("and", parse_not, lambda a, b: lambda s: a(s) and b(s))
 
     def parse_not():
         if peek() == "not":
