@@ -33,6 +33,7 @@ from cbsite.generator import build_site, publish_site
 from cbsite.generator.sitedir import MARKER, locked
 from tests.conftest_site import synthetic_run
 from tests.runfactory import make_run, write_archive
+from tests.test_collector import FailsWhenAlone
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -354,21 +355,6 @@ def test_a_gate_rule_that_matches_nothing_is_an_error(tmp_path, capsys):
     assert code == 2 and "matches no component" in out.err and "gate passed" not in out.out
 
 
-class _FailsAlone(nn.Module):
-    """A container whose forward works inside the model (the capture) and raises when replayed alone."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.inner = nn.Linear(8, 8)
-        self.calls = 0
-
-    def forward(self, x):
-        self.calls += 1
-        if self.calls > 1:
-            raise RuntimeError("only works once")
-        return self.inner(x)
-
-
 class _NoBackward(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
@@ -385,7 +371,7 @@ class _BadBackward(nn.Module):
 
 
 def test_failed_counts_count_failed_parents_and_backwards(fast_config):
-    model = nn.Sequential(_FailsAlone(), nn.Linear(8, 8), _BadBackward())
+    model = nn.Sequential(FailsWhenAlone(), nn.Linear(8, 8), _BadBackward())
     run = cbsite.profile(model, torch.randn(4, 8), config=fast_config)
     rows = {(r["path"], r["phase"]): r for r in run.table().to_dicts()}
     assert rows[("0", "forward")]["status"] == "estimated"  # failed, estimated from its child
