@@ -97,15 +97,20 @@ def load_catalog(root: Path, extra_diffs: Sequence[tuple[str, str]] = ()) -> Cat
         record.pop("_path", None)  # a local path: never on a page
         records.append(record)
     comparison_of = {(r["base"]["run_id"], r["head"]["run_id"]): r for r in records}  # newest wins
+    listed = {(a.run_id, b.run_id) for a, b in pairs}
+
+    def add(pair: tuple[Run, Run]) -> None:
+        if (pair[0].run_id, pair[1].run_id) not in listed:
+            listed.add((pair[0].run_id, pair[1].run_id))
+            pairs.append(pair)
+
     for base_id, head_id in comparison_of:
-        if all((base_id, head_id) != (a.run_id, b.run_id) for a, b in pairs):
-            pairs.append((by_id[base_id], by_id[head_id]))
+        add((by_id[base_id], by_id[head_id]))
     for base_spec, head_spec in extra_diffs:
         pair = (_resolve(base_spec, root, by_id), _resolve(head_spec, root, by_id))
         if pair[0].run_id == pair[1].run_id:
             raise CbsiteError(f"extra diff {base_spec} .. {head_spec} compares a run with itself; name two runs")
-        if all((pair[0].run_id, pair[1].run_id) != (a.run_id, b.run_id) for a, b in pairs):
-            pairs.append(pair)
+        add(pair)
     return Catalog(models=dict(sorted(models.items())), warnings=warnings, diff_pairs=pairs,
                    comparisons=records, comparison_of=comparison_of)
 
