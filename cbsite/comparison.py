@@ -144,7 +144,7 @@ class LatencyEvidence:
 def from_record(record: Mapping[str, Any]) -> LatencyEvidence:
     """Evidence from a comparison record (its units were computed from its samples when it was made)."""
     ev = LatencyEvidence(kind="paired", source=str(record.get("comparison_id")),
-                         alpha=float(record.get("alpha") or stats.ALPHA), floor=float(record.get("floor", stats.FLOOR)))
+                         alpha=_level(record, "alpha", stats.ALPHA), floor=_level(record, "floor", stats.FLOOR))
     for c in record.get("components", []):
         key = (c["key"], c["phase"])
         if c.get("units") is not None:
@@ -152,6 +152,13 @@ def from_record(record: Mapping[str, Any]) -> LatencyEvidence:
         if c.get("flagged"):
             ev.flagged[key] = list(c["flagged"])
     return ev
+
+
+def _level(record: Mapping[str, Any], key: str, default: float) -> float:
+    """A record's alpha or floor, or the default where it is missing or not a usable number (archives are untrusted)."""
+    value = record.get(key)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    return float(value) if ok else default
 
 
 def round_log_medians(samples: pl.DataFrame) -> dict[tuple[str, str], list[float]]:
@@ -250,7 +257,7 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def evidence_for(root: str | os.PathLike[str], base: Any, head: Any, head_to_base: Mapping[str, str],
+def evidence_for(root: str | os.PathLike[str] | None, base: Any, head: Any, head_to_base: Mapping[str, str],
                  records: Sequence[Mapping[str, Any]] | None = None) -> LatencyEvidence | None:
     """The best latency evidence for two archived runs: their comparison record, else both runs' rounds.
 

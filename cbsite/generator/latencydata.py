@@ -25,7 +25,7 @@ import math
 import statistics
 from typing import Any, Mapping
 
-from cbsite import comparison, stats
+from cbsite import comparison, review, stats
 from cbsite import diff as cdiff
 from cbsite.archive import Run
 
@@ -40,10 +40,10 @@ class Judged:
     def __init__(self, evidence: comparison.LatencyEvidence | None, record: Mapping[str, Any] | None) -> None:
         self.evidence = evidence
         self.record = record if evidence is not None and evidence.paired else None
-        self.alpha = _level(self.record, "alpha", stats.ALPHA)
-        self.floor = _level(self.record, "floor", stats.FLOOR)
-        self.verdicts: dict[tuple[str, str], stats.Verdict] = (
-            evidence.verdicts(alpha=self.alpha, floor=self.floor) if evidence is not None else {})
+        # A comparison's own level and floor (comparison.from_record), else the defaults.
+        self.alpha = evidence.alpha if evidence is not None else stats.ALPHA
+        self.floor = evidence.floor if evidence is not None else stats.FLOOR
+        self.verdicts: dict[tuple[str, str], stats.Verdict] = evidence.verdicts() if evidence is not None else {}
 
     @property
     def judged(self) -> bool:
@@ -53,27 +53,17 @@ class Judged:
         return self.verdicts.get((path, phase))
 
 
-def _level(record: Mapping[str, Any] | None, key: str, default: float) -> float:
-    value = record.get(key) if record else None
-    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) and value > 0 else default
-
-
 def judge(record: Mapping[str, Any] | None, base: Run, head: Run, rd: cdiff.RunDiff) -> Judged:
     """The best evidence for this diff, as `comparison.evidence_for` finds it: the comparison record of
     these two runs (given here, read once by the catalog), else both runs' rounds, else none."""
-    if record is not None:
-        return Judged(comparison.from_record(record), record)
     head_to_base = {c.path: c.base_path for c in rd.components if c.base_path}
-    ev = comparison.from_rounds(base.samples, head.samples, head_to_base,
-                                int(base.meta.get("rounds") or 1), int(head.meta.get("rounds") or 1))
-    return Judged(ev, None)
+    ev = comparison.evidence_for(None, base, head, head_to_base, records=[record] if record is not None else [])
+    return Judged(ev, record)
 
 
 def root_verdicts(judged: Judged, rd: cdiff.RunDiff) -> dict[str, str] | None:
     """phase -> the whole model's latency verdict, for `RunDiff.summary` (None when latency is not judged)."""
-    if not judged.judged:
-        return None
-    return {ph: v.verdict for ph in rd.phases if (v := judged.get("", ph)) is not None}
+    return review.root_verdicts(judged.evidence, rd)  # the PR comment's rule, so page and comment agree
 
 
 def latency_changed(c: cdiff.ComponentDelta, judged: Judged) -> bool:
