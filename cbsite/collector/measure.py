@@ -82,6 +82,10 @@ class TimingConfig:
     def cap_s(self) -> float:
         return self.max_component_s if self.max_component_s is not None else max(5.0, 20 * self.min_run_time)
 
+    def block_s(self) -> float:
+        """Target seconds of one timed block: about budget/20, so contention is seen block by block."""
+        return max(MIN_BLOCK_S, self.min_run_time / BLOCKS_PER_BUDGET)
+
 
 MIN_BLOCKS = 5
 BLOCKS_PER_BUDGET = 20  # a block is about budget / 20 long, so contention is seen block by block
@@ -144,7 +148,7 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig) -> Ti
         fn()
     _sync(cfg.device)
     timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=cfg.num_threads)
-    number = block_size(timer, max(MIN_BLOCK_S, cfg.min_run_time / BLOCKS_PER_BUDGET))
+    number = block_size(timer, cfg.block_s())
     blocks: list[Block] = []
     probe = WaitProbe()
     waits, since_wait, cut_short = 0, 0, False

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import tempfile
 import time
 import traceback
 import weakref
@@ -28,7 +29,7 @@ from cbsite.collector.capture import Capture, capture, moved, refuse_iterators
 from cbsite.collector import hierarchy
 from cbsite.collector.session import rounds
 from cbsite.collector.device import describe_device
-from cbsite.collector.measure import ComponentMeasurement, NothingToDifferentiate, PhaseResult, TimingConfig
+from cbsite.collector.measure import BLOCKS_PER_BUDGET, ComponentMeasurement, NothingToDifferentiate, PhaseResult, TimingConfig
 from cbsite.collector.peaks import check_peaks
 from cbsite.collector.preprocess import batch_size_of
 from cbsite.collector.restore import preserved
@@ -87,7 +88,7 @@ class CollectConfig:
             problems.append(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
         if not isinstance(self.rounds, int) or self.rounds < 1:
             problems.append(f"rounds must be a whole number of at least 1, got {self.rounds!r}")
-        if self.max_component_s is not None and not (self.max_component_s > 0 and self.max_component_s < float("inf")):
+        if self.max_component_s is not None and not _seconds(self.max_component_s, float("inf")):
             problems.append(f"the per-component cap must be a finite number of seconds above 0, got {self.max_component_s!r}")
         if not _seconds(self.min_run_time, MAX_BUDGET_S):  # nan would never end timing, inf neither
             problems.append(f"the time budget (--budget) must be a finite number of seconds above 0 and at most "
@@ -403,14 +404,14 @@ def _profile(
     pair_index = {(s["path"], s["phase"]): s["pair"] for s in samples}
     extra, remeasured = hierarchy.remeasure(
         rows, lambda path, phase: _statement_of(outcomes.get(path, {}).get(phase), phase),
-        max(1e-3, config.min_run_time / 20), num_threads, run_id,
+        timing.block_s(), num_threads, run_id,
         lambda path, phase: pair_index.get((path, phase), -1) + 1,
     )
     samples += extra
     stages.done("hierarchy_remeasure")
     session_record = None
     if config.rounds > 1:
-        samples, session_record = _more_rounds(model, batches, config, run_id, rows, samples, request, progress_enabled=config.progress)
+        samples, session_record = _more_rounds(model, batches, config, timing, run_id, rows, samples, request)
     noise = rounds.apply_rounds(rows, samples, config.phases, peak_flops, peak_bw,
                                 (session_record or {}).pop("flagged_notes", None))
     stages.done("rounds")
@@ -486,9 +487,9 @@ def samples_frame(samples: list[dict[str, Any]], run_id: str, model_name: str, v
     return pl.from_arrow(pa.Table.from_pylist(rows, schema=schema.SAMPLES_SCHEMA))
 
 
-def _more_rounds(model: nn.Module, batches: Sequence[Inputs], config: CollectConfig, run_id: str,
-                 rows: list[dict[str, Any]], samples: list[dict[str, Any]], request: Any,
-                 progress_enabled: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _more_rounds(model: nn.Module, batches: Sequence[Inputs], config: CollectConfig, timing: TimingConfig, run_id: str,
+                 rows: list[dict[str, Any]], samples: list[dict[str, Any]],
+                 request: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Time every measured component again in rounds-1 fresh worker processes (the session scheduler)."""
     from cbsite.collector.session.scheduler import plan_jobs, run_jobs
     from cbsite.collector.session.spec import ArmSpec, ProcessJob, Task
@@ -498,7 +499,7 @@ def _more_rounds(model: nn.Module, batches: Sequence[Inputs], config: CollectCon
         if request is not None:
             arm = ArmSpec(arm="run", request=request, device=config.device, dtype=config.dtype)
         else:  # a model handed to the API: the workers load a copy of it and its batches
-            folder = Path(stack.enter_context(_temporary_folder()))
+            folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cbsite-payload-")))
             payload = folder / "payload.pt"
             try:
                 torch.save({"model": model, "batches": list(batches)}, payload)
@@ -509,11 +510,12 @@ def _more_rounds(model: nn.Module, batches: Sequence[Inputs], config: CollectCon
                     "classes), or collect it through a provider (`cbsite collect package.module:function --rounds N`)"
                 ) from exc
             arm = ArmSpec(arm="run", payload=str(payload), device=config.device, dtype=config.dtype)
-        template = ProcessJob(session_id=run_id, process=0, arms=(), tasks=(), threads=torch.get_num_threads(),
-                              pairs=max(5, BLOCKS_PER_ROUND), block_s=max(1e-3, config.min_run_time / BLOCKS_PER_ROUND),
-                              warmup=config.warmup, max_task_s=max(5.0, 20 * config.min_run_time))
+        # Each worker round times the blocks round 0 timed: budget/20 long, 20 of them, under the same cap.
+        template = ProcessJob(session_id=run_id, process=0, arms=(), tasks=(), threads=timing.num_threads,
+                              pairs=BLOCKS_PER_BUDGET, block_s=timing.block_s(), warmup=timing.warmup,
+                              max_task_s=timing.cap_s())
         jobs = plan_jobs(run_id, [arm], tasks, config.rounds - 1, "interleaved", template)
-        progress = _progress(progress_enabled, len(jobs))
+        progress = _progress(config.progress, len(jobs))
         with progress:
             task = progress.add_task("rounds in fresh processes", total=len(jobs))
             session = run_jobs(jobs, on_done=lambda done, total, elapsed: progress.update(task, completed=done))
@@ -521,25 +523,11 @@ def _more_rounds(model: nn.Module, batches: Sequence[Inputs], config: CollectCon
     for where, lines in errors.items():
         flagged.setdefault(where, []).extend(f"failed in {line}" for line in lines)
     record = {
-        "layout": "rounds", "processes": config.rounds, "threads": torch.get_num_threads(),
+        "layout": "rounds", "processes": config.rounds, "threads": timing.num_threads,
         "wall_s": round(session.wall_s, 3), "died": {str(k): v for k, v in session.died.items()},
         "flagged_notes": flagged,
     }
     return samples + session.samples, record
-
-
-BLOCKS_PER_ROUND = 10
-
-
-@contextlib.contextmanager
-def _temporary_folder():
-    import tempfile
-
-    folder = tempfile.mkdtemp(prefix="cbsite-payload-")
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 class _Stages:

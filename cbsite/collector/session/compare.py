@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
@@ -85,11 +85,6 @@ class Comparison:
         return self.path
 
 
-def _timing_config(config: Any, min_run_time: float) -> Any:
-    """Round 0 (in this process) needs only a short budget: the session's processes carry the statistics."""
-    return replace(config, min_run_time=min_run_time, rounds=1)
-
-
 def compare(
     base_request: Any,
     head_request: Any,
@@ -151,8 +146,8 @@ def compare(
         "schema_version": schema.SCHEMA_VERSION,
         "comparison_id": session_id,
         "created_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "base": _side(base_run, base_request, cfg.base_sys_path),
-        "head": _side(head_run, head_request, ()),
+        "base": _side(base_run, cfg.base_sys_path),
+        "head": _side(head_run, ()),
         "layout": layout,
         "processes": cfg.processes,
         "processes_died": {str(k): v for k, v in session.died.items()},
@@ -262,7 +257,7 @@ def _apply_session(run: Run, arm_samples: list[dict[str, Any]], flagged: dict[tu
                     samples={"file": archive.SAMPLES_FILE, "rows": len(merged)})
 
 
-def _side(run: Run, request: Any, sys_path: tuple[str, ...]) -> dict[str, Any]:
+def _side(run: Run, sys_path: tuple[str, ...]) -> dict[str, Any]:
     return {
         "run_id": run.run_id, "model": run.model, "version": run.version, "provider": run.meta.get("provider"),
         "sys_path": list(sys_path),

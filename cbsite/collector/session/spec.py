@@ -7,7 +7,7 @@ these are plain frozen dataclasses: no modules, no tensors.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 ARMS_ONE = ("run",)
@@ -58,6 +58,4 @@ class ProcessJob:
     warmup: int = 3
     seed: int = 0
     share_inputs: bool = True  # time both arms on the base arm's captured inputs where their shapes agree
-    quiet_wait_s: float = 5.0
-    max_task_s: float = 30.0  # per task, contention retries included
-    options: dict[str, Any] = field(default_factory=dict)
+    max_task_s: float = 30.0  # per task, contended pairs included

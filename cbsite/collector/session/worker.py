@@ -80,8 +80,7 @@ def run_process(job: ProcessJob) -> ProcessResult:
     rng = random.Random(f"{job.session_id}/{job.process}/{job.seed}")
     tasks = list(job.tasks)
     rng.shuffle(tasks)  # a drift during the process must not line up with one part of the model
-    cfg = TimingConfig(min_run_time=job.block_s, warmup=job.warmup, num_threads=job.threads,
-                       device=job.arms[0].device, quiet_wait_s=job.quiet_wait_s)
+    cfg = TimingConfig(min_run_time=job.block_s, warmup=job.warmup, num_threads=job.threads, device=job.arms[0].device)
     probe = WaitProbe()
     t_timing = time.perf_counter()
     for task in tasks:
