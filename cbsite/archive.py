@@ -41,6 +41,7 @@ RUN_JSON = "run.json"
 COMPONENTS_FILE = "components.parquet"
 OPS_FILE = "ops.parquet"
 SAMPLES_FILE = "samples.parquet"
+RANKS_FILE = "ranks.parquet"  # sharded runs: every rank's rows (components.parquet's schema, `rank` set)
 ARTIFACTS_DIR = "artifacts"
 STAGING_DIR = ".cbsite-staging"  # in the archive root: runs and plugin artifacts being written
 PARTIAL = ".partial"  # suffix of a staged Parquet file: no `**/components.parquet` glob matches it
@@ -79,6 +80,7 @@ class Run:
     ops: pl.DataFrame | None = None
     path: Path | None = None  # where it lives in an archive, once saved or read
     samples: pl.DataFrame | None = None  # raw timed blocks (samples.parquet); None for runs before schema 2
+    ranks: pl.DataFrame | None = None  # every rank's rows of a sharded run (ranks.parquet); None otherwise
 
     @property
     def run_id(self) -> str:
@@ -113,7 +115,8 @@ class Run:
         """Write this run into the archive at `root` atomically and return its folder."""
         ops = self.ops.to_arrow() if self.ops is not None else None
         samples = self.samples.to_arrow() if self.samples is not None else None
-        self.path = write_run(root, self.meta, self.rows.to_arrow(), self.artifacts, ops, samples)
+        ranks = self.ranks.to_arrow() if self.ranks is not None else None
+        self.path = write_run(root, self.meta, self.rows.to_arrow(), self.artifacts, ops, samples, ranks)
         return self.path
 
 
@@ -135,6 +138,7 @@ def write_run(
     artifacts: Path | None = None,
     ops: pa.Table | None = None,
     samples: pa.Table | None = None,
+    ranks: pa.Table | None = None,
 ) -> Path:
     """Write a run under `<root>/<model>/<version>/<run_id>/`, visible only once complete.
 
@@ -155,6 +159,8 @@ def write_run(
             pq.write_table(_table_with_meta(ops, meta), _staged(staging, OPS_FILE))
         if samples is not None and samples.num_rows:
             pq.write_table(_table_with_meta(samples.cast(schema.SAMPLES_SCHEMA), meta), _staged(staging, SAMPLES_FILE))
+        if ranks is not None and ranks.num_rows:
+            pq.write_table(_table_with_meta(ranks.cast(schema.COMPONENTS_SCHEMA), meta), _staged(staging, RANKS_FILE))
         if artifacts is not None and Path(artifacts).is_dir() and any(Path(artifacts).iterdir()):
             shutil.copytree(artifacts, staging / ARTIFACTS_DIR, ignore=shutil.ignore_patterns(OWNER_FILE))
         version_dir.mkdir(parents=True, exist_ok=True)
@@ -332,7 +338,20 @@ def _v1_to_v2(meta: dict[str, Any], rows: pl.DataFrame) -> tuple[dict[str, Any],
     return meta, rows
 
 
-MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2}
+def _v2_to_v3(meta: dict[str, Any], rows: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]:
+    """Schema 3 adds the sharded-run columns; a version-2 run is one process: they are null."""
+    meta = dict(meta)
+    meta.setdefault("distributed", None)
+    fields = {f.name: f for f in schema.DISTRIBUTED_FIELDS}
+    missing = [name for name in fields if name not in rows.columns]
+    if missing and rows.width:
+        nulls = pl.from_arrow(pa.table({n: pa.nulls(rows.height, fields[n].type) for n in missing}))
+        assert isinstance(nulls, pl.DataFrame)
+        rows = pl.concat([rows, nulls], how="horizontal")
+    return meta, rows
+
+
+MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 def migrate(meta: dict[str, Any], rows: pl.DataFrame, path: Path | str = "") -> tuple[dict[str, Any], pl.DataFrame]:
@@ -430,7 +449,11 @@ def read_run(path: str | os.PathLike[str]) -> Run:
     if (folder / SAMPLES_FILE).exists():
         samples = _frame(conform(_read_parquet(folder, SAMPLES_FILE), schema.SAMPLES_SCHEMA, f"{where}/{SAMPLES_FILE}"),
                          folder / SAMPLES_FILE)
-    return Run(meta=meta, rows=rows, ops=ops, path=folder, samples=samples)
+    ranks = None
+    if (folder / RANKS_FILE).exists():
+        ranks = _frame(conform(_read_parquet(folder, RANKS_FILE), schema.COMPONENTS_SCHEMA, f"{where}/{RANKS_FILE}"),
+                       folder / RANKS_FILE)
+    return Run(meta=meta, rows=rows, ops=ops, path=folder, samples=samples, ranks=ranks)
 
 
 def _read_parquet(folder: Path, name: str) -> pa.Table:

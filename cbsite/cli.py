@@ -146,12 +146,36 @@ def cmd_collect(args: argparse.Namespace) -> int:
         tags=tuple(args.tag),
         notes=args.notes,
     )
+    if args.distributed:
+        return _collect_distributed(args, request)
     _note_stale(args.runs)
     with _staging_in(args.runs):
         run = collect(request)
     path = run.save(args.runs)
     _print_run(run, top=args.top)
     print(f"saved {path}")
+    return 0
+
+
+def _collect_distributed(args: argparse.Namespace, request: Any) -> int:
+    """One rank of `torchrun ... -m cbsite collect ... --distributed`: rank 0 saves the one run, atomically."""
+    from dataclasses import replace
+
+    from cbsite.collector.distributed.collect import collect_distributed
+    from cbsite.collector.distributed.group import close, init
+
+    group = init(args.device, args.dist_timeout)
+    try:
+        if group.rank != 0:  # one progress display and one summary: rank 0's
+            request = replace(request, config=replace(request.config, progress=False))
+        with _staging_in(args.runs):
+            run = collect_distributed(request, group)
+        if run is not None:
+            path = run.save(args.runs)
+            _print_run(run, top=args.top)
+            print(f"saved {path} ({group.world_size} ranks)")
+    finally:
+        close()
     return 0
 
 
@@ -558,6 +582,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tag", action="append", default=[])
     p.add_argument("--notes", default="")
     p.add_argument("--top", type=int, default=15, help="components shown in the summary table")
+    p.add_argument("--distributed", action="store_true",
+                   help="one rank of a sharded model's collection: launch with torchrun --nproc-per-node N -m cbsite collect "
+                        "... --distributed (README: Sharded models)")
+    p.add_argument("--dist-timeout", type=float, default=300.0,
+                   help="seconds a collective may wait for the other ranks before the job ends (default 300)")
     _add_collect_args(p)
     p.set_defaults(func=cmd_collect)
 

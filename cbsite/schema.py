@@ -13,11 +13,14 @@ import pyarrow as pa
 
 from cbsite.errors import CbsiteError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # Version history (one migration per step in archive.MIGRATIONS):
 #   1 -> 2: raw timing samples (samples.parquet) and the `samples` / `rounds` keys of run.json. Runs
 #           written at version 1 kept no samples: they migrate with `samples: null` and say so; no
 #           sample is ever invented for them.
+#   2 -> 3: sharded runs (torchrun): the DISTRIBUTED_FIELDS columns, ranks.parquet (one row per rank) and
+#           run.json's `distributed`. A run of one process migrates with those columns null and
+#           `distributed: null`.
 
 # Key under which run.json is embedded in the Parquet key-value metadata.
 PARQUET_META_KEY = b"cbsite.run"
@@ -95,7 +98,19 @@ LINK_FIELDS: list[pa.Field] = [
     pa.field("log_file", pa.string()),
 ]
 
-COMPONENTS_SCHEMA = pa.schema(IDENTITY_FIELDS + METRIC_FIELDS + PLUGIN_FIELDS + LINK_FIELDS)
+# Sharded runs (cbsite collect --distributed): null in a run of one process. In components.parquet a row holds
+# the slowest rank's figures (the rank the step waits for); ranks.parquet holds every rank's row.
+DISTRIBUTED_FIELDS: list[pa.Field] = [
+    pa.field("rank", pa.int32()),  # the rank whose figures the row holds (not ops.parquet's `rank`, a position)
+    pa.field("imbalance", pa.float64()),  # latency of the slowest rank / mean over the ranks
+    pa.field("kind", pa.string()),  # "compute" | "communication" (issues collectives), for every row of a sharded run
+    pa.field("sharding_type", pa.string()),  # of a sharded piece: table_wise, row_wise, column_wise, ...
+    pa.field("collectives", pa.list_(pa.string())),  # c10d ops of one replay with their counts, e.g. "c10d::alltoall_base_ x2"
+    pa.field("comm_bytes_sent", pa.int64()),  # per call: bytes this rank hands its collectives
+    pa.field("comm_bytes_received", pa.int64()),  # per call: bytes its collectives fill (its own share included)
+]
+
+COMPONENTS_SCHEMA = pa.schema(IDENTITY_FIELDS + METRIC_FIELDS + PLUGIN_FIELDS + LINK_FIELDS + DISTRIBUTED_FIELDS)
 COLUMNS: list[str] = COMPONENTS_SCHEMA.names
 
 # ops.parquet: the top operators (and kernels on GPU) per component and phase, from the ops plugin.

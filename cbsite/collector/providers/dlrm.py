@@ -18,6 +18,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
+from cbsite.collector.distributed.sharding import provider_choice
 from cbsite.collector.providers import Inputs, OptionCheck, Provided, batch_seed, resolve_options
 from cbsite.errors import CbsiteError
 
@@ -29,15 +30,17 @@ PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(
         batch_size=8, num_tables=3, num_embeddings=100, embedding_dim=8, dense_in_features=13,
         dense_arch_layer_sizes=[16, 8], over_arch_layer_sizes=[16, 1], mean_pooling=3, alpha=1.05,
+        sharding=None, compute_kernel=None,
     ),
     "small": dict(
         batch_size=128, num_tables=8, num_embeddings=10_000, embedding_dim=32, dense_in_features=13,
         dense_arch_layer_sizes=[128, 32], over_arch_layer_sizes=[128, 64, 1], mean_pooling=8, alpha=1.05,
+        sharding=None, compute_kernel=None,
     ),
     "medium": dict(
         batch_size=2048, num_tables=26, num_embeddings=100_000, embedding_dim=64, dense_in_features=13,
         dense_arch_layer_sizes=[512, 256, 64], over_arch_layer_sizes=[512, 256, 1], mean_pooling=20,
-        alpha=1.05,
+        alpha=1.05, sharding=None, compute_kernel=None,
     ),
 }
 
@@ -177,6 +180,8 @@ def provide(options: dict[str, Any], *, batches: int = 1, seed: int = 0) -> Prov
     the interaction beside the embeddings); when it is not given, the preset's hidden sizes are kept
     and its last size follows `embedding_dim`, so `embedding_dim=128` alone is a valid change.
     `num_embeddings` and `mean_pooling` take one value for all tables or a list, one per table.
+    `sharding` and `compute_kernel` shard the tables over the ranks of a distributed collection
+    (cbsite.collector.distributed.sharding); each rank then draws its own batches.
     """
     opts = resolve_options(NAME, options, PRESETS, seed)
     if "dense_arch_layer_sizes" not in options:
@@ -193,6 +198,7 @@ def provide(options: dict[str, Any], *, batches: int = 1, seed: int = 0) -> Prov
         dense_sizes[-1] == embedding_dim, "dense_arch_layer_sizes",
         f"its last size must equal embedding_dim={embedding_dim}",
     )
+    sharded = provider_choice(check, NAME, num_tables)
     check.done()
     opts.update(
         dense_arch_layer_sizes=dense_sizes, over_arch_layer_sizes=over_sizes, alpha=alpha,
@@ -208,12 +214,17 @@ def provide(options: dict[str, Any], *, batches: int = 1, seed: int = 0) -> Prov
             over_arch_layer_sizes=over_sizes,
         ),
     )
-    inputs = recsys_batches(batches, opts["seed"], batch_size, dense_in, hash_sizes, pooling, alpha)
+    data_seed = sharded.data_seed(opts["seed"]) if sharded else opts["seed"]
+    inputs = recsys_batches(batches, data_seed, batch_size, dense_in, hash_sizes, pooling, alpha)
     description = (
         f"torchrec DLRM, {num_tables} tables x {embedding_dim} dims, hash sizes {span(hash_sizes)}, "
         f"batch {batch_size}, power-law ids and pooling (alpha {alpha}, mean pooling {span(pooling)})"
     )
-    return Provided(model=model, inputs=inputs, name=NAME, options=opts, description=description)
+    details = {}
+    if sharded:
+        model, details["sharding"] = sharded.apply(model)
+        description += f", sharded ({sharded.label()}, batch {batch_size} per rank)"
+    return Provided(model=model, inputs=inputs, name=NAME, options=opts, description=description, details=details)
 
 
 def one_or_list(values: list[Any]) -> Any:

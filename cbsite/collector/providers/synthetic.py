@@ -36,6 +36,7 @@ from torchrec.modules.embedding_configs import EmbeddingBagConfig
 from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
 
+from cbsite.collector.distributed.sharding import provider_choice
 from cbsite.collector.providers import OptionCheck, Provided, resolve_options
 from cbsite.collector.providers.dlrm import feature_names, one_or_list, recsys_batches, seeded_build, span
 from cbsite.errors import CbsiteError
@@ -49,7 +50,8 @@ INTERACTIONS = ("dot", "cat", "dcn")
 PLACEMENTS = {"device": "DEVICE", "uvm": "MANAGED", "uvm_caching": "MANAGED_CACHING"}
 DEFAULT_CACHE_RATIO = 0.2  # fbgemm's own default cache_load_factor
 
-_COMMON = dict(num_tables=None, interaction="dot", dcn_layers=2, max_lookups=None, placement=None, cache_ratio=None)
+_COMMON = dict(num_tables=None, interaction="dot", dcn_layers=2, max_lookups=None, placement=None, cache_ratio=None,
+               sharding=None, compute_kernel=None)
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(
         batch_size=8, dense_features=64, sparse_features=4, num_embeddings=100, embedding_dim=8,
@@ -252,6 +254,8 @@ def provide(options: dict[str, Any], *, batches: int = 1, seed: int = 0) -> Prov
         cache_ratio = DEFAULT_CACHE_RATIO
     if placement is not None:
         check.require(embedding_dim % 4 == 0, "embedding_dim", "fbgemm's table-batched embeddings need a multiple of 4")
+        check.require(opts["sharding"] is None, "sharding", "sharded tables are torchrec's; leave placement unset to shard")
+    sharded = provider_choice(check, NAME, num_tables) if placement is None else None
     check.done()
     if placement is not None and (problem := placement_problem(placement)):
         raise CbsiteError(f"option {problem}")
@@ -272,7 +276,8 @@ def provide(options: dict[str, Any], *, batches: int = 1, seed: int = 0) -> Prov
         lambda: build(interaction, collection(), dense, bottom, top, embedding_dim, sparse, dcn_layers, dcn_low_rank),
     )
     feature_hash = [hash_sizes[table_of(j, num_tables)] for j in range(sparse)]
-    inputs = recsys_batches(batches, opts["seed"], batch_size, dense, feature_hash, pooling, alpha, max_lookups)
+    data_seed = sharded.data_seed(opts["seed"]) if sharded else opts["seed"]
+    inputs = recsys_batches(batches, data_seed, batch_size, dense, feature_hash, pooling, alpha, max_lookups)
     tables = footprint(inputs, sparse, num_tables, hash_sizes, embedding_dim, pooling)
     shared = f", {num_tables} shared tables" if num_tables < sparse else ""
     cap = f", at most {max_lookups} lookups per bag" if max_lookups is not None else ""
@@ -294,4 +299,7 @@ def provide(options: dict[str, Any], *, batches: int = 1, seed: int = 0) -> Prov
         "rule": "unique_ids: distinct ids over every example batch, per table (before any preprocessing); "
                 "footprint_bytes = unique_ids x embedding_dim x 4 (float32 rows)",
     }
+    if sharded:
+        model, details["sharding"] = sharded.apply(model)
+        description += f", sharded ({sharded.label()}, batch {batch_size} per rank)"
     return Provided(model=model, inputs=inputs, name=NAME, options=opts, description=description, details=details)

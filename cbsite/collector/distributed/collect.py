@@ -1,0 +1,296 @@
+"""A sharded model's collection on every rank: discovery, lockstep, local measurement, one run on rank 0.
+
+Run on each rank torchrun started (`cbsite collect ... --distributed`):
+
+1. the provider builds the sharded model (`DistributedModelParallel`); the components are those of the
+   model it wraps (`dmp.module`), so paths are the unsharded model's, plus the sharded pieces;
+2. a warm-up forward creates the input dists; capture forwards record the pieces' inputs and which
+   modules issued collectives; one replay of each piece on every rank shows which pieces communicate;
+   every rank's findings are merged (a component that communicates on any rank communicates);
+3. the schedule (communicating components x phases) is compared across ranks, then each is measured in
+   lockstep (lockstep.py);
+4. everything else is measured on each rank alone by the existing collector (`profile_model`, with the
+   communicating modules excluded from it and no whole-model step, which would communicate) and by
+   `ComponentMeasurement` for the pieces that do not communicate (lookups);
+5. rank 0 gathers every rank's rows and writes one run (ranks.py).
+
+A rank that fails or dies makes the others' next collective fail (gloo: the peer closed the connection;
+a hang ends at the group's timeout): each rank then says what it saw and which ranks reported a failure
+through torchrun's store, and the job ends with no run written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from dataclasses import replace
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+
+from cbsite import archive, schema
+from cbsite.collector.capture import moved
+from cbsite.collector.collect import CollectRequest, prepare
+from cbsite.collector.distributed import ranks
+from cbsite.collector.distributed.collectives import CollectiveMode, Traffic
+from cbsite.collector.distributed.discovery import Captured, Piece, Resolved, capture_pieces, pieces, promote_grad_buffers
+from cbsite.collector.distributed.group import Group
+from cbsite.collector.distributed.lockstep import Agreement, LockstepResult, measure
+from cbsite.collector.measure import ComponentMeasurement, NothingToDifferentiate, PhaseResult, TimingConfig
+from cbsite.collector.profiler import DTYPES, profile_model, threads_for
+from cbsite.errors import CbsiteError
+
+FAILED_KEY = "cbsite/failed/"
+
+
+def _unwrap(model: nn.Module) -> nn.Module:
+    from torchrec.distributed.model_parallel import DistributedModelParallel
+
+    if not isinstance(model, DistributedModelParallel):
+        raise CbsiteError(
+            f"--distributed profiles a sharded model, and the provider gave a {type(model).__name__}: give the built-in "
+            "providers -o sharding=table_wise (or row_wise, column_wise, table_row_wise, data_parallel, planner, or a "
+            "list per table), or return torchrec's DistributedModelParallel from your module:function"
+        )
+    return model.module
+
+
+class Stage:
+    """Where the rank is, for the message when a collective fails."""
+
+    def __init__(self) -> None:
+        self.now = "setup"
+
+    @contextlib.contextmanager
+    def at(self, what: str) -> Iterator[None]:
+        self.now = what
+        yield
+
+
+def _store() -> Any:
+    try:
+        import torch.distributed as dist
+
+        return dist.distributed_c10d._get_default_store()
+    except Exception:  # noqa: BLE001 - no store, no report: the message says less, nothing breaks
+        return None
+
+
+def _reported(store: Any, world: int, me: int, grace_s: float = 3.0) -> tuple[dict[int, str], list[int]]:
+    """(rank -> the failure it reported, ranks that reported nothing) after a short grace period."""
+    time.sleep(grace_s)  # a failing rank writes its report before it exits
+    reports: dict[int, str] = {}
+    for r in range(world):
+        if r == me or store is None:
+            continue
+        try:
+            if store.check([f"{FAILED_KEY}{r}"]):
+                reports[r] = store.get(f"{FAILED_KEY}{r}").decode(errors="replace")
+        except Exception:  # noqa: BLE001 - the store's host may be gone too
+            break
+    silent = [r for r in range(world) if r != me and r not in reports]
+    return reports, silent
+
+
+def _report(store: Any, rank: int, text: str) -> None:
+    if store is not None:
+        with contextlib.suppress(Exception):
+            store.set(f"{FAILED_KEY}{rank}", text[:500])
+
+
+def collect_distributed(request: CollectRequest, group: Group) -> archive.Run | None:
+    """Collect a sharded model on this rank; rank 0 returns the merged run (not yet saved), others None."""
+    if request.config.rounds > 1:
+        raise CbsiteError("--rounds repeats timing in fresh processes, which a sharded run cannot do; leave --rounds at 1")
+    stage = Stage()
+    store = _store()
+    try:
+        return _collect(request, group, stage)
+    except KeyboardInterrupt:
+        # torchrun stops the other ranks (SIGTERM) as soon as one fails or is killed: say where, before cli's line.
+        reports, _ = _reported(store, group.world_size, group.rank, grace_s=0.5)
+        said = "".join(f"; rank {r} reported: {t}" for r, t in sorted(reports.items()))
+        print(f"cbsite: rank {group.rank}: stopped during {stage.now}: another rank failed or was killed (the launcher's "
+              f"summary names it){said}; no run was written", file=sys.stderr, flush=True)
+        raise
+    except CbsiteError as exc:
+        _report(store, group.rank, f"{exc}")
+        raise CbsiteError(f"rank {group.rank}: {exc}") from exc
+    except (RuntimeError, ConnectionError) as exc:
+        if not _is_comm_failure(exc):
+            _report(store, group.rank, f"{type(exc).__name__}: {exc}")
+            raise
+        _report(store, group.rank, f"lost the other ranks during {stage.now}")
+        reports, silent = _reported(store, group.world_size, group.rank)
+        said = "; ".join(f"rank {r} reported: {t}" for r, t in sorted(reports.items()))
+        gone = [r for r in silent if not reports.get(r, "").startswith("lost")]
+        who = (f"rank{'s' if len(gone) > 1 else ''} {', '.join(map(str, gone))} stopped without a report (killed or crashed)"
+               if gone else "")
+        raise CbsiteError(
+            f"rank {group.rank}: a collective failed during {stage.now} ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
+            f"{'; '.join(x for x in (who, said) if x) or 'no other rank reported'}. The job stops and writes no run"
+        ) from exc
+
+
+def _is_comm_failure(exc: BaseException) -> bool:
+    import torch.distributed as dist
+
+    text = str(exc)
+    return isinstance(exc, (dist.DistError, ConnectionError)) or any(
+        s in text for s in ("Connection closed by peer", "Connection reset", "gloo", "Timed out", "timed out", "NCCL"))
+
+
+def _collect(request: CollectRequest, group: Group, stage: Stage) -> archive.Run | None:
+    started = time.perf_counter()
+    config = replace(request.config, device=group.device)
+    agree = Agreement()
+    with stage.at("building the sharded model"):
+        prepared = prepare(replace(request, config=config))
+    inner = _unwrap(prepared.model)
+    dtype = DTYPES[config.dtype]
+    if dtype != torch.float32:
+        raise CbsiteError("--distributed measures float32 models for now (sharded tables keep their own dtype); drop --dtype")
+    device = torch.device(group.device)
+    batches = [moved(b, device, dtype) for b in prepared.batches]
+    grad = "backward" in config.phases
+    caller_threads = torch.get_num_threads()
+    num_threads = threads_for(config)
+    torch.set_num_threads(num_threads)
+    try:
+        with stage.at("the warm-up forward"), torch.set_grad_enabled(grad):
+            inner(*batches[0][0], **batches[0][1])  # torchrec creates the input dists on the first forward
+        found = pieces(inner)
+        promote_grad_buffers(found)
+        with stage.at("the capture forwards"):
+            captured = capture_pieces(inner, found, batches, grad)
+        timing = TimingConfig(config.min_run_time, config.warmup, num_threads, config.device,
+                              max_component_s=config.max_component_s)
+        with stage.at("probing the sharded pieces for collectives"):
+            probes = _probe(found, captured, timing)
+        comm_pieces = set().union(*agree.gather(sorted(p for p, t in probes.items() if t.communicates)))
+        comm_modules = set().union(*agree.gather(sorted(captured.communicating)))
+        schedule = _schedule(inner, found, comm_modules, comm_pieces, config.phases)
+        with stage.at("comparing the lockstep schedule"):
+            verify_schedule(agree, schedule)
+        lock_started = time.perf_counter()
+        collective_s0 = agree.collective_s
+        lockstep: dict[tuple[str, str], LockstepResult | str] = {}
+        modules = dict(inner.named_modules())
+        by_piece = {p.path: p for p in found}
+        for path, phase in schedule:
+            with stage.at(f"the lockstep {phase} of {path or '<root>'}"):
+                lockstep[(path, phase)] = _lockstep_one(agree, path, phase, modules, by_piece, captured, timing)
+        lock_wall = time.perf_counter() - lock_started
+        lock_agree = agree.collective_s - collective_s0
+        with stage.at("the per-rank measurement"):
+            # Peaks given on the command line need no calibration: each rank would calibrate beside the others.
+            local_config = replace(config, exclude=tuple(config.exclude) + tuple(_glob_literal(p) for p in sorted(comm_modules)),
+                                   step=False, rounds=1, calibrate=config.calibrate and not (config.peak_flops and config.peak_bandwidth))
+            run = profile_model(inner, batches, local_config, model_name=prepared.name, version=request.version,
+                                provider=prepared.provider, preprocessing=prepared.steps,
+                                inputs_description=prepared.inputs_description, tags=request.tags, notes=request.notes)
+            local = {(p.path, phase): _local_one(p, phase, captured, timing)
+                     for p in found if p.path not in comm_pieces for phase in config.phases}
+        rows, samples = ranks.rank_rows(run, found, comm_modules, comm_pieces, lockstep, local, probes, group.rank)
+        record = {
+            "rank": group.rank, "wall_s": round(time.perf_counter() - started, 3),
+            "lockstep_wall_s": round(lock_wall, 3), "lockstep_agreement_s": round(lock_agree, 3),
+            "lockstep_timed_s": round(sum(r.result.timing.timed_s for r in lockstep.values() if not isinstance(r, str)), 3),
+            "local_timed_s": run.meta.get("timed_s"), "host": os.uname().nodename, "pid": os.getpid(),
+            "threads": num_threads,
+        }
+        with stage.at("gathering the ranks' rows on rank 0"):
+            gathered = _gather_to_zero(group, (rows, samples, record))
+    finally:
+        torch.set_num_threads(caller_threads)
+    if group.rank != 0:
+        return None
+    return ranks.merged_run(run, gathered, group, schedule, _plan_of(prepared))
+
+
+def _plan_of(prepared: Any) -> Any:
+    return (prepared.provider.get("details") or {}).get("sharding")
+
+
+def _glob_literal(path: str) -> str:
+    """An --exclude pattern that matches exactly `path` (fnmatch's special characters escaped)."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in path)
+
+
+def _gather_to_zero(group: Group, obj: Any) -> list[Any] | None:
+    import torch.distributed as dist
+
+    out: list[Any] | None = [None] * group.world_size if group.rank == 0 else None
+    dist.gather_object(obj, out, dst=0)
+    return out
+
+
+def _probe(found: list[Piece], captured: Captured, timing: TimingConfig) -> dict[str, Traffic]:
+    """One replay of every piece, on every rank in the same order, under CollectiveMode."""
+    out = {}
+    for p in found:
+        batch = captured.calls[p.path][0]
+        if not batch:
+            out[p.path] = Traffic()
+            continue
+        replay = ComponentMeasurement(captured.resolved(p), [batch], timing).replay("forward")
+        with CollectiveMode() as mode:
+            replay()
+        out[p.path] = mode.traffic.scaled(len(batch))
+    return out
+
+
+def _schedule(inner: nn.Module, found: list[Piece], comm_modules: set[str], comm_pieces: set[str],
+              phases: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(component, phase) of everything that communicates: modules in pre-order, then pieces in discovery order."""
+    paths = [p for p, _ in inner.named_modules() if p in comm_modules] + [p.path for p in found if p.path in comm_pieces]
+    return [(path, phase) for path in paths for phase in phases]
+
+
+def verify_schedule(agree: Agreement, schedule: list[tuple[str, str]]) -> None:
+    """The same schedule on every rank, or a CbsiteError naming the first component where they part."""
+    seen = agree.gather(schedule)
+    for i in range(max(len(s) for s in seen)):
+        entries = [s[i] if i < len(s) else None for s in seen]
+        if len(set(entries)) > 1:
+            listed = "; ".join(f"rank {r}: {e[0] or '<root>' if e else 'nothing'}{' ' + e[1] if e else ''}"
+                               for r, e in enumerate(entries))
+            raise CbsiteError(
+                f"the ranks' lockstep schedules differ at entry {i} ({listed}); every rank must build the same model "
+                "with the same sharding plan and options"
+            )
+
+
+def _lockstep_one(agree: Agreement, path: str, phase: str, modules: dict[str, nn.Module], by_piece: dict[str, Piece],
+                  captured: Captured, timing: TimingConfig) -> LockstepResult | str:
+    """A communicating component's phase in lockstep, or why it has no figures (the same on every rank)."""
+    if path in by_piece:
+        module = captured.resolved(by_piece[path])
+    else:
+        module = Resolved(modules[path], [p.module for p in by_piece.values() if p.owner == path or path == ""
+                                          or p.owner.startswith(path + ".")])
+    batches = captured.calls[path] if path in by_piece else captured.module_calls.get(path, [])
+    if not any(batches):
+        return "skipped: never called during the forward pass"
+    measurement = ComponentMeasurement(module, batches, timing)
+    try:
+        return measure(agree, path or "<root>", measurement, phase, timing)
+    except NothingToDifferentiate as exc:
+        return f"skipped: backward not applicable: {exc}"
+
+
+def _local_one(p: Piece, phase: str, captured: Captured, timing: TimingConfig) -> PhaseResult | str:
+    """A piece that does not communicate (a lookup), measured on this rank alone by the existing machinery."""
+    batches = captured.calls[p.path]
+    if not any(batches):
+        return "skipped: never called during the forward pass"
+    try:
+        m = ComponentMeasurement(captured.resolved(p), batches, timing)
+        return m.forward() if phase == "forward" else m.backward()
+    except NothingToDifferentiate as exc:
+        return f"skipped: backward not applicable: {exc}"
+    except Exception as exc:  # noqa: BLE001 - one piece failing is recorded, as the collector records any component
+        return f"failed: {type(exc).__name__}: {exc}"[:2000]
