@@ -67,9 +67,13 @@ def test_adding_a_run_computes_only_that_run_and_its_diff(tmp_path, counted):
     traces = sorted((tmp_path / "site" / "runs" / "toy" / "v1").rglob("artifacts/**/*.gz"))
     assert traces
     inodes = [p.stat().st_ino for p in traces]
+    other_page = next((tmp_path / "site" / "runs" / "other").rglob("index.html"))
+    page_inode = other_page.stat().st_ino
     grown = _build(runs, tmp_path / "site", cache)
     # An unchanged run's published artifacts are hard links to the previous site's, not new copies.
     assert [p.stat().st_ino for p in traces] == inodes
+    # So is an unchanged page: MkDocs did not convert it again (reuse.py).
+    assert other_page.stat().st_ino == page_inode
     assert counted["runs"] == ["toy@v3"]
     assert counted["diffs"] == ["v2..v3"]
     assert grown == _build(runs, tmp_path / "fresh", None)  # byte for byte the site of a build without cache
@@ -114,3 +118,33 @@ def test_a_cache_inside_the_site_or_archive_is_refused(tmp_path):
     for cache in (tmp_path / "site" / "cache", runs / "cache"):
         with pytest.raises(CbsiteError, match="--cache"):
             build_site(runs, tmp_path / "site", quiet=True, cache=cache)
+
+
+def test_a_changed_configuration_builds_every_page_again(tmp_path, counted):
+    """Every page depends on the MkDocs configuration: with another one, no page of the previous site is reused."""
+    runs, cache = tmp_path / "runs", tmp_path / "cache"
+    synthetic_run(runs, "toy", "v1", seed=1, minutes=1)
+    synthetic_run(runs, "toy", "v2", seed=2, minutes=2, scale=1.2)
+    _build(runs, tmp_path / "site", cache)
+    page = next((tmp_path / "site" / "runs").rglob("index.html"))
+    inode = page.stat().st_ino
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        build_site(runs, tmp_path / "site", quiet=True, cache=cache, perfetto_origin="https://perfetto.example")
+        assert sorted(counted["runs"]) == ["toy@v1", "toy@v2"]  # by the first build: the page data stayed cached
+        build_site(runs, tmp_path / "fresh", quiet=True, perfetto_origin="https://perfetto.example")
+    assert page.stat().st_ino != inode and "perfetto.example" in page.read_text()
+    assert _digest(tmp_path / "site") == _digest(tmp_path / "fresh")
+
+
+@pytest.mark.parametrize("lost", ["search/search_index.json", "runs/toy/v1"])
+def test_what_the_previous_site_lost_is_built_again(tmp_path, lost):
+    """Reused pages take their search entries from the previous site's index (without it nothing is reused)
+    and their HTML from its files (a page missing there is rendered and converted)."""
+    runs, cache = tmp_path / "runs", tmp_path / "cache"
+    synthetic_run(runs, "toy", "v1", seed=1, minutes=1)
+    _build(runs, tmp_path / "site", cache)
+    for page in (tmp_path / "site").glob(lost if lost.endswith(".json") else lost + "/*/index.html"):
+        page.unlink()
+    synthetic_run(runs, "toy", "v2", seed=2, minutes=2, scale=1.2)
+    assert _build(runs, tmp_path / "site", cache) == _build(runs, tmp_path / "fresh", None)

@@ -12,6 +12,8 @@ import concurrent.futures
 import concurrent.futures.process
 import contextlib
 import dataclasses
+import hashlib
+import json
 import logging
 import multiprocessing
 import os
@@ -62,6 +64,7 @@ class _DiffEntry:
     error: str | None = None
     context: dict[str, Any] = field(default_factory=dict)
     comparison: dict[str, Any] | None = None  # the comparison record that measured these two runs, if any
+    key: str | None = None  # its key in the build cache
 
 
 def _epoch(created_at: str | None) -> int:
@@ -89,17 +92,54 @@ def _source_date(epoch: int) -> Iterator[None]:
 
 
 class _Writer:
-    """Renders templates into the project's docs folder and counts pages."""
+    """Renders templates into the project's docs folder, counts pages and keeps each page's key.
 
-    def __init__(self, docs: Path, env: jinja2.Environment) -> None:
+    A page's key (cache builds only) says when its HTML can be taken from the previous site (reuse.py): run
+    and diff pages are keyed by their inputs (`key=`), so an unchanged one is not even rendered (a stub
+    stands in for it until `render_deferred`); the few other pages by the hash of their Markdown.
+    """
+
+    def __init__(self, docs: Path, env: jinja2.Environment, previous: dict[str, str] | None = None) -> None:
         self.docs, self.env, self.pages = docs, env, 0
+        self.previous = previous  # page -> key in the previous site; None: no cache, no keys
+        self.keys: dict[str, str] = {}
+        self.deferred: dict[str, tuple[str, str, dict[str, Any]]] = {}
 
-    def page(self, url: str, template: str, **context: Any) -> None:
+    def page(self, url: str, template: str, key: str | None = None, **context: Any) -> None:
         target = self.docs / url / "index.md"
         target.parent.mkdir(parents=True, exist_ok=True)
-        text = self.env.get_template(template).render(root=pages.root_of(url), url=url, assets=pages.root_of(url) + ASSETS_DIR + "/", **context)
-        target.write_text(text)
         self.pages += 1
+        src = url + "index.md"
+        if self.previous is not None and key is not None:
+            self.keys[src] = "in:" + key
+            if self.previous.get(src) == self.keys[src]:
+                self.deferred[src] = (url, template, context)
+                target.write_text("")  # MkDocs takes this page from the previous site
+                return
+        text = self._text(url, template, context)
+        target.write_text(text)
+        if self.previous is not None and key is None:
+            self.keys[src] = "md:" + hashlib.sha256(text.encode()).hexdigest()
+
+    def _text(self, url: str, template: str, context: dict[str, Any]) -> str:
+        root = pages.root_of(url)
+        return self.env.get_template(template).render(root=root, url=url, assets=root + ASSETS_DIR + "/", **context)
+
+    def render_deferred(self, keep: set[str]) -> None:
+        """Render the pages left as stubs but those in `keep`: the previous site cannot lend them after all."""
+        for src, (url, template, context) in sorted(self.deferred.items()):
+            if src not in keep:
+                (self.docs / src).write_text(self._text(url, template, context))
+        self.deferred.clear()
+
+    def reusable(self) -> set[str]:
+        """The pages whose key is the one the previous site was built with."""
+        prev = self.previous or {}
+        return {src for src, key in self.keys.items() if prev.get(src) == key}
+
+
+def _page_key(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _diff_job(job: tuple[Path, Path, Path, str, dict[str, Any] | None]) -> dict[str, Any]:
@@ -182,6 +222,8 @@ def _start_diffs(catalog: Catalog, docs: Path, stack: contextlib.ExitStack, cach
         return entries, _map_started(_diff_job, jobs, stack)
     # Cached diffs are placed now; only the others go to the workers.
     dkeys = [bcache.diff_key(keys[e.base.run_id], keys[e.head.run_id], e.comparison) for e in entries]
+    for e, k in zip(entries, dkeys):
+        e.key = k
     cached = [cache.load("diffs", k, job[2]) for k, job in zip(dkeys, jobs)]
     todo = [i for i, hit in enumerate(cached) if hit is None]
     wait = _map_started(_diff_job, [jobs[i] for i in todo], stack)
@@ -204,7 +246,9 @@ def _render_diffs(entries: list[_DiffEntry], results: list[Any], writer: _Writer
             entry.summary = result["summary"]
             entry.context = {**result, "labels": cdiff.LABELS,
                              "head_data": pages.root_of(entry.url) + pages.run_url(entry.head) + "components.json"}
-        writer.page(entry.url, "pages/diff.md.j2", base=entry.base, head=entry.head, entry=entry, **entry.context)
+        # Its inputs: the diff (its key covers both runs and the comparison record) and where the page lies.
+        key = _page_key("diff", entry.key, entry.url, pages.run_url(entry.head)) if entry.key else None
+        writer.page(entry.url, "pages/diff.md.j2", key, base=entry.base, head=entry.head, entry=entry, **entry.context)
     return entries
 
 
@@ -239,9 +283,8 @@ def _run_files(run: Run, folder: Path, warnings: list[str]) -> rundata.RunData:
 
 
 def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
-            cache: bcache.BuildCache | None = None) -> tuple[int, list[Any]]:
-    env = pages.environment()
-    writer = _Writer(docs, env)
+            cache: bcache.BuildCache | None = None, writer: _Writer | None = None) -> tuple[int, list[Any]]:
+    writer = writer or _Writer(docs, pages.environment())
     totals: dict[str, dict[str, dict[str, Any]]] = {}
     run_info: dict[str, rundata.RunData] = {}
     keys = {run.run_id: cache.key_of(run) for run in catalog.runs()} if cache is not None else None
@@ -274,16 +317,19 @@ def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
     newest_of_version = {m.newest(v).run_id for m in catalog.models.values() for v in m.versions}
     for run in catalog.runs():
         url = pages.run_url(run)
-        entry = catalog.models[run.model]
         related = [e for e in diffs_of.get(run.model, []) if run.run_id in (e.base.run_id, e.head.run_id)]
-        writer.page(url, "pages/run.md.j2", run=run, rd=run_info[run.run_id], meta=run.meta,
-                    versions=entry.versions, diffs=related, perfetto_origin=site.perfetto_origin,
-                    index_paths=run.run_id in newest_of_version)
+        # Its inputs: the run (its key covers its files and cbsite's code and templates) and what the page shows
+        # of its diffs. Every value passed to the template must be in the key: an unchanged key is not rendered.
+        key = _page_key("run", keys[run.run_id], url, [(e.url, e.base.version, e.head.version) for e in related],
+                        site.perfetto_origin, run.run_id in newest_of_version) if keys is not None else None
+        writer.page(url, "pages/run.md.j2", key, run=run, rd=run_info[run.run_id], meta=run.meta, diffs=related,
+                    perfetto_origin=site.perfetto_origin, index_paths=run.run_id in newest_of_version)
     comparisons_of = _comparisons_by_model(catalog, diffs)
     for name, entry in catalog.models.items():
         url = pages.model_url(name)
         newest_ids = {entry.newest(v).run_id for v in entry.versions}
-        specs = charts.trend_specs(entry.versions, entry.all_runs(), newest_ids, totals)
+        model_runs = entry.all_runs()
+        specs = _trend_specs(cache, entry.versions, model_runs, newest_ids, totals)
         pages.dump_json(specs, docs / url / "trends.json")
         writer.page(url, "pages/model.md.j2", model=entry, totals=totals, chart_metrics=list(specs),
                     chart_titles=dict(charts.TREND_METRICS), diffs=diffs_of.get(name, []),
@@ -304,27 +350,41 @@ def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
     return writer.pages, nav
 
 
+def _trend_specs(cache: bcache.BuildCache | None, versions: list[str], runs: list[Run], newest_ids: set[str],
+                 totals: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """charts.trend_specs, kept in the cache by its inputs (Altair takes a quarter of a second a model)."""
+    compute = lambda: charts.trend_specs(versions, runs, newest_ids, totals)  # noqa: E731
+    if cache is None:
+        return compute()
+    inputs = [versions, [[r.version, r.run_id, totals[r.run_id]] for r in runs], sorted(newest_ids)]
+    return cache.memo("trends", inputs, compute)
+
+
 def render_docs(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
-                cache: bcache.BuildCache | None = None) -> tuple[int, list[Any]]:
+                cache: bcache.BuildCache | None = None, writer: _Writer | None = None) -> tuple[int, list[Any]]:
     """The one page generator: every page, its data files and the assets, into `docs` (a folder of Markdown
     pages whose links are relative to it). `cbsite build` makes it a project's docs_dir; the MkDocs plugin
     (plugin.py) puts it under a prefix of a team's own docs. With a `cache` (cache.py), runs and diffs whose
     content the cache knows are not computed again. Returns the number of pages and the nav."""
-    n_pages, nav = _render(catalog, site, docs, warnings, cache)
-    _write_assets(docs)
+    n_pages, nav = _render(catalog, site, docs, warnings, cache, writer)
+    _write_assets(docs, cache)
     return n_pages, nav
 
 
-def _write_assets(docs: Path) -> None:
+def _write_assets(docs: Path, cache: bcache.BuildCache | None = None) -> None:
     target = docs / ASSETS_DIR
     target.mkdir(parents=True, exist_ok=True)
     for src in sorted((pages.TEMPLATES / "assets").iterdir()):
         if src.is_file():
             shutil.copyfile(src, target / src.name)
-    (target / "vega.js").write_text(charts.vega_bundle())
+    # The bundle takes a second or more to build in each new process: a cached build keeps it.
+    bundle = cache.memo("vega", charts.bundle_versions(), charts.vega_bundle) if cache is not None else charts.vega_bundle()
+    (target / "vega.js").write_text(bundle)
 
 
-def _mkdocs_build(project: Path, out: Path, strict: bool, quiet: bool, epoch: int) -> None:
+def _mkdocs_build(project: Path, out: Path, strict: bool, quiet: bool, epoch: int, plugin: Any = None) -> None:
+    """`mkdocs build` of the generated project; with `plugin` (reuse.ReusePlugin) a partial build that takes
+    unchanged pages from the previous site."""
     from mkdocs.commands.build import build as mkdocs_build
     from mkdocs.config import load_config
     from mkdocs.exceptions import Abort, ConfigurationError
@@ -335,7 +395,17 @@ def _mkdocs_build(project: Path, out: Path, strict: bool, quiet: bool, epoch: in
     try:
         with _source_date(epoch):
             cfg = load_config(config_file=str(project / "mkdocs.yml"), site_dir=str(out), strict=strict)
-            mkdocs_build(cfg)
+            if plugin is None:
+                mkdocs_build(cfg)
+            else:
+                from cbsite.generator import reuse
+
+                cfg.plugins["cbsite-reuse"] = plugin  # registered after search: sees each page's new entries
+                quiet_dirty = reuse.drop_dirty_warning()
+                try:
+                    mkdocs_build(cfg, dirty=True)
+                finally:
+                    reuse.keep_dirty_warning(quiet_dirty)
     except ConfigurationError as exc:
         raise CbsiteError(f"the MkDocs configuration is invalid: {exc}; fix the base mkdocs.yml") from exc
     except Abort as exc:
@@ -368,16 +438,17 @@ def build(
     site = load_site_config(Path(config) if config is not None else None, perfetto_origin)
     with sitedir.locked(out):
         sitedir.check_out(out, runs)  # as found once the lock is held
-        catalog = load_catalog(runs, extra_diffs)
+        store = bcache.BuildCache(Path(cache).resolve()) if cache is not None else None
+        catalog = load_catalog(runs, extra_diffs, store.read_run if store is not None else archive.read_run)
         if not catalog.runs() and sitedir.holds_files(out) and not allow_empty:
             raise CbsiteError(empty_archive_message(runs, out, catalog.warnings))
         with sitedir.staged(out) as stage:
-            store = bcache.BuildCache(Path(cache).resolve()) if cache is not None else None
             previous = out if store is not None and sitedir.marker_kind(out) == sitedir.SITE else None
             result = _build_into(catalog, site, stage, strict=strict, quiet=quiet, versioned=versioned,
                                  project_dir=project_dir, cache=store, previous=previous)
         if store is not None:  # the new site is in place: the next build may link from it
-            store.record_site(out, store.site_runs)
+            store.record_site(out, store.site_runs, store.site_pages, store.site_global)
+            store.save_memo()
             store.prune()
     for w in result.warnings:
         pywarnings.warn(w, SiteWarning, stacklevel=3)
@@ -395,34 +466,60 @@ def _build_into(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool, 
                 project_dir: Path | None, cache: bcache.BuildCache | None = None,
                 previous: Path | None = None) -> BuildResult:
     warnings = list(catalog.warnings)
+    record = cache.previous_site(previous) if cache is not None and previous is not None else {}
     with contextlib.ExitStack() as stack:
         if project_dir is None:
-            project = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="cbsite-project-")))
+            project = Path(tempfile.mkdtemp(prefix="cbsite-project-"))
+            stack.callback(sitedir.remove_tree, project)
         else:
             project = Path(project_dir)
             if project.exists():
                 shutil.rmtree(project)
         docs = project / "docs"
         docs.mkdir(parents=True)
-        n_pages, nav = render_docs(catalog, site, docs, warnings, cache)
+        from cbsite.generator import reuse  # imports MkDocs' plugin base
+
+        # Pages are only reused under the stock plugins (reuse.supported) and the previous site's configuration.
+        can_reuse = cache is not None and reuse.supported(project_config(site, [], versioned=versioned)[0]["plugins"])
+        env = pages.environment(str(cache.folder_for("templates")) if cache is not None else None)
+        writer = _Writer(docs, env, record.get("pages", {}) if can_reuse else None)
+        n_pages, nav = render_docs(catalog, site, docs, warnings, cache, writer)
         cfg, notes = project_config(site, nav, versioned=versioned)
         warnings.extend(notes)
-        (project / "mkdocs.yml").write_text(dump_yaml(cfg))
-        _mkdocs_build(project, out, strict, quiet, _epoch(catalog.newest_run_time()))
-    previous_runs = cache.previous_site(previous) if cache is not None and previous is not None else {}
-    for run in catalog.runs():
+        text = dump_yaml(cfg)
+        (project / "mkdocs.yml").write_text(text)
+        plugin = None
+        if can_reuse:
+            gkey = reuse.global_key(text)
+            entries = reuse.previous_entries(previous) if previous is not None and record.get("global") == gkey else None
+            reused = writer.reusable() if entries is not None else set()
+            reused = {src for src in reused  # a page missing from the previous site is rendered after all
+                      if previous is not None and (previous / src.removesuffix("index.md") / "index.html").is_file()}
+            writer.render_deferred(keep=reused)
+            plugin = reuse.ReusePlugin(docs, previous, reused, entries)
+        _mkdocs_build(project, out, strict, quiet, _epoch(catalog.newest_run_time()), plugin)
+    previous_runs = record.get("runs", {})
+
+    def publish(run: Run) -> list[str]:
+        found: list[str] = []
         if cache is None:
-            rundata.copy_artifacts(run, out / pages.run_url(run), warnings)
-            continue
+            rundata.copy_artifacts(run, out / pages.run_url(run), found)
+            return found
         key, before = cache.key_of(run), previous_runs.get(run.run_id)
-        if isinstance(before, dict) and before.get("key") == key and _link_tree(
+        if previous is not None and isinstance(before, dict) and before.get("key") == key and _link_tree(
                 previous / pages.run_url(run) / archive.ARTIFACTS_DIR, out / pages.run_url(run) / archive.ARTIFACTS_DIR):
             found = [str(w) for w in before.get("warnings", [])]
         else:
-            found = []
             rundata.copy_artifacts(run, out / pages.run_url(run), found)
-        warnings.extend(found)
         cache.site_runs[run.run_id] = {"key": key, "warnings": found}
+        return found
+
+    # Runs are published by a pool of threads: the time goes to file system calls (see sitedir.remove_tree).
+    with concurrent.futures.ThreadPoolExecutor(sitedir.IO_THREADS) as pool:
+        for found in pool.map(publish, catalog.runs()):
+            warnings.extend(found)
+    if cache is not None and plugin is not None:
+        cache.site_pages, cache.site_global = writer.keys, gkey
     return BuildResult(site=out, project=project_dir, warnings=warnings, pages=n_pages, runs=len(catalog.runs()))
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from cbsite import archive, comparison
 from cbsite.archive import Run
@@ -51,13 +51,13 @@ class Catalog:
         return max(times) if times else None
 
 
-def _read_all(root: Path, warnings: list[str]) -> list[Run]:
+def _read_all(root: Path, warnings: list[str], read: Callable[[Path], Run]) -> list[Run]:
     runs: list[Run] = []
     for folder, problem in archive.invalid_folders(root):  # e.g. a version folder whose name is not UTF-8
         warnings.append(f"skipped folder {folder}: {problem}")
     for ref in archive.list_runs(root):
         try:
-            run = archive.read_run(ref.path)
+            run = read(ref.path)
         except CbsiteError as exc:  # a broken run is reported and skipped; the rest still builds
             # Named relative to the archive, so the same archive builds the same page wherever it lies.
             where = f"{ref.model}/{ref.version}/{ref.run_id}"
@@ -73,11 +73,12 @@ def _read_all(root: Path, warnings: list[str]) -> list[Run]:
     return runs
 
 
-def load_catalog(root: Path, extra_diffs: Sequence[tuple[str, str]] = ()) -> Catalog:
-    """Read every run under `root` and decide the diff pairs."""
+def load_catalog(root: Path, extra_diffs: Sequence[tuple[str, str]] = (),
+                 read: Callable[[Path], Run] = archive.read_run) -> Catalog:
+    """Read every run under `root` (with `read`: a build cache passes its memo, cache.py) and decide the diff pairs."""
     warnings: list[str] = []
     models: dict[str, ModelEntry] = {}
-    for run in sorted(_read_all(root, warnings), key=lambda r: (r.model, r.run_id)):
+    for run in sorted(_read_all(root, warnings, read), key=lambda r: (r.model, r.run_id)):
         entry = models.setdefault(run.model, ModelEntry(run.model))
         if run.version not in entry.runs:
             # Versions are ordered by when they were first collected: "v10" after "v9", unlike a string sort.

@@ -41,6 +41,11 @@ def vega_bundle() -> str:
     return "/* Vega, Vega-Lite and vega-embed, bundled by vl-convert-python. */\n(function () {\nif (window.cbsiteVegaEmbed) return;\n" + body + "\n})();\n"
 
 
+def bundle_versions() -> list[str]:
+    """What the Vega bundle depends on, for the build cache."""
+    return [getattr(vl_convert, "__version__", ""), alt.SCHEMA_VERSION]
+
+
 def _finish(chart: alt.TopLevelMixin) -> dict[str, Any]:
     # Altair validates against the JSON schema on every to_dict (~6 ms a chart, seconds per 100 runs); the
     # specs are fixed shapes, validated once by the tests (test_generator_charts) and rendered by the browser tests.

@@ -1,0 +1,154 @@
+"""Partial MkDocs builds: convert only the pages whose key changed, take the others from the previous site.
+
+MkDocs cannot build part of a site, and converting a page (Markdown, then the theme, then the search
+parser) is most of what a cached build of a big archive costs. So `cbsite build --cache` runs MkDocs in
+its "dirty" mode with this internal plugin, which decides what is dirty instead of MkDocs' mtime rule:
+
+* a page whose key (build.py: the hash of its inputs or of its Markdown) equals the key the previous site
+  was built with, under the same `global_key` (the MkDocs configuration, nav included, and the versions of
+  cbsite, MkDocs and the theme), is not converted: its HTML is hard-linked from the previous site (copied
+  where the file system cannot link), and its entries of the previous search index are reused;
+* every other page is converted as in a full build;
+* the generated docs' static files (data files, cbsite's assets) are hard-linked into the site instead of
+  copied, so the site shares them with the build cache (a built site is output: nothing writes into it);
+* the search index is written in the page order of a full build, from the new entries of the converted
+  pages and the reused entries of the others; the sitemap and 404 page are always built.
+
+So the site is byte for byte the one a full build writes (tests/test_build_cache.py compares them).
+Only the stock search plugin (MkDocs' or Material's) is understood; any other plugin may make a page depend
+on the whole site, so build.py does not reuse pages when there is one (`supported`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from mkdocs.plugins import BasePlugin, event_priority
+
+import cbsite
+from cbsite.generator import cache as bcache
+
+SEARCH_NAMES = ("search", "material/search")
+_DIRTY_WARNING = "A 'dirty' build is being performed"
+
+
+def supported(plugins: list[Any]) -> bool:
+    """Pages can be reused under this configuration's plugins: the stock search plugin and nothing else."""
+    names = [p if isinstance(p, str) else next(iter(p), "") for p in plugins]
+    return all(n in SEARCH_NAMES for n in names)
+
+
+def global_key(mkdocs_yml: str) -> str:
+    """What every page's HTML depends on besides its own Markdown."""
+    import material
+    import mkdocs
+
+    versions = f"{getattr(cbsite, '__version__', '')} {mkdocs.__version__} {getattr(material, '__version__', '')}"
+    return hashlib.sha256(f"{bcache.fingerprint()}\0{versions}\0{mkdocs_yml}".encode()).hexdigest()
+
+
+def previous_entries(site: Path) -> dict[str, list[dict[str, Any]]] | None:
+    """The previous site's search entries grouped by page URL (an entry's location is the page's URL, then
+    an optional #anchor); None when there is no readable index."""
+    try:
+        docs = json.loads((site / "search" / "search_index.json").read_text())["docs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    out: dict[str, list[dict[str, Any]]] = {}
+    for entry in docs:
+        out.setdefault(str(entry.get("location", "")).split("#", 1)[0], []).append(entry)
+    return out
+
+
+def link_or_copy(src: Path, dest: Path) -> bool:
+    """Hard-link src to dest (copied where the file system cannot link); False when src is missing."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(src, dest)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        shutil.copyfile(src, dest)
+    return True
+
+
+class _DropDirtyWarning(logging.Filter):
+    """MkDocs warns on every dirty build (a strict build would fail); here the dirty set is exact."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(_DIRTY_WARNING)
+
+
+class ReusePlugin(BasePlugin):
+    """Added by build.py to the generated project's plugins, after search (see the module's docstring)."""
+
+    def __init__(self, docs: Path, previous: Path | None, reuse: set[str],
+                 entries: dict[str, list[dict[str, Any]]] | None) -> None:
+        super().__init__()
+        self.docs, self.previous, self.reuse = docs.resolve(), previous, set(reuse)
+        self.entries = entries or {}
+        self.fresh: dict[str, list[dict[str, Any]]] = {}
+        self.reused = 0
+        self._seen = 0
+
+    def _index(self, config: Any) -> list[dict[str, Any]] | None:
+        for plugin in config.plugins.values():
+            index = getattr(plugin, "search_index", None)
+            for name in ("entries", "_entries"):  # Material's SearchIndex, MkDocs' own
+                if isinstance(getattr(index, name, None), list):
+                    return getattr(index, name)
+        return None
+
+    @event_priority(-100)  # after every other plugin has added or changed files
+    def on_files(self, files: Any, *, config: Any) -> Any:
+        site = Path(config.site_dir)
+        for file in files:
+            if file.is_documentation_page():
+                if (file.src_uri in self.reuse and self.previous is not None
+                        and link_or_copy(self.previous / file.dest_uri, site / file.dest_uri)):
+                    file.is_modified = lambda: False
+                    self.reused += 1
+                continue
+            src = Path(file.abs_src_path) if file.abs_src_path else None
+            if src is not None and self.docs in src.parents and link_or_copy(src, site / file.dest_uri):
+                file.is_modified = lambda: False
+        return files
+
+    def on_page_context(self, context: Any, *, page: Any, config: Any, nav: Any) -> Any:
+        index = self._index(config)
+        if index is not None:  # the search plugin (registered before this one) has just added this page's entries
+            self.fresh[page.url] = index[self._seen:]
+            self._seen = len(index)
+        return context
+
+    @event_priority(100)  # before the search plugin writes its index
+    def on_post_build(self, *, config: Any) -> None:
+        index = self._index(config)
+        if index is None:
+            return
+        merged: list[dict[str, Any]] = []
+        for file in self._files:
+            url = file.page.url if file.page is not None else file.url
+            merged.extend(self.fresh.get(url, []) if file.src_uri not in self.reuse else self.entries.get(url, []))
+        index[:] = merged
+
+    @event_priority(-100)
+    def on_nav(self, nav: Any, *, config: Any, files: Any) -> Any:
+        self._files = files.documentation_pages()
+        return nav
+
+
+def drop_dirty_warning() -> logging.Filter:
+    flt = _DropDirtyWarning()
+    logging.getLogger("mkdocs.commands.build").addFilter(flt)
+    return flt
+
+
+def keep_dirty_warning(flt: logging.Filter) -> None:
+    logging.getLogger("mkdocs.commands.build").removeFilter(flt)
