@@ -149,3 +149,26 @@ def test_a_killed_rank_ends_the_job_with_its_name_and_no_run(tmp_path):
     assert "SIGKILL" in out or "killed" in out, out[-4000:]
     assert "no run was written" in out, out[-4000:]
     assert archive.list_runs(runs) == []
+
+
+class _Gathered:
+    """Stands in for `lockstep.Agreement` where only its all-gather matters: what each rank would hand over."""
+
+    def __init__(self, per_rank):
+        self.per_rank = per_rank
+
+    def gather(self, obj):
+        return self.per_rank
+
+
+def test_a_schedule_that_differs_between_ranks_is_refused_naming_the_component():
+    from cbsite.collector.distributed.collect import verify_schedule
+    from cbsite.errors import CbsiteError
+
+    same = [("", "forward"), (f"{EBC}.output_dist.row_wise", "forward")]
+    verify_schedule(_Gathered([same, same]), same)
+    other = [("", "forward"), (f"{EBC}.output_dist.column_wise", "forward")]
+    with pytest.raises(CbsiteError, match="output_dist.row_wise.*output_dist.column_wise"):
+        verify_schedule(_Gathered([same, other]), same)
+    with pytest.raises(CbsiteError, match="rank 1: nothing"):
+        verify_schedule(_Gathered([same, same[:1]]), same)
