@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import jinja2
 
-from cbsite import archive, provenance, stats
+from cbsite import archive, provenance, stats, throughput
 from cbsite import diff as cdiff
 from cbsite.archive import Run
 from cbsite.errors import CbsiteError
@@ -332,7 +332,8 @@ def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
         specs = _trend_specs(cache, entry.versions, model_runs, newest_ids, totals)
         pages.dump_json(specs, docs / url / "trends.json")
         writer.page(url, "pages/model.md.j2", model=entry, totals=totals, chart_metrics=list(specs),
-                    chart_titles=dict(charts.TREND_METRICS), diffs=diffs_of.get(name, []),
+                    chart_titles=dict(charts.TREND_METRICS + charts.STEP_METRICS), diffs=diffs_of.get(name, []),
+                    steps={r.run_id: {m: throughput.mode_of(r.meta, m) for m in throughput.MODES} for r in model_runs},
                     comparisons=comparisons_of.get(name, []))
     newest = sorted(catalog.runs(), key=lambda r: r.run_id, reverse=True)[:MAX_NEWEST]
     latest_change = {}
@@ -352,11 +353,14 @@ def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
 
 def _trend_specs(cache: bcache.BuildCache | None, versions: list[str], runs: list[Run], newest_ids: set[str],
                  totals: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
-    """charts.trend_specs, kept in the cache by its inputs (Altair takes a quarter of a second a model)."""
-    compute = lambda: charts.trend_specs(versions, runs, newest_ids, totals)  # noqa: E731
+    """The model's trend charts (totals, then step throughput), kept in the cache by their inputs (Altair takes
+    a quarter of a second a model): the runs' keys cover their totals and step records."""
+    def compute() -> dict[str, Any]:
+        return {**charts.trend_specs(versions, runs, newest_ids, totals), **charts.step_trend_specs(versions, runs, newest_ids)}
+
     if cache is None:
         return compute()
-    inputs = [versions, [[r.version, r.run_id, totals[r.run_id]] for r in runs], sorted(newest_ids)]
+    inputs = [versions, [[r.version, r.run_id, cache.key_of(r)] for r in runs], sorted(newest_ids)]
     return cache.memo("trends", inputs, compute)
 
 

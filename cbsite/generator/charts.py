@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from typing import Any, Sequence
 from urllib.parse import quote
 
 import altair as alt
 import vl_convert
 
+from cbsite import throughput
 from cbsite.archive import Run
 
 TREND_METRICS = (
@@ -56,8 +58,8 @@ def _finish(chart: alt.TopLevelMixin) -> dict[str, Any]:
 
 
 # Axis number formats (d3-format): SI prefixes for counts and bytes (40M, not 40,000,000); milliseconds as
-# plain significant digits.
-AXIS_FORMAT = {"latency_ms": "~g", "flops": "~s", "param_bytes": "~s", "peak_memory_bytes": "~s", "bytes_moved": "~s"}
+# plain significant digits (".3~r": 10, not "~g"'s 1e+1).
+AXIS_FORMAT = {"latency_ms": ".3~r", "flops": "~s", "param_bytes": "~s", "peak_memory_bytes": "~s", "bytes_moved": "~s"}
 
 
 def trend_specs(versions: Sequence[str], runs: Sequence[Run], newest_ids: set[str],
@@ -87,29 +89,72 @@ def trend_specs(versions: Sequence[str], runs: Sequence[Run], newest_ids: set[st
     specs: dict[str, dict[str, Any]] = {}
     for metric, title in TREND_METRICS:
         rows = [r for r in records if r["metric"] == metric]
-        if not rows:
-            continue
-        x = alt.X("version:N", sort=list(versions), title="version",
-                  axis=alt.Axis(labelAngle=-30 if len(versions) > 6 else 0, labelOverlap="greedy", labelLimit=120))
-        base = alt.Chart(alt.Data(values=rows)).encode(
-            x=x,
-            y=alt.Y("value:Q", title=title, scale=alt.Scale(zero=True), axis=alt.Axis(format=AXIS_FORMAT[metric])),
-            color=alt.Color("phase:N", title="phase"),
-        )
-        line = base.transform_filter("datum.newest").mark_line(point=True)
-        points = base.mark_point(opacity=0.5, size=30).encode(
-            tooltip=[alt.Tooltip("version:N"), alt.Tooltip("run_id:N", title="run"), alt.Tooltip("phase:N"),
-                     alt.Tooltip("value:Q", format=".4~s")]
-        )
-        layers = [line, points]
-        if any("lo" in r for r in rows):
-            band = alt.Chart(alt.Data(values=rows)).transform_filter("datum.newest && isValid(datum.lo)").mark_area(
-                opacity=0.18).encode(x=x, y=alt.Y("lo:Q"), y2=alt.Y2("hi:Q"), color=alt.Color("phase:N", legend=None))
-            layers.insert(0, band)
-        title_params = alt.TitleParams(title + (" (band: p25-p75 of the newest run)" if len(layers) == 3 else ""),
-                                       anchor="start", limit=0, fontSize=12)
-        specs[metric] = _finish(alt.layer(*layers).properties(width="container", height=180, title=title_params))
+        if rows:
+            specs[metric] = _trend_chart(rows, versions, title, AXIS_FORMAT[metric], "phase")
     return specs
+
+
+# The whole model's step (run.json `step`, cbsite/throughput.py): per mode, ms per iteration and examples/s.
+STEP_METRICS = (
+    ("step_ms", "Step time per iteration (ms)"),
+    ("examples_per_s", "Examples per second"),
+)
+STEP_MODES = {"train": "train step", "eval": "eval forward"}
+
+
+def step_trend_specs(versions: Sequence[str], runs: Sequence[Run], newest_ids: set[str]) -> dict[str, dict[str, Any]]:
+    """The step throughput across versions, as `trend_specs` draws the totals: ms per training iteration and per
+    inference forward (band: p25-p75 of the newest run), and examples per second; one series per mode.
+    Empty for a single version or when no run measured its step."""
+    if len(versions) < 2:
+        return {}
+    rows: dict[str, list[dict[str, Any]]] = {metric: [] for metric, _ in STEP_METRICS}
+    for run in runs:
+        for mode, label in STEP_MODES.items():
+            record = throughput.mode_of(run.meta, mode)
+            if record is None:
+                continue
+            common = {"version": run.version, "run_id": run.run_id, "phase": label, "newest": run.run_id in newest_ids}
+            if _number(record.get("ms")):
+                row = {**common, "metric": "step_ms", "value": record["ms"]}
+                if _number(record.get("p25_ms")) and _number(record.get("p75_ms")):
+                    row["lo"], row["hi"] = record["p25_ms"], record["p75_ms"]
+                rows["step_ms"].append(row)
+            if _number(record.get("examples_per_s")):
+                rows["examples_per_s"].append({**common, "metric": "examples_per_s", "value": record["examples_per_s"]})
+    return {metric: _trend_chart(rows[metric], versions, title, AXIS_FORMAT["latency_ms"] if metric == "step_ms" else "~s", "mode")
+            for metric, title in STEP_METRICS if rows[metric]}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _trend_chart(rows: list[dict[str, Any]], versions: Sequence[str], title: str, axis_format: str,
+                 series: str) -> dict[str, Any]:
+    """A line through each version's newest run, a point per run, and the p25-p75 band where rows have one."""
+    x = alt.X("version:N", sort=list(versions), title="version",
+              axis=alt.Axis(labelAngle=-30 if len(versions) > 6 else 0, labelOverlap="greedy", labelLimit=120))
+    base = alt.Chart(alt.Data(values=rows)).encode(
+        x=x,
+        y=alt.Y("value:Q", title=title, scale=alt.Scale(zero=True), axis=alt.Axis(format=axis_format)),
+        color=alt.Color("phase:N", title=series),
+    )
+    line = base.transform_filter("datum.newest").mark_line(point=True)
+    points = base.mark_point(opacity=0.5, size=30).encode(
+        tooltip=[alt.Tooltip("version:N"), alt.Tooltip("run_id:N", title="run"),
+                 alt.Tooltip("phase:N", title=series) if series != "phase" else alt.Tooltip("phase:N"),
+                 alt.Tooltip("value:Q", format=".4~s")]
+    )
+    layers = [line, points]
+    if any("lo" in r for r in rows):
+        band = alt.Chart(alt.Data(values=rows)).transform_filter("datum.newest && isValid(datum.lo)").mark_area(
+            # The same colour encoding as the lines (no `legend=None`: in a layer it would hide the shared legend).
+            opacity=0.18).encode(x=x, y=alt.Y("lo:Q"), y2=alt.Y2("hi:Q"), color=alt.Color("phase:N", title=series))
+        layers.insert(0, band)
+    title_params = alt.TitleParams(title + (" (band: p25-p75 of the newest run)" if len(layers) == 3 else ""),
+                                   anchor="start", limit=0, fontSize=12)
+    return _finish(alt.layer(*layers).properties(width="container", height=180, title=title_params))
 
 
 def _contributors_chart(rows: list[dict[str, Any]], title: str, axis_format: str = "~s") -> dict[str, Any]:
