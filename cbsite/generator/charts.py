@@ -58,8 +58,8 @@ def _finish(chart: alt.TopLevelMixin) -> dict[str, Any]:
 
 
 # Axis number formats (d3-format): SI prefixes for counts and bytes (40M, not 40,000,000); milliseconds as
-# plain significant digits (".3~r": 10, not "~g"'s 1e+1).
-AXIS_FORMAT = {"latency_ms": ".3~r", "flops": "~s", "param_bytes": "~s", "peak_memory_bytes": "~s", "bytes_moved": "~s"}
+# plain significant digits.
+AXIS_FORMAT = {"latency_ms": "~g", "flops": "~s", "param_bytes": "~s", "peak_memory_bytes": "~s", "bytes_moved": "~s"}
 
 
 def trend_specs(versions: Sequence[str], runs: Sequence[Run], newest_ids: set[str],

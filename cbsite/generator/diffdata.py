@@ -115,29 +115,46 @@ def _shares(comps: list[cdiff.ComponentDelta], metric: str, judged: Judged | Non
     return [c.share[metric] for c in comps]
 
 
-def diff_json(rd: cdiff.RunDiff, judged: Judged | None = None) -> dict[str, Any]:
-    """Columnar per-phase component deltas (a 10,000-component diff stays a few MB).
+def _floats(values: list[Any]) -> list[Any]:
+    """Integers (FLOPs, bytes) as floats, so that they are rounded too; whole results are written as integers."""
+    return [float(v) if type(v) is int else v for v in values]
 
-    `latency` (per phase, only when the diff has evidence): the verdict columns of latencydata; `judged`
-    at the top says which (false: latency not judged, the IQR rule marks noise)."""
+
+def _whole(values: list[Any]) -> list[Any]:
+    """Whole floats written as integers ("344000000000", not "344000000000.0")."""
+    return [int(v) if type(v) is float and v.is_integer() and abs(v) < 2 ** 53 else v for v in values]
+
+
+# What the diff page reads (assets/diffpage.js), and no more: a 10,000-component diff must stay small.
+# Base and head values only for latency (the icicle's tooltip); other metrics' values are on the runs' pages.
+SIDE_METRICS = ("latency_ms",)
+DIGITS = 3  # deltas and shares as the one formatter prints them (pages.py: 3 significant digits)
+
+
+def diff_json(rd: cdiff.RunDiff, judged: Judged | None = None) -> dict[str, Any]:
+    """Columnar per-phase component deltas, only what the page reads: a 10,000-component diff stays small.
+
+    `base_path` is null where the component kept its path. `latency` (per phase, only when the diff has
+    evidence): the verdict columns of latencydata; `judged` at the top says which (false: latency not
+    judged, the IQR rule marks noise)."""
     judged = judged or Judged(None, None)
     out: dict[str, Any] = {"metrics": list(cdiff.DIFF_METRICS), "phases": rd.phases, "judged": judged.judged}
     for phase in rd.phases:
         comps = rd.for_phase(phase)
         cols: dict[str, Any] = {
             "path": [c.path for c in comps],
-            "base_path": [c.base_path for c in comps],
+            "base_path": [c.base_path if c.base_path != c.path else None for c in comps],
             "module_type": [c.module_type for c in comps],
             "depth": [c.depth for c in comps],
             "kind": [c.kind for c in comps],
-            "status_base": [c.status_base for c in comps],
-            "status_head": [c.status_head for c in comps],
             "missing": [list(c.missing) for c in comps],
         }
-        for key in ("base", "head", "delta", "self_delta"):
+        for key in ("base", "head", "self_delta"):
             dicts = [getattr(c, key) for c in comps]
-            cols[key] = {m: compact_column([d[m] for d in dicts]) for m in cdiff.DIFF_METRICS}
-        cols["share"] = {m: compact_column(_shares(comps, m, judged)) for m in cdiff.DIFF_METRICS}
+            cols[key] = {m: compact_column([d[m] for d in dicts]) for m in SIDE_METRICS}
+        deltas = [c.delta for c in comps]
+        cols["delta"] = {m: _whole(compact_column(_floats([d[m] for d in deltas]), DIGITS)) for m in cdiff.DIFF_METRICS}
+        cols["share"] = {m: compact_column(_shares(comps, m, judged), DIGITS) for m in cdiff.DIFF_METRICS}
         noise = [c.noise for c in comps]
         cols["noise"] = {m: [d[m] for d in noise] for m in cdiff.DIFF_METRICS}
         latency = latency_columns(judged, comps)
