@@ -58,6 +58,14 @@ def test_committed_run_is_valid(ref):
         assert set(meta["axes"]) == set(meta["options"]) and meta["options"].items() <= run.meta["provider"]["options"].items()
         for kind in ("train", "eval"):
             assert run.meta["step"][kind]["examples_per_s"] > 0 and run.meta["step"][kind]["ms"] > 0, kind
+    elif run.meta.get("distributed"):
+        # A sharded run (torchrun, README "Sharded models"): no plugins; every rank's rows, the slowest rank's
+        # row per component with its imbalance, communication rows that say what they send.
+        world = run.meta["distributed"]["world_size"]
+        assert world >= 2 and run.ranks is not None and run.ranks.height == world * run.rows.height
+        comm = run.rows.filter((run.rows["kind"] == "communication") & (run.rows["status"] == "measured"))
+        assert comm.height and (comm["comm_bytes_sent"] + comm["comm_bytes_received"] > 0).all()
+        assert comm["imbalance"].drop_nulls().min() >= 1.0
     else:
         assert set(DEMO_PLUGINS) <= set(run.meta["config"]["plugins"])  # the demo's set
         for row in run.rows.filter(run.rows["status"] == "measured").to_dicts():

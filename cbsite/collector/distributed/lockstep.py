@@ -57,6 +57,8 @@ class Agreement:
         self.dist = dist
         self.rank = dist.get_rank()
         self.world = dist.get_world_size()
+        # nccl moves CUDA tensors only; gloo CPU ones.
+        self.device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
         self.collective_s = 0.0  # wall seconds spent in agreement collectives (the price of lockstep)
 
     def _timed(self, fn: Callable[[], Any]) -> Any:
@@ -68,9 +70,9 @@ class Agreement:
 
     def decide(self, values: list[float]) -> list[float]:
         """Rank 0's `values`, on every rank."""
-        t = torch.tensor(values, dtype=torch.float64)
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
         self._timed(lambda: self.dist.broadcast(t, src=0))
-        return t.tolist()
+        return t.cpu().tolist()
 
     def barrier(self) -> None:
         self._timed(self.dist.barrier)
