@@ -7,11 +7,13 @@ file. Usage:
     .venv/bin/python benchmarks/build_scale.py                 # 10/30/100 runs x 1,000 components + 1 x 10,000
     .venv/bin/python benchmarks/build_scale.py --runs 10 30 --components 1000 --big 10000
     .venv/bin/python benchmarks/build_scale.py --incremental 300   # add one run to 300 runs, with a build cache
+    .venv/bin/python benchmarks/build_scale.py --bytes 10000       # gzipped bytes of a run and a diff page with data
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
 import platform
 import shutil
@@ -64,9 +66,9 @@ def timed_build(root: Path, out: Path, cache: Path | None) -> float:
     return time.perf_counter() - t
 
 
-def incremental(runs: int, components: int) -> None:
+def incremental(runs: int, components: int, repeat: int = 3) -> None:
     """An archive of `runs` runs built with a build cache (cold: everything computed), then one run added (a new
-    version of one model: one run page's data and one diff computed), then the same again with nothing added."""
+    version of one model: one run page's data and one diff computed), `repeat` times, then a build with nothing added."""
     load = os.getloadavg()
     print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -75,16 +77,51 @@ def incremental(runs: int, components: int) -> None:
         print(f"archive: {runs} runs x {components:,} components, generated in {gen:.1f} s")
         cold = timed_build(root, out, cache)
         print(f"full build, cache cold:           {cold:7.1f} s")
-        synthetic_run(root, "model0", f"v{runs // 5 + 1}", n=components, seed=runs + 1, minutes=runs,
-                      trace_every=max(components // 20, 1), branching=8)
-        grown = timed_build(root, out, cache)
-        print(f"one run added ({runs + 1} runs), cached: {grown:7.1f} s")
+        for k in range(repeat):  # each a new version of one model: its run page, its diff, the model and home pages
+            i = runs + k
+            synthetic_run(root, f"model{i % 5}", f"v{i // 5 + 1}", n=components, seed=i + 1, minutes=i,
+                          trace_every=max(components // 20, 1), branching=8)
+            load = os.getloadavg()[0]
+            grown = timed_build(root, out, cache)
+            print(f"one run added ({i + 1} runs), cached: {grown:7.1f} s   (load average before: {load:.2f})")
         same = timed_build(root, out, cache)
         print(f"nothing added, cached:            {same:7.1f} s")
         pages = len(list(out.rglob("*.html")))
         print(f"pages: {pages}, cache MB: {sum(p.stat().st_size for p in cache.rglob('*') if p.is_file()) / 1e6:.0f}")
     load = os.getloadavg()
     print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+
+
+# What each page fetches besides its HTML (the templates' data-* attributes); shared assets are counted apart.
+RUN_DATA = ("components.json", "roofline.json", "ops.json")
+DIFF_DATA = ("diff.json", "charts.json")
+
+
+def gz_size(path: Path) -> int:
+    return len(gzip.compress(path.read_bytes(), 6)) if path.is_file() else 0
+
+
+def page_bytes(components: int) -> None:
+    """A run page and a diff page of two runs of `components` components: bytes moved with their data, gzipped
+    (level 6, what a web server sends), and the shared assets every page loads once (then cached)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        root, out = Path(tmp) / "runs", Path(tmp) / "site"
+        for i in (1, 2):
+            synthetic_run(root, "big", f"v{i}", n=components, seed=i, minutes=i, scale=1 + (i - 1) * 0.3,
+                          trace_every=max(components // 20, 1), branching=8)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            build_site(root, out, quiet=True)
+        run_dir = next((out / "runs" / "big" / "v2").iterdir())
+        diff_dir = out / "diffs" / "big" / "v1" / "v2"
+        run_files = [run_dir / "index.html"] + [run_dir / n for n in RUN_DATA]
+        diff_files = [diff_dir / "index.html"] + [diff_dir / n for n in DIFF_DATA] + [run_dir / "components.json"]
+        assets = sorted((out / "assets" / "cbsite").glob("*.js")) + sorted((out / "assets" / "cbsite").glob("*.css"))
+        print(f"{components:,} components, gzipped bytes per page with its data:")
+        for label, files in (("run page", run_files), ("diff page", diff_files)):
+            parts = ", ".join(f"{f.name} {gz_size(f) / 1e6:.2f}" for f in files if f.is_file())
+            print(f"  {label}: {sum(map(gz_size, files)) / 1e6:.2f} MB ({parts})")
+        print(f"  shared cbsite assets (once per visit): {sum(map(gz_size, assets)) / 1e6:.2f} MB")
 
 
 def main() -> None:
@@ -94,6 +131,8 @@ def main() -> None:
     ap.add_argument("--big", type=int, default=10000, help="components of the single big run (0: skip)")
     ap.add_argument("--incremental", type=int, default=0, metavar="N",
                     help="only measure adding one run to an archive of N runs with a build cache")
+    ap.add_argument("--bytes", type=int, default=0, metavar="N",
+                    help="only measure the gzipped bytes of a run page and a diff page at N components")
     args = ap.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
     t = time.perf_counter()
@@ -101,6 +140,9 @@ def main() -> None:
     print(f"vega bundle (once per process): {time.perf_counter() - t:.1f} s")
     if args.incremental:
         incremental(args.incremental, args.components)
+        return
+    if args.bytes:
+        page_bytes(args.bytes)
         return
     print(f"{'archive':>22} {'generate s':>10} {'build s':>8} {'ms/run':>7} {'pages':>6} {'max page KB':>11} "
           f"{'max data KB':>11} {'search KB':>9} {'site MB':>8}")

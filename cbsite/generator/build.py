@@ -484,7 +484,8 @@ def _build_into(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool, 
         from cbsite.generator import reuse  # imports MkDocs' plugin base
 
         # Pages are only reused under the stock plugins (reuse.supported) and the previous site's configuration.
-        can_reuse = cache is not None and reuse.supported(project_config(site, [], versioned=versioned)[0]["plugins"])
+        stock = reuse.supported(project_config(site, [], versioned=versioned)[0]["plugins"])
+        can_reuse = cache is not None and stock
         env = pages.environment(str(cache.folder_for("templates")) if cache is not None else None)
         writer = _Writer(docs, env, record.get("pages", {}) if can_reuse else None)
         n_pages, nav = render_docs(catalog, site, docs, warnings, cache, writer)
@@ -501,6 +502,8 @@ def _build_into(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool, 
                       if previous is not None and (previous / src.removesuffix("index.md") / "index.html").is_file()}
             writer.render_deferred(keep=reused)
             plugin = reuse.ReusePlugin(docs, previous, reused, entries)
+        elif stock and project_dir is None:  # every page converted; the temporary docs' files linked, not copied
+            plugin = reuse.ReusePlugin(docs, None, set(), None)
         _mkdocs_build(project, out, strict, quiet, _epoch(catalog.newest_run_time()), plugin)
     previous_runs = record.get("runs", {})
 
@@ -522,7 +525,7 @@ def _build_into(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool, 
     with concurrent.futures.ThreadPoolExecutor(sitedir.IO_THREADS) as pool:
         for found in pool.map(publish, catalog.runs()):
             warnings.extend(found)
-    if cache is not None and plugin is not None:
+    if cache is not None and can_reuse:
         cache.site_pages, cache.site_global = writer.keys, gkey
     return BuildResult(site=out, project=project_dir, warnings=warnings, pages=n_pages, runs=len(catalog.runs()))
 
