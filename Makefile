@@ -18,7 +18,7 @@ FBGEMM_PKG := fbgemm-gpu-cpu==$(FBGEMM_VERSION)
 endif
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: install demo collect-demo site test test-fast clean-venv clean browser gpu-check
+.PHONY: install demo demo-full collect-demo site test test-fast clean-venv clean browser gpu-check
 
 install: $(STAMP)
 
@@ -40,11 +40,18 @@ $(STAMP): pyproject.toml Makefile
 browser:
 	@test -x $(CHROMIUM) || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || echo "chromium could not be installed: browser tests will be skipped"
 
+# `make demo` is the quick first look (about 2 minutes on 2 cores, README); `make demo-full` recollects every demo
+# model with every plugin (about 9 minutes). DEMO_ARGS passes options, e.g. DEMO_ARGS="--runs /tmp/r --out /tmp/s".
+DEMO_ARGS ?=
+
 collect-demo: install
-	$(VENV)/bin/cbsite demo --collect-only
+	$(VENV)/bin/cbsite demo --full --collect-only $(DEMO_ARGS)
 
 demo: install
-	$(VENV)/bin/cbsite demo
+	$(VENV)/bin/cbsite demo $(DEMO_ARGS)
+
+demo-full: install
+	$(VENV)/bin/cbsite demo --full $(DEMO_ARGS)
 
 test: install browser
 	$(PY) -m pytest -q

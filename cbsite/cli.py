@@ -473,10 +473,51 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-# The demo's plugins: trace, ops, log, memory and compile. Compiling every component on CPU takes seconds each,
-# so the demo compiles components down to depth 2 only (--plugin-option compile.max_depth=N changes it).
+# The demo comes in two sizes. `cbsite demo --full` (make demo-full; what collected the committed runs, about
+# 9 minutes on 2 cores) collects every demo model with trace, ops, log, memory and compile, compiling components
+# down to depth 2 (each in a cold inductor cache: seconds per component on CPU), and times the DLRM pair in
+# compare's default six worker processes of eight block pairs.
 DEMO_PLUGINS = ("trace", "ops", "log", "memory", "compile")
 DEMO_PLUGIN_OPTIONS = {"compile": {"max_depth": 2}}
+# `cbsite demo` (make demo), the quick first look, about 2 minutes on 2 cores (README): the DLRM pair is always
+# measured, without compile (the compile plugin alone took ~36 s a model) and in three worker processes of four
+# pairs (its verdicts follow the same rule, with fewer units behind them: more are inconclusive); deepfm, nanogpt
+# and the study are collected only where the archive lacks them unchanged (`_kept_demo_run`: the committed runs
+# count on the machine that collected them). --plugin / --plugin-option replace the plugin choice in both.
+DEMO_QUICK_PLUGINS = ("trace", "ops", "log", "memory")
+DEMO_QUICK_COMPARE = {"processes": 3, "pairs": 4}
+
+
+def _kept_demo_run(runs: Path, provider: str, name: str, version: str, options: dict[str, Any], config: Any) -> Path | None:
+    """A demo run of name@version already in the archive that this collection would repeat: the same provider and
+    options, device (kind and CPU name), dtype, intra-op threads, torch version, phases, depth, budget, and at
+    least the plugins (with the same options) asked for now. The newest such run, or None."""
+    import torch
+
+    from cbsite import archive
+    from cbsite.collector.device import cpu_name
+    from cbsite.collector.profiler import threads_for
+
+    for ref in reversed([r for r in archive.list_runs(runs) if (r.model, r.version) == (name, version)]):
+        try:
+            meta = archive.read_meta(ref.path)
+        except Exception:  # noqa: BLE001 - an unreadable run is no reason to keep it
+            continue
+        got, device, plugins = meta.get("config", {}), meta.get("device", {}), meta.get("config", {}).get("plugins", {})
+        same = (
+            "demo" in meta.get("tags", ()) and meta.get("provider", {}).get("name") == provider
+            and options.items() <= meta.get("provider", {}).get("options", {}).items()
+            and device.get("kind") == config.device and (config.device != "cpu" or device.get("name") == cpu_name())
+            and meta.get("dtype") == config.dtype and got.get("num_threads") == threads_for(config)
+            and meta.get("versions", {}).get("torch") == torch.__version__
+            and list(got.get("phases", ())) == list(config.phases) and got.get("max_depth") == config.max_depth
+            and got.get("min_run_time") == config.min_run_time and not config.include and not config.exclude
+            and all(p in plugins and all(plugins[p].get("options", {}).get(k) == v
+                                         for k, v in config.plugin_options.get(p, {}).items()) for p in config.plugins)
+        )
+        if same:
+            return ref.path
+    return None
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -519,36 +560,47 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from cbsite.collector.collect import CollectRequest, collect
+    import time
+    from dataclasses import replace
 
-    config = _collect_config(args, _plugin_selection(args, DEMO_PLUGINS, DEMO_PLUGIN_OPTIONS))
+    from cbsite.archive import shown
+    from cbsite.collector.collect import CollectRequest, collect
+    from cbsite.collector.session.compare import CompareConfig, compare
+
+    started = time.perf_counter()
+    plugins = (DEMO_PLUGINS, DEMO_PLUGIN_OPTIONS) if args.full else (DEMO_QUICK_PLUGINS, {})
+    config = _collect_config(args, _plugin_selection(args, *plugins))
     if not args.collect_only:  # a site folder that would be refused is refused before minutes of collecting
         from cbsite.generator.sitedir import check_out
 
         check_out(args.out, args.runs)
+    print(f"the {'full' if args.full else 'quick'} demo, on {config.device}, with {', '.join(config.plugins) or 'no plugins'}"
+          + ("" if args.full else " (cbsite demo --full: every model recollected, compiled, timed in more processes)"),
+          flush=True)
     # The two DLRM revisions are measured together (cbsite compare), so their diff page carries latency
     # verdicts; the other models are single runs.
     (provider, name, base_version, base_options), (_, _, head_version, head_options) = DEMO[:2]
+    cfg = CompareConfig() if args.full else CompareConfig(**DEMO_QUICK_COMPARE)
     print(f"comparing {name}@{base_version} and {name}@{head_version} in one session ...", flush=True)
     with _staging_in(args.runs):
-        from cbsite.collector.session.compare import CompareConfig, compare
-
         side = dict(provider=provider, model_name=name, config=config, tags=("demo",))
         result = compare(CollectRequest(options=base_options, version=base_version, **side),
                          CollectRequest(options=head_options, version=head_version, **side),
-                         CompareConfig(), progress=config.progress, say=lambda line: print("  " + line, flush=True))
+                         cfg, progress=config.progress, say=lambda line: print("  " + line, flush=True))
         record = result.save(args.runs)
     verdicts = ", ".join(f"{n} {v}" for v, n in result.record["summary"]["verdicts"].items() if n)
     print(f"  saved {result.base.path}, {result.head.path} and {record} ({result.record['wall_s']:.1f}s; {verdicts})",
           flush=True)
     for provider, name, version, options in DEMO[2:]:
+        kept = None if args.full else _kept_demo_run(args.runs, provider, name, version, options, config)
+        if kept is not None:
+            print(f"kept {name}@{version}: {shown(kept)} was collected the same way on this machine", flush=True)
+            continue
         print(f"collecting {name}@{version} ...", flush=True)
         with _staging_in(args.runs):
             run = collect(CollectRequest(provider=provider, options=options, model_name=name, version=version,
                                          config=config, tags=("demo",)))
         print(f"  saved {run.save(args.runs)}  ({run.meta['wall_time_s']:.1f}s, {run.meta['counts']})", flush=True)
-    from dataclasses import replace
-
     from cbsite import study as cstudy
     from cbsite.collector.executors import run_sweep
 
@@ -560,9 +612,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     failed = [f"{e['label']}: {e['error']}" for e in record["points"] if e["status"] == "failed"]
     if failed:
         raise CbsiteError(f"the demo study {name} has failed points: " + "; ".join(failed))
+    print(f"collected in {time.perf_counter() - started:.0f} s", flush=True)
     if args.collect_only:
         return 0
-    return cmd_build(args)
+    code = cmd_build(args)
+    print(f"demo done in {time.perf_counter() - started:.0f} s", flush=True)
+    return code
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -735,7 +790,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="collect the demo models on CPU and build the site")
     p.add_argument("--out", type=Path, default=Path("site"))
     p.add_argument("--collect-only", action="store_true")
+    p.add_argument("--full", action="store_true",
+                   help="the complete demo (about 9 minutes on 2 cores): every model recollected and compiled to depth 2, "
+                        "the DLRM pair timed in 6 worker processes; by default a quick one (about 2 minutes, README)")
     p.add_argument("--diff", action="append", default=[])
+    p.add_argument("--cache", type=Path, default=None, metavar="DIR",
+                   help="build cache kept between builds (as cbsite build --cache)")
     site_args(p)
     _add_collect_args(p)
     p.set_defaults(func=cmd_demo)
