@@ -69,6 +69,10 @@ def _add_collect_args(p: argparse.ArgumentParser) -> None:
                         "run carries its run-to-run noise; gates judge latency only with 2 or more")
     p.add_argument("--max-component-s", type=float, default=None,
                    help="wall seconds one component and phase may spend in timing (default: 20x --budget, at least 5)")
+    p.add_argument("--memory-limit", default=None, metavar="SIZE",
+                   help="most memory the collecting process may hold on CPU, e.g. 20GB (default: 90%% of what is "
+                        "available at the start); a component that needs more fails as 'out of memory', its "
+                        "children are measured and it is estimated from them")
     p.add_argument("--no-step", action="store_true",
                    help="skip the whole model's training step and eval forward (step throughput in run.json)")
     p.add_argument("--no-progress", action="store_true")
@@ -102,6 +106,7 @@ def _parse_value(value: str) -> Any:
 
 def _collect_config(args: argparse.Namespace, plugins: tuple[tuple[str, ...], dict[str, dict[str, Any]]] | None = None):
     from cbsite.collector import CollectConfig
+    from cbsite.collector.memory import parse_size
 
     names, options = plugins if plugins is not None else _plugin_selection(args)
     return CollectConfig(
@@ -120,7 +125,8 @@ def _collect_config(args: argparse.Namespace, plugins: tuple[tuple[str, ...], di
         step=not args.no_step,
         rounds=args.rounds,
         max_component_s=args.max_component_s,
-        progress=not args.no_progress and sys.stderr.isatty(),
+        memory_limit=None if getattr(args, "memory_limit", None) is None else parse_size(args.memory_limit),
+        progress=not args.no_progress,  # a bar on a terminal, occasional lines in a log (profiler._progress)
     )
 
 
@@ -271,10 +277,23 @@ def _print_run(run: Any, top: int = 15) -> None:
     breakdown = meta.get("breakdown_s")
     if isinstance(breakdown, dict) and breakdown:
         order = ("setup_and_capture", "calibration_start", "components", "components_timed_blocks", "components_plugins",
-                 "components_other", "hierarchy_remeasure", "rounds", "calibration_end_and_peak_checks", "step")
+                 "components_capture", "components_quiet_waits", "components_other", "hierarchy_remeasure", "rounds",
+                 "calibration_end_and_peak_checks", "step")
         keys = [k for k in order if k in breakdown] + sorted(k for k in breakdown if k not in order)
         parts = ", ".join(f"{k.replace('_', ' ')} {breakdown[k]:.1f}s" for k in keys if isinstance(breakdown[k], (int, float)))
         console.print(f"time: {parts}", markup=False, highlight=False)
+    mem = meta.get("memory")
+    if isinstance(mem, dict) and mem:
+        def gib(value: Any) -> str:
+            return f"{value / 2**30:.2f} GiB" if isinstance(value, (int, float)) else "–"
+
+        peak = mem.get("peak_rss_bytes") if mem.get("peak_rss_bytes") is not None else mem.get("peak_device_bytes")
+        oom = mem.get("out_of_memory") or []
+        console.print(
+            f"memory: peak {gib(peak)}, limit {gib(mem.get('limit_bytes'))} ({mem.get('limit_source')}), "
+            f"{mem.get('capture_groups')} capture group(s) in {mem.get('capture_forwards')} forwards"
+            + (f"; out of memory: {len(oom)} component phase(s)" if oom else ""),
+            markup=False, highlight=False)
     warnings = meta.get("warnings")
     for warning in warnings if isinstance(warnings, list) else []:
         console.print(f"[yellow]warning:[/yellow] {escape(str(warning))}")

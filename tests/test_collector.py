@@ -231,7 +231,7 @@ def test_keyed_jagged_tensor_capture_and_replay_match_full_model(fast_config):
             return self.sparse["ebc"](features).values()
 
     wrapper = Wrapper()
-    cap = capture(wrapper, (kjt,), {}, grad=True)
+    cap = capture(wrapper, (kjt,), {}, grad=True, keep_output=True)
     full = cap.output
     for path in ("sparse.ebc", "sparse.ebc.embedding_bags.t0"):
         call = cap.calls[path][0]

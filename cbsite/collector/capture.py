@@ -3,14 +3,22 @@
 Each call of each module is recorded as a `Call` (args and kwargs cloned at hook time, because later
 in-place ops change them), keyed by (path, call index), together with the grad mode and which input
 tensors required grad, so a replay can reproduce exactly what the full model did.
+
+Memory (issue 13): a capture clones only the inputs of the paths asked for (the profiler captures
+group by group and frees each group once measured), clones a tensor that several modules receive once,
+and keeps no output and no autograd graph unless asked. Every capture also takes a census of every
+module: calls, bytes of its inputs, and bytes autograd saved for backward while it ran (its graph),
+which is what the profiler plans its memory with.
 """
 
 from __future__ import annotations
 
 import collections.abc
+import contextlib
 import dataclasses
+import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 import torch
 from torch import nn
@@ -78,13 +86,29 @@ def clone_detached(obj: Any) -> Any:
 
 @dataclass
 class Capture:
-    """Everything one forward pass revealed: calls per module path, in call order."""
+    """Everything one forward pass revealed: calls per module path, in call order, and a census."""
 
     calls: dict[str, list[Call]] = field(default_factory=dict)
     output: Any = None
+    # The census covers every module, kept or not: calls per path, bytes of the distinct input tensors
+    # of all its calls, bytes of the distinct storages autograd saved while it ran (its graph's size).
+    counts: dict[str, int] = field(default_factory=dict)
+    input_bytes: dict[str, int] = field(default_factory=dict)
+    saved_bytes: dict[str, int] = field(default_factory=dict)
+    # False when a `keep_bytes` cap stopped the cloning: then `calls` is empty, only the census counts.
+    complete: bool = True
 
     def call_count(self, path: str) -> int:
-        return len(self.calls.get(path, ()))
+        return self.counts.get(path, len(self.calls.get(path, ())))
+
+    def kept_bytes(self) -> int:
+        """Bytes of the cloned inputs this capture holds (a tensor shared by several calls once)."""
+        seen: dict[int, int] = {}
+        for calls in self.calls.values():
+            for call in calls:
+                for t in tensors_in((call.args, call.kwargs)):
+                    seen.setdefault(id(t), t.numel() * t.element_size())
+        return sum(seen.values())
 
 
 def module_paths(model: nn.Module) -> dict[int, str]:
@@ -92,34 +116,128 @@ def module_paths(model: nn.Module) -> dict[int, str]:
     return {id(m): name for name, m in model.named_modules()}
 
 
-def capture(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, grad: bool) -> Capture:
-    """Run one forward with pre-hooks (with kwargs) on every module; hooks are always removed."""
+class _Cloner:
+    """Clones input tensors once per forward: a tensor several modules receive (a block's input is its
+    first norm's input) is stored once. Keyed by object and version, through a weak reference, so a
+    freed tensor whose id is reused, or one changed in place since, gets its own clone."""
+
+    def __init__(self) -> None:
+        self.memo: dict[int, tuple[weakref.ref, int, torch.Tensor]] = {}
+
+    def clone(self, obj: Any) -> Any:
+        def one(x: Any) -> Any:
+            if not isinstance(x, torch.Tensor):
+                return x
+            hit = self.memo.get(id(x))
+            if hit is not None and hit[0]() is x and hit[1] == x._version:
+                return hit[2]
+            copy = x.detach().clone()
+            try:
+                self.memo[id(x)] = (weakref.ref(x), x._version, copy)
+            except TypeError:  # a tensor subclass without weak references: cloned each time
+                pass
+            return copy
+
+        return pytree.tree_map(one, obj)
+
+
+def _storage_key(t: torch.Tensor) -> tuple[int, int]:
+    try:
+        storage = t.untyped_storage()
+        return storage.data_ptr(), storage.nbytes()
+    except (RuntimeError, NotImplementedError):  # sparse or wrapper tensors have no plain storage
+        return id(t), t.numel() * t.element_size()
+
+
+def capture(
+    model: nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    grad: bool,
+    paths: Collection[str] | None = None,
+    keep_output: bool = False,
+    keep_bytes: int | None = None,
+    census: bool = True,
+) -> Capture:
+    """Run one forward with pre-hooks (with kwargs) on every module; hooks are always removed.
+
+    `paths`: whose inputs to keep (None: every module's). The census covers every module regardless.
+    `keep_output`: keep the model's output, detached (no graph); off by default, since a language
+    model's logits can outweigh everything else a capture holds.
+    `keep_bytes`: stop cloning once the kept inputs pass this many bytes; the capture is then
+    incomplete (`complete` False, no calls) and serves as a census only.
+    `census`: also measure what autograd saves per module (`saved_bytes`); off where only inputs matter.
+    """
     result = Capture()
-    paths = module_paths(model)
+    module_path = module_paths(model)
+    keep = None if paths is None else set(paths)
+    cloner = _Cloner()
+    stack: list[str] = []
+    saved_seen: dict[str, set[tuple[int, int]]] = {}
+    kept = [0]
+    # The model's own parameters and buffers are not the graph's: a Linear saves its weight, which exists anyway.
+    static = {_storage_key(t) for t in list(model.parameters()) + list(model.buffers())}
     handles = []
 
-    def make_hook(path: str) -> Callable[..., None]:
+    def make_pre_hook(path: str) -> Callable[..., None]:
         def hook(module: nn.Module, hook_args: tuple[Any, ...], hook_kwargs: dict[str, Any]) -> None:
             leaves = [x for x in pytree.tree_leaves((hook_args, hook_kwargs)) if isinstance(x, torch.Tensor)]
-            result.calls.setdefault(path, []).append(
-                Call(
-                    args=clone_detached(hook_args),
-                    kwargs=clone_detached(hook_kwargs),
-                    grad_enabled=torch.is_grad_enabled(),
-                    requires_grad=[t.requires_grad for t in leaves],
+            result.counts[path] = result.counts.get(path, 0) + 1
+            distinct = {id(t): t.numel() * t.element_size() for t in leaves}
+            result.input_bytes[path] = result.input_bytes.get(path, 0) + sum(distinct.values())
+            stack.append(path)
+            if result.complete and keep_bytes is not None:
+                kept[0] += sum(t.numel() * t.element_size() for t in leaves if id(t) not in cloner.memo)
+                if kept[0] > keep_bytes:
+                    result.complete = False
+                    result.calls.clear()  # a census only from here: what was cloned is let go
+                    cloner.memo.clear()
+            if result.complete and (keep is None or path in keep):
+                result.calls.setdefault(path, []).append(
+                    Call(
+                        args=cloner.clone(hook_args),
+                        kwargs=cloner.clone(hook_kwargs),
+                        grad_enabled=torch.is_grad_enabled(),
+                        requires_grad=[t.requires_grad for t in leaves],
+                    )
                 )
-            )
 
         return hook
+
+    def post_hook(module: nn.Module, hook_args: Any, output: Any) -> None:
+        if stack:
+            stack.pop()
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        # Attributed to every module running when autograd saves it: a module's graph includes its
+        # children's. A detached alias is returned: nothing is copied, and no reference cycle is made (an
+        # op that saves its own output would otherwise hold its grad_fn through the packed tensor, and the
+        # whole graph would outlive the forward).
+        key = _storage_key(t)
+        if key in static:
+            return t.detach()
+        for path in set(stack):
+            seen = saved_seen.setdefault(path, set())
+            if key not in seen:
+                seen.add(key)
+                result.saved_bytes[path] = result.saved_bytes.get(path, 0) + key[1]
+        return t.detach()
 
     try:
         # Per-module hooks: torchrec calls EmbeddingBags with keyword arguments only, and the global
         # pre-hook API cannot see kwargs.
         for module in model.modules():
-            path = paths[id(module)]
-            handles.append(module.register_forward_pre_hook(make_hook(path), with_kwargs=True))
-        with torch.set_grad_enabled(grad):
-            result.output = model(*args, **kwargs)
+            path = module_path[id(module)]
+            handles.append(module.register_forward_pre_hook(make_pre_hook(path), with_kwargs=True))
+            handles.append(module.register_forward_hook(post_hook, always_call=True))
+        hooks = (torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t) if grad and census
+                 else contextlib.nullcontext())
+        with torch.set_grad_enabled(grad), hooks:
+            output = model(*args, **kwargs)
+        if keep_output:
+            result.output = pytree.tree_map(lambda x: x.detach() if isinstance(x, torch.Tensor) else x, output)
+        del output  # the graph of the whole forward goes with it
     finally:
         for handle in handles:
             handle.remove()
@@ -127,29 +245,30 @@ def capture(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *, 
 
 
 def tensors_in(obj: Any) -> list[torch.Tensor]:
-    """Every tensor inside an output: pytree containers, dataclasses and plain objects' fields."""
+    """Every tensor inside an output: pytree containers, dataclasses and plain objects' fields.
+
+    An explicit stack, not a recursive closure: a nested function that calls itself is a reference
+    cycle (function -> its cell -> function) that holds the found tensors, and with them a whole
+    autograd graph, until the garbage collector runs.
+    """
     found: list[torch.Tensor] = []
     seen: set[int] = set()
-
-    def visit(x: Any) -> None:
+    todo = [obj]
+    while todo:
+        x = todo.pop()
         if id(x) in seen:
-            return
+            continue
         seen.add(id(x))
         if isinstance(x, torch.Tensor):
             found.append(x)
-            return
+            continue
         leaves, spec = pytree.tree_flatten(x)
         if not spec.is_leaf():
-            for leaf in leaves:
-                visit(leaf)
+            todo.extend(reversed(leaves))
         elif dataclasses.is_dataclass(x) and not isinstance(x, type):
-            for f in dataclasses.fields(x):
-                visit(getattr(x, f.name))
+            todo.extend(reversed([getattr(x, f.name) for f in dataclasses.fields(x)]))
         elif hasattr(x, "__dict__") and not isinstance(x, (nn.Module, type)):
-            for value in vars(x).values():
-                visit(value)
-
-    visit(obj)
+            todo.extend(reversed(list(vars(x).values())))
     return found
 
 

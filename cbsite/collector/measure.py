@@ -13,6 +13,7 @@ so every timed iteration does identical work and nothing has to be cleared insid
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ class Block:
     start_s: float  # wall-clock start (epoch seconds)
     wait_s: float  # seconds this process's threads waited for a CPU during the block
     contended: bool
+    cpu_s: float = 0.0  # CPU seconds of the whole process (all intra-op threads) during the block
 
 
 @dataclass
@@ -57,6 +59,7 @@ class Timing:
     flagged: bool = False  # too few uncontended blocks: the latency includes waiting for a CPU
     cut_short: bool = False  # the per-component cap ended timing before the budget was spent
     notes: list[str] = field(default_factory=list)
+    quiet_wait_s: float = 0.0  # wall seconds spent waiting for a quiet machine (not timing)
 
 
 @dataclass
@@ -78,6 +81,9 @@ class TimingConfig:
     max_component_s: float | None = None
     # How long to wait for a quiet machine when blocks keep waiting for a CPU (per wait; at most 3).
     quiet_wait_s: float = 5.0
+    # Bytes of extra backward graphs a component may hold at once to rotate batches (None: no bound).
+    # Past it the graphs are built one at a time, batch by batch between blocks (measure.GraphCycle).
+    graph_allowance_bytes: int | None = None
 
     def cap_s(self) -> float:
         return self.max_component_s if self.max_component_s is not None else max(5.0, 20 * self.min_run_time)
@@ -109,14 +115,44 @@ def block_size(timer: Timer, target_s: float) -> int:
 
 
 def timed_block(timer: Timer, number: int, calls_per_stmt: int, probe: WaitProbe | None = None) -> Block:
-    """Time `number` statements once; note how long this process waited for a CPU meanwhile."""
+    """Time `number` statements once; note how long this process waited for a CPU meanwhile, and
+    its CPU time (outside `timeit`, so the timed region is the Timer's alone)."""
     probe = probe or WaitProbe()
     start = time.time()
     probe.start()
+    cpu0 = time.process_time()
     per_stmt = timer.timeit(number).times[0]
+    cpu = time.process_time() - cpu0
     wall = per_stmt * number
     wait = probe.stop(wall)
-    return Block(per_stmt / calls_per_stmt, number * calls_per_stmt, start, wait, contended(wait, wall))
+    return Block(per_stmt / calls_per_stmt, number * calls_per_stmt, start, wait, contended(wait, wall), cpu)
+
+
+def warm_up(fn: Callable[[], Any], cfg: TimingConfig) -> float:
+    """Up to `cfg.warmup` untimed calls (at least one when asked for any), stopping early once warm-up has
+    taken the budget: a component that runs for a second is warm after one call, and three would triple
+    what its warm-up costs. Returns the seconds of the last call (0.0 without warm-up)."""
+    last, spent = 0.0, 0.0
+    for _ in range(cfg.warmup):
+        t0 = time.perf_counter()
+        fn()
+        _sync(cfg.device)
+        last = time.perf_counter() - t0
+        spent += last
+        if spent >= cfg.min_run_time:
+            break
+    return last
+
+
+def before_block(fn: Callable[[], Any]) -> Callable[[int, int], None]:
+    """The statement's own step before each timed block (a GraphCycle moves to the next batch), or nothing.
+    Called with (block index, blocks expected)."""
+    return getattr(fn, "before_block", None) or (lambda index, expected: None)
+
+
+def expected_blocks(cfg: TimingConfig, block_seconds: float) -> int:
+    """Blocks time_fn will likely take: enough clean ones to hold the budget, at least MIN_BLOCKS."""
+    return max(MIN_BLOCKS, math.ceil(cfg.min_run_time / max(block_seconds, 1e-9)))
 
 
 def summarise(blocks: list[Block]) -> tuple[float, float, float, list[Block], bool]:
@@ -144,15 +180,17 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig) -> Ti
     reporting the waiting. Every block is kept for samples.parquet.
     """
     started = time.perf_counter()
-    for _ in range(cfg.warmup):
-        fn()
-    _sync(cfg.device)
+    last_warm = warm_up(fn, cfg)
     timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=cfg.num_threads)
-    number = block_size(timer, cfg.block_s())
+    # A statement whose warm call already outlasts a block needs no sizing runs: one call per block.
+    number = 1 if last_warm >= cfg.block_s() else block_size(timer, cfg.block_s())
+    step = before_block(fn)
+    expected = expected_blocks(cfg, max(cfg.block_s(), last_warm * number))
     blocks: list[Block] = []
     probe = WaitProbe()
-    waits, since_wait, cut_short = 0, 0, False
+    waits, since_wait, cut_short, quiet_wait = 0, 0, False, 0.0
     while True:
+        step(len(blocks), expected)
         block = timed_block(timer, number, calls_per_stmt, probe)
         blocks.append(block)
         good = [b for b in blocks if not b.contended]
@@ -166,7 +204,9 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig) -> Ti
             if waits >= MAX_QUIET_WAITS:
                 break  # the machine stayed busy: keep what there is and flag it
             waits, since_wait = waits + 1, 0
+            t0 = time.perf_counter()
             wait_for_quiet(min(cfg.quiet_wait_s, max(0.0, cfg.cap_s() - (time.perf_counter() - started))))
+            quiet_wait += time.perf_counter() - t0
     median, p25, p75, used, flagged = summarise(blocks)
     n_contended = sum(b.contended for b in blocks)
     notes = []
@@ -179,16 +219,14 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig) -> Ti
     if cut_short:
         notes.append(f"cut short: timing stopped at the {cfg.cap_s():.3g} s per-component cap with {len(blocks)} blocks")
     per_call = 1e3
-    # CPU time of the whole process (all intra-op threads) over a short loop outside the blocks: beside
-    # the wall latency it shows how parallel the component runs.
-    loops = max(1, min(sum(b.calls for b in blocks) // calls_per_stmt, int(cfg.min_run_time / 4 / max(median * calls_per_stmt, 1e-9))))
-    cpu0 = time.process_time()
-    for _ in range(loops):
-        fn()
-    _sync(cfg.device)
-    cpu_ms = (time.process_time() - cpu0) / loops / calls_per_stmt * per_call
+    # CPU time of the whole process (all intra-op threads) during the blocks the median uses: beside the
+    # wall latency it shows how parallel the component runs. Read around each block, so it costs no runs.
+    cpu_ms = sum(b.cpu_s for b in used) / max(1, sum(b.calls for b in used)) * per_call
     device_ms = None
     if cfg.device.startswith("cuda"):
+        # Device time from CUDA events over a short loop outside the blocks.
+        loops = max(1, min(sum(b.calls for b in blocks) // calls_per_stmt,
+                           int(cfg.min_run_time / 4 / max(median * calls_per_stmt, 1e-9))))
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(loops):
@@ -209,6 +247,7 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig) -> Ti
         flagged=flagged,
         cut_short=cut_short,
         notes=notes,
+        quiet_wait_s=quiet_wait,
     )
 
 
@@ -237,13 +276,55 @@ def _mutated_inputs(module: nn.Module, call: Call) -> bool:
     return any(t._version != v for t, v in zip(leaves, before))
 
 
+Graph = tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]  # (roots, grad_outputs, wrt)
+
+
+def _grad(graph: Graph) -> Any:
+    roots, grads, wrt = graph
+    return torch.autograd.grad(roots, wrt, grads, retain_graph=True, allow_unused=True)
+
+
+class GraphCycle:
+    """The backward statement when the graphs of every batch would not fit in memory together: one
+    graph at a time, the batches taken in turn between timed blocks instead of call by call.
+
+    Each batch gets a run of consecutive blocks (expected blocks / batches); the graph of the next batch
+    is built (untimed) only after the previous one is freed, so the component holds one graph, as a
+    training step does. A component this large streams its working set from memory on every call, so
+    whether consecutive calls see the same batch does not change what is cached.
+    """
+
+    def __init__(self, build: Callable[[int], Graph], batches: int, first: Graph) -> None:
+        self.build = build
+        self.batches = batches
+        self.index = 0
+        self.graph: Graph | None = first
+        self.switches = 0
+
+    def __call__(self) -> Any:
+        return _grad(self.graph)
+
+    def before_block(self, index: int, expected: int) -> None:
+        per_batch = max(1, expected // self.batches)
+        wanted = (index // per_batch) % self.batches
+        if wanted != self.index:
+            self.graph = None  # freed first: never two graphs at once
+            self.graph = self.build(wanted)
+            self.index = wanted
+            self.switches += 1
+
+
 class ComponentMeasurement:
     """Replays one module's captured calls (several batches in rotation) for each phase."""
 
-    def __init__(self, module: nn.Module, batches: list[list[Call]], cfg: TimingConfig) -> None:
+    def __init__(self, module: nn.Module, batches: list[list[Call]], cfg: TimingConfig,
+                 graph_bytes: int | None = None) -> None:
         self.module = module
         self.batches = [b for b in batches if b]
         self.cfg = cfg
+        # Bytes autograd saves in one forward of this component (the capture's census), for the
+        # decision between holding every batch's graph and building them one at a time.
+        self.graph_bytes = graph_bytes
         self.calls_per_batch = len(self.batches[0])
         self.inplace = _mutated_inputs(module, self.batches[0][0])
         self.params = [p for p in module.parameters() if p.requires_grad]
@@ -303,6 +384,8 @@ class ComponentMeasurement:
                 self._run(inputs, modes)
 
             return forward_fn
+        if graphs is None and not self.graphs_fit():
+            return GraphCycle(lambda i: self._graph(self.batches[i], seed=i), len(self.batches), self._graph(self.batches[0], seed=0))
         graphs = graphs or [self._graph(batch, seed=i) for i, batch in enumerate(self.batches)]
 
         def backward_fn() -> None:
@@ -316,7 +399,7 @@ class ComponentMeasurement:
         first = self.batches[0]
         first_inputs = [c.replay_inputs(with_grad=c.grad_enabled) for c in first]
         first_modes = [c.grad_enabled for c in first]
-        _, counts = count(lambda: self._run(first_inputs, first_modes))
+        counts = count(lambda: self._run(first_inputs, first_modes))[1]  # the output (and its graph) is let go at once
         timing = time_fn(self.rotation("forward"), self.calls_per_batch, self.cfg)
         peak = _peak(self.cfg.device, lambda: self._run(first_inputs, first_modes))
         notes = ["timed with a copy of the inputs per run (in-place module)"] if self.inplace else []
@@ -348,18 +431,34 @@ class ComponentMeasurement:
         grads = [torch.randn(r.shape, dtype=r.dtype, device=r.device, generator=gen) for r in roots]
         return roots, grads, wrt
 
+    def graphs_fit(self) -> bool:
+        """May the backward graphs of every batch be held at once (within the allowance)?"""
+        allowance = self.cfg.graph_allowance_bytes
+        if allowance is None or self.graph_bytes is None or len(self.batches) < 2:
+            return True
+        return (len(self.batches) - 1) * self.graph_bytes <= allowance
+
     def backward(self) -> PhaseResult:
-        graphs = [self._graph(batch, seed=i) for i, batch in enumerate(self.batches)]
-        graph = graphs[0]
-
-        def grad_of(graph: tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]) -> Any:
-            roots, grads, wrt = graph
-            return torch.autograd.grad(roots, wrt, grads, retain_graph=True, allow_unused=True)
-
-        _, counts = count(lambda: grad_of(graph))
-        timing = time_fn(self.rotation("backward", graphs), self.calls_per_batch, self.cfg)
-        peak = _peak(self.cfg.device, lambda: grad_of(graph))
+        graph = self._graph(self.batches[0], seed=0)
+        counts = count(lambda: _grad(graph))[1]
+        # The peak of one warm call (the counting pass warmed it), before timing: a graph cycle may hold
+        # another batch's graph once timing ends.
+        peak = _peak(self.cfg.device, lambda: _grad(graph))
         notes = []
+        if self.graphs_fit():
+            graphs = [graph] + [self._graph(batch, seed=i) for i, batch in enumerate(self.batches[1:], 1)]
+            statement: Callable[[], Any] = self.rotation("backward", graphs)
+            del graphs
+        else:
+            statement = GraphCycle(lambda i: self._graph(self.batches[i], seed=i), len(self.batches), graph)
+            notes.append(
+                f"backward graphs built one batch at a time (rotation batch by batch between blocks): the graphs "
+                f"of {len(self.batches)} batches would hold {len(self.batches) * self.graph_bytes / 2**20:,.0f} MiB "
+                f"at once, past the collection's allowance of {self.cfg.graph_allowance_bytes / 2**20:,.0f} MiB"
+            )
+        del graph
+        timing = time_fn(statement, self.calls_per_batch, self.cfg)
+        del statement
         live = sum(c.grad_enabled for c in self.batches[0])
         if live < self.calls_per_batch:
             notes.append(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import sys
 import tempfile
 import time
 import traceback
@@ -26,7 +27,7 @@ from torch import nn
 
 from cbsite import archive, schema, tree
 from cbsite.collector.capture import Capture, capture, moved, refuse_iterators
-from cbsite.collector import hierarchy
+from cbsite.collector import hierarchy, memory
 from cbsite.collector.session import rounds
 from cbsite.collector.device import describe_device
 from cbsite.collector.measure import BLOCKS_PER_BUDGET, ComponentMeasurement, NothingToDifferentiate, PhaseResult, TimingConfig
@@ -74,6 +75,9 @@ class CollectConfig:
     max_component_s: float | None = None
     # The whole model's training step and inference forward, timed besides the components (step.py).
     step: bool = True
+    # Bytes the collecting process's data segment may reach (CPU; None: 90 % of what is available at the
+    # start). An allocation past it fails the component that made it: `failed: out of memory` (memory.py).
+    memory_limit: int | None = None
     progress: bool = True
     # Plugins by name (profilers, preprocessors, reporters) and their options {plugin: {key: value}}.
     plugins: tuple[str, ...] = ()
@@ -88,6 +92,9 @@ class CollectConfig:
             problems.append(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
         if not isinstance(self.rounds, int) or self.rounds < 1:
             problems.append(f"rounds must be a whole number of at least 1, got {self.rounds!r}")
+        if self.memory_limit is not None and (isinstance(self.memory_limit, bool) or not isinstance(self.memory_limit, int)
+                                              or self.memory_limit <= 0):
+            problems.append(f"the memory limit must be a whole number of bytes above 0, got {self.memory_limit!r}")
         if self.max_component_s is not None and not _seconds(self.max_component_s, float("inf")):
             problems.append(f"the per-component cap must be a finite number of seconds above 0, got {self.max_component_s!r}")
         if not _seconds(self.min_run_time, MAX_BUDGET_S):  # nan would never end timing, inf neither
@@ -129,7 +136,8 @@ def _static_size(module: nn.Module) -> tuple[int, int]:
 def _error_text(exc: BaseException) -> str:
     last = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
     where = f" (at {last[0].filename.rsplit('/', 1)[-1]}:{last[0].lineno})" if last else ""
-    return f"{type(exc).__name__}: {exc}{where}"[:2000]
+    oom = f"{memory.OOM_PREFIX}: " if memory.is_out_of_memory(exc) else ""
+    return f"{oom}{type(exc).__name__}: {exc}{where}"[:2000]
 
 
 @dataclass
@@ -177,11 +185,12 @@ def _measure(
     cfg: TimingConfig,
     plugged: _Plugged | None = None,
     on_phase: Callable[[str], None] = lambda phase: None,
+    graph_bytes: int | None = None,
 ) -> dict[str, _Outcome]:
     outcomes: dict[str, _Outcome] = {}
     measurement = None
     try:
-        measurement = ComponentMeasurement(module, batches, cfg)
+        measurement = ComponentMeasurement(module, batches, cfg, graph_bytes)
         shapes = measurement.input_shapes()
     except Exception as exc:  # noqa: BLE001 - any failure of user code is recorded, never fatal
         outcomes = {p: _Outcome("failed", error=_error_text(exc), traceback=_traceback_text(exc)) for p in phases}
@@ -259,19 +268,92 @@ def profile_model(
     caller_threads = torch.get_num_threads()
     torch.set_num_threads(threads_for(config))
     try:
-        with preserved(model):  # the caller's model is left as it was found: values, dtype, device, RNG (restore.py)
+        # The caller's model is left as it was found: values, dtype, device, RNG (restore.py). The memory
+        # limit turns an allocation that would summon the OOM killer into a failed component (memory.py).
+        with preserved(model), memory.MemoryLimit(config.memory_limit, torch.device(config.device)) as limit:
             return _profile(model, batches, config, model_name, version, provider, preprocessing, inputs_description, tags,
-                            notes, request)
+                            notes, request, limit)
     finally:
         torch.set_num_threads(caller_threads)  # a notebook keeps its own setting
 
 
-def _captured(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], grad: bool, index: int) -> Capture:
+def _captured(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], grad: bool, index: int,
+              keep_bytes: int | None = None) -> Capture:
     """The capture of one batch; a forward that raises is the user's to fix: one line, the traceback in a file."""
     try:
-        return capture(model, args, kwargs, grad=grad)
+        return capture(model, args, kwargs, grad=grad, keep_bytes=keep_bytes)
     except Exception as exc:  # noqa: BLE001 - the user's model, not cbsite
+        if memory.is_out_of_memory(exc):
+            raise CbsiteError(
+                f"the model's own forward on example batch {index} does not fit in memory ({_error_text(exc)}); "
+                "give a larger --memory-limit, a smaller batch (-o batch_size=...) or a smaller model"
+            ) from exc
         raise user_code_error(f"the model's forward on example batch {index}", exc, "forward") from exc
+
+
+class _CaptureOutOfMemory(Exception):
+    """Capturing one component's inputs alone ran out of memory."""
+
+
+class _Captures:
+    """Captured inputs group by group, in measuring order (memory.py): a component's calls are captured
+    with the components after it that fit the allowance, and the previous group is dropped first."""
+
+    def __init__(self, model: nn.Module, batches: Sequence[Inputs], grad: bool, plan: memory.Plan, census: Capture) -> None:
+        self.model, self.batches, self.grad, self.plan = model, batches, grad, plan
+        # Batch 0's inputs of every module when the census could keep them within the allowance (small
+        # models): then groups need no forward of batch 0, and a model captures in as many forwards as
+        # it has batches, as before the plan.
+        self.batch0 = census.calls if census.complete else None
+        self.held: dict[str, list[list[Any]]] = {}
+        self.groups = 0
+        self.forwards = 0
+        self.seconds = 0.0
+        self.most_bytes = 0  # the largest group's cloned inputs
+
+    def calls(self, path: str, candidates: Callable[[], list[str]]) -> list[list[Any]]:
+        """Per batch, the captured calls of `path` (captured now, with a group, if not held)."""
+        if path not in self.held:
+            started = time.perf_counter()
+            group = self.plan.group([path] + [c for c in candidates() if c != path])  # starts with `path`
+            try:
+                self._capture(group)
+            except _CaptureOutOfMemory:
+                if len(group) == 1:
+                    raise
+                self._capture([path])  # the group did not fit: this component alone
+            finally:
+                self.seconds += time.perf_counter() - started
+        return self.held[path]
+
+    def _capture(self, group: list[str]) -> None:
+        self.held = {}  # the previous group's inputs are freed before the next are cloned
+        self.groups += 1
+        held_bytes = 0
+        for i, (args, kwargs) in enumerate(self.batches):
+            wanted = [p for p in group if i < self.plan.batches_for(p)]
+            if not wanted:
+                continue
+            if i == 0 and self.batch0 is not None:
+                for p in wanted:
+                    self.held.setdefault(p, []).append(self.batch0.get(p, []))
+                continue
+            try:
+                cap = capture(self.model, args, kwargs, grad=self.grad, paths=wanted, census=False)
+            except Exception as exc:  # noqa: BLE001 - the census forward succeeded, so only memory can differ
+                self.held = {}
+                if memory.is_out_of_memory(exc):
+                    raise _CaptureOutOfMemory(_error_text(exc)) from exc
+                raise user_code_error(f"the model's forward on example batch {i}", exc, "forward") from exc
+            self.forwards += 1
+            held_bytes += cap.kept_bytes()
+            for p in wanted:
+                self.held.setdefault(p, []).append(cap.calls.get(p, []))
+        self.most_bytes = max(self.most_bytes, held_bytes)
+
+    def drop(self) -> None:
+        self.held = {}
+        self.batch0 = None
 
 
 # Intra-op threads when --threads is not given: one on CPU. Measured (benchmarks/threads.py, README "Why one
@@ -319,6 +401,7 @@ def _profile(
     tags: Sequence[str],
     notes: str,
     request: Any = None,
+    limit: memory.MemoryLimit | None = None,
 ) -> archive.Run:
     started = time.perf_counter()
     device = torch.device(config.device)
@@ -332,13 +415,19 @@ def _profile(
 
     grad = "backward" in config.phases
     stages = _Stages(started)  # where the wall time goes (run.json `breakdown_s`)
-    captures: list[Capture] = [_captured(model, args, kwargs, grad, i) for i, (args, kwargs) in enumerate(batches)]
+    # The census: one forward of batch 0 that keeps no inputs, only what every module received and how
+    # much its graph saved; the memory plan (memory.py) comes from it and the model's own size.
+    model_bytes = _static_size(model)[0]
+    census = _captured(model, *batches[0], grad, 0, keep_bytes=memory.provisional_allowance(model_bytes))
+    mem_plan = memory.plan(census.input_bytes, model_bytes, census.saved_bytes.get("", 0), len(batches),
+                           memory.cache_bytes(device))
+    captures = _Captures(model, batches, grad, mem_plan, census)
     stages.done("setup_and_capture")
     components = component_tree(model)
     modules = dict(model.named_modules())
     plan = PlanConfig(config.max_depth, config.include, config.exclude)
     timing = TimingConfig(config.min_run_time, config.warmup, num_threads, config.device,
-                          max_component_s=config.max_component_s)
+                          max_component_s=config.max_component_s, graph_allowance_bytes=mem_plan.allowance_bytes)
     device_info = describe_device(
         device, dtype, peak_flops=config.peak_flops, peak_bandwidth=config.peak_bandwidth, calibrate=config.calibrate
     )
@@ -360,7 +449,13 @@ def _profile(
     progress = _progress(config.progress, len(order))
     with progress:
         task = progress.add_task("collecting", total=len(order))
-        for comp in order:
+
+        def planned(comp: Component) -> bool:
+            """Will this component likely be measured (so its inputs are worth capturing with a group)?"""
+            return ((config.max_depth is None or comp.depth <= config.max_depth) and census.call_count(comp.path) > 0
+                    and not selected(comp, plan))
+
+        for position, comp in enumerate(order):
             progress.update(task, advance=1)
             # A parent that failed or cannot be called alone is estimated from its children: they
             # are measured even beyond --max-depth. A parent skipped by a filter is not.
@@ -369,7 +464,7 @@ def _profile(
             if comp.path != "" and (comp.parent not in in_run or not (within or parent_fell_back)):
                 continue
             in_run.add(comp.path)
-            calls = captures[0].call_count(comp.path)
+            calls = census.call_count(comp.path)
             reason = selected(comp, plan)
             if calls == 0 and not comp.is_leaf:
                 why = "container: never called on its own"
@@ -382,16 +477,32 @@ def _profile(
             if reason:
                 outcomes[comp.path] = {p: _Outcome("skipped", error=reason) for p in config.phases}
                 continue
-            per_batch = [cap.calls.get(comp.path, []) for cap in captures]
+            name = comp.path or model_name
+            progress.update(task, description=f"{escape(name)} · capturing inputs")
+            try:
+                per_batch = captures.calls(comp.path, lambda: [c.path for c in order[position:] if planned(c)])
+            except _CaptureOutOfMemory as exc:
+                why = f"{memory.OOM_PREFIX}: capturing its inputs alone did not fit ({exc})"
+                outcomes[comp.path] = {p: _Outcome("failed", error=why) for p in config.phases}
+                continue
             plugged = _Plugged(runner, comp, device, dtype, artifacts) if runner and artifacts else None
 
-            def on_phase(phase: str, name: str = comp.path or model_name) -> None:
+            def on_phase(phase: str, name: str = name) -> None:
                 progress.update(task, description=f"{escape(name)} · {phase}")
 
-            outcomes[comp.path] = _measure(modules[comp.path], per_batch, config.phases, timing, plugged, on_phase)
-
+            outcomes[comp.path] = _measure(modules[comp.path], per_batch, config.phases, timing, plugged, on_phase,
+                                           census.saved_bytes.get(comp.path))
+            if mem_plan.batches_for(comp.path) < len(batches):
+                for outcome in outcomes[comp.path].values():
+                    outcome.notes.append(
+                        f"replayed on batch 0 only: its inputs ({census.input_bytes.get(comp.path, 0) / 2**20:,.0f} MiB) "
+                        f"exceed the last-level cache ({mem_plan.cache_bytes / 2**20:,.0f} MiB), so rotating batches would "
+                        "not change what is cached; the other batches were not captured")
+            for outcome in outcomes[comp.path].values():
+                outcome.measurement = None  # its captured inputs go with the group; rebuilt on demand below
     stages.done("components")
-    rows = _rows(components, in_run, outcomes, captures[0], modules, config.phases, model_name, version)
+    measurements = _Remeasure(order, outcomes, captures, modules, timing, census)
+    rows = _rows(components, in_run, outcomes, census, modules, config.phases, model_name, version)
     run_id = archive.new_run_id()
     for row in rows:
         row["run_id"] = run_id
@@ -403,7 +514,7 @@ def _profile(
     # Children slower than their parents beyond both intervals are timed again, interleaved with them.
     pair_index = {(s["path"], s["phase"]): s["pair"] for s in samples}
     extra, remeasured = hierarchy.remeasure(
-        rows, lambda path, phase: _statement_of(outcomes.get(path, {}).get(phase), phase),
+        rows, measurements.statement,
         timing.block_s(), num_threads, run_id,
         lambda path, phase: pair_index.get((path, phase), -1) + 1,
     )
@@ -416,15 +527,19 @@ def _profile(
                                 (session_record or {}).pop("flagged_notes", None))
     stages.done("rounds")
     hierarchy_record = hierarchy.check(rows, remeasured)
-    peak_warnings = check_peaks(rows, device_info, lambda path, phase: _replay_of(outcomes.get(path, {}).get(phase), phase))
+    peak_warnings = check_peaks(rows, device_info, measurements.replay)
+    measurements.drop()
     stages.done("calibration_end_and_peak_checks")
     counts = {s: sum(1 for r in rows if r["phase"] == config.phases[0] and r["status"] == s) for s in schema.STATUSES}
     # Every failed phase of every component, as measured: a failed parent is estimated from its children
     # and a failed backward has no row in the counts phase, yet both failed.
     counts["failed"] = sum(1 for per in outcomes.values() for o in per.values() if o.status == "failed")
+    out_of_memory = sorted(f"{path or '<root>'} ({phase})" for path, per in outcomes.items() for phase, o in per.items()
+                           if o.status == "failed" and (o.error or "").startswith(memory.OOM_PREFIX))
     step = collect_step(model, batches, config, num_threads, request) if config.step else None
     stages.done("step")
     timed_s = sum(o.result.timing.timed_s for per in outcomes.values() for o in per.values() if o.result)
+    quiet_s = sum(o.result.timing.quiet_wait_s for per in outcomes.values() for o in per.values() if o.result)
     meta = {
         "schema_version": schema.SCHEMA_VERSION,
         "run_id": run_id,
@@ -456,10 +571,10 @@ def _profile(
         # Seconds inside timed regions: what no collector can avoid; the rest is capture, warm-up,
         # counting passes and calibration.
         "timed_s": round(timed_s, 3),
-        "breakdown_s": stages.record(timed_s, sum(runner.seconds.values())),
+        "breakdown_s": stages.record(timed_s, sum(runner.seconds.values()), captures.seconds, quiet_s),
         "counts": counts,
         "components": len(in_run),
-        "warnings": load_warnings + _load_warnings(num_threads, "after") + peak_warnings,
+        "warnings": load_warnings + _load_warnings(num_threads, "after") + peak_warnings + _memory_warnings(out_of_memory, limit),
         "counts_phase": config.phases[0],
         "step": step,
         "rounds": noise["rounds"],
@@ -467,6 +582,14 @@ def _profile(
         "samples": {"file": archive.SAMPLES_FILE, "rows": len(samples)} if samples else None,
         "session": session_record,
         "hierarchy": hierarchy_record,
+        "memory": {
+            **(limit.record() if limit else {}), **mem_plan.record(),
+            "capture_groups": captures.groups, "capture_forwards": captures.forwards + 1,  # + the census
+            "largest_capture_bytes": captures.most_bytes,
+            "peak_rss_bytes": memory.peak_rss_bytes() if device.type == "cpu" else None,
+            "peak_device_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
+            "out_of_memory": out_of_memory,
+        },
     }
     table = pl.from_arrow(archive.rows_to_table(rows))
     run = archive.Run(meta=meta, rows=table, artifacts=artifacts, ops=_ops_frame(runner.ops, run_id, model_name, version),
@@ -542,15 +665,27 @@ class _Stages:
         self.seconds[stage] = self.seconds.get(stage, 0.0) + now - self.last
         self.last = now
 
-    def record(self, timed_s: float, plugins_s: float) -> dict[str, Any]:
-        """The stages, with the components stage split into its timed blocks, its plugins and the rest
-        (warm-ups, block sizing, counting and memory passes)."""
+    def record(self, timed_s: float, plugins_s: float, capture_s: float = 0.0, quiet_s: float = 0.0) -> dict[str, Any]:
+        """The stages, with the components stage split into its timed blocks, its plugins, the captures
+        of its groups, waits for a quiet machine and the rest (warm-ups, block sizing, counting and
+        memory passes)."""
         out = {k: round(v, 3) for k, v in self.seconds.items()}
         components = self.seconds.get("components", 0.0)
         out["components_timed_blocks"] = round(timed_s, 3)
         out["components_plugins"] = round(plugins_s, 3)
-        out["components_other"] = round(max(0.0, components - timed_s - plugins_s), 3)
+        out["components_capture"] = round(capture_s, 3)
+        out["components_quiet_waits"] = round(quiet_s, 3)
+        out["components_other"] = round(max(0.0, components - timed_s - plugins_s - capture_s - quiet_s), 3)
         return out
+
+
+def _memory_warnings(out_of_memory: list[str], limit: memory.MemoryLimit | None) -> list[str]:
+    if not out_of_memory:
+        return []
+    cap = f" under the limit of {limit.bytes / 2**30:.2f} GiB ({limit.source})" if limit and limit.bytes else ""
+    named = ", ".join(out_of_memory[:8]) + (f" and {len(out_of_memory) - 8} more" if len(out_of_memory) > 8 else "")
+    return [f"{len(out_of_memory)} component phase(s) ran out of memory{cap}: {named}; they are failed, their children "
+            "measured and their parents estimated from them (give a larger --memory-limit to measure them whole)"]
 
 
 def _plugins_record(selection: registry.Selection, status: dict[str, str], seconds: dict[str, float]) -> dict[str, Any]:
@@ -583,6 +718,10 @@ def _report(run: archive.Run, selection: registry.Selection) -> None:
 
 
 def _progress(enabled: bool, total: int):
+    """A live bar on a terminal; where stderr is a file or a pipe (a CI log, nohup), a plain line at most
+    every LINE_EVERY_S seconds, so a long collection still says where it is."""
+    if enabled and not sys.stderr.isatty():
+        return _LineProgress()
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     return Progress(
@@ -594,6 +733,44 @@ def _progress(enabled: bool, total: int):
         disable=not enabled,
         transient=False,
     )
+
+
+class _LineProgress:
+    """The part of rich's Progress the collector uses, written as occasional plain lines to stderr."""
+
+    LINE_EVERY_S = 30.0
+
+    def __init__(self) -> None:
+        self.tasks: dict[int, dict[str, Any]] = {}
+        self.last = 0.0
+
+    def __enter__(self) -> "_LineProgress":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for task in self.tasks.values():
+            self._line(task, final=True)
+
+    def add_task(self, description: str, total: int) -> int:
+        self.tasks[len(self.tasks)] = {"description": description, "title": description, "total": total, "done": 0,
+                                       "started": time.perf_counter()}
+        return len(self.tasks) - 1
+
+    def update(self, task_id: int, advance: int = 0, completed: int | None = None, description: str | None = None) -> None:
+        task = self.tasks[task_id]
+        task["done"] = completed if completed is not None else task["done"] + advance
+        if description is not None:
+            task["description"] = description
+        if time.perf_counter() - self.last >= self.LINE_EVERY_S:
+            self._line(task)
+
+    def _line(self, task: dict[str, Any], final: bool = False) -> None:
+        self.last = time.perf_counter()
+        elapsed = self.last - task["started"]
+        done, total = task["done"], task["total"]
+        left = f", about {elapsed / done * (total - done):.0f} s left" if 0 < done < total else ""
+        where = "done" if final else task["description"]
+        print(f"cbsite: {task['title']} {done}/{total} ({where}), {elapsed:.0f} s elapsed{left}", file=sys.stderr, flush=True)
 
 
 def _rows(
@@ -636,18 +813,50 @@ def _rows(
     return rows
 
 
-def _statement_of(outcome: _Outcome | None, phase: str) -> tuple[Callable[[], Any], int] | None:
-    """A measured component's timed statement of `phase` and its calls per statement, for re-measurement."""
-    if outcome is None or outcome.status != "measured" or outcome.measurement is None:
-        return None
-    return outcome.measurement.rotation(phase), outcome.measurement.calls_per_batch
+class _Remeasure:
+    """Measured components rebuilt on demand after the loop, whose captures were dropped, for the
+    hierarchy re-measurement and the peak checks: re-captured group by group as they are asked for."""
 
+    def __init__(self, order: Sequence[Component], outcomes: dict[str, dict[str, _Outcome]], captures: _Captures,
+                 modules: dict[str, nn.Module], timing: TimingConfig, census: Capture) -> None:
+        self.outcomes, self.captures, self.modules, self.timing, self.census = outcomes, captures, modules, timing, census
+        self.measured = [c.path for c in order if any(o.status == "measured" for o in outcomes.get(c.path, {}).values())]
+        self.built: dict[str, ComponentMeasurement] = {}
 
-def _replay_of(outcome: _Outcome | None, phase: str) -> Callable[[], Any] | None:
-    """A measured component's replay of `phase`, for check_peaks; None where there is none."""
-    if outcome is None or outcome.status != "measured" or outcome.measurement is None:
-        return None
-    return outcome.measurement.replay(phase)
+    def _measurement(self, path: str, phase: str) -> ComponentMeasurement | None:
+        outcome = self.outcomes.get(path, {}).get(phase)
+        if outcome is None or outcome.status != "measured":
+            return None
+        if path in self.built:
+            return self.built[path]
+        if path not in self.captures.held:
+            self.built = {}  # a new group replaces the held one: measurements of the old one are let go
+        at = self.measured.index(path)
+        try:
+            calls = self.captures.calls(path, lambda: self.measured[at:])
+            built = ComponentMeasurement(self.modules[path], calls, self.timing, self.census.saved_bytes.get(path))
+        except (_CaptureOutOfMemory, MemoryError, CbsiteError):  # a model that no longer runs: nothing re-measured
+            return None
+        except Exception as exc:  # noqa: BLE001 - measured once already; an allocation failure now is memory
+            if memory.is_out_of_memory(exc):
+                return None
+            raise
+        self.built[path] = built
+        return built
+
+    def statement(self, path: str, phase: str) -> tuple[Callable[[], Any], int] | None:
+        """A measured component's timed statement of `phase` and its calls per statement."""
+        m = self._measurement(path, phase)
+        return None if m is None else (m.rotation(phase), m.calls_per_batch)
+
+    def replay(self, path: str, phase: str) -> Callable[[], Any] | None:
+        """A measured component's replay of `phase` (batch 0), for check_peaks."""
+        m = self._measurement(path, phase)
+        return None if m is None else m.replay(phase)
+
+    def drop(self) -> None:
+        self.built = {}
+        self.captures.drop()
 
 
 def _estimate(rows: list[dict[str, Any]], phases: Sequence[str], peak_flops: float | None, peak_bw: float | None) -> list[dict[str, Any]]:

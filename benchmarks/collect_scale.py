@@ -1,0 +1,135 @@
+"""How a collection's memory and time grow with the model (issue 13), against a plain training step.
+
+For each case, in fresh processes one after another (never two at once, so they do not disturb each other):
+
+1. **plain step**: the provider's model and batch 0, `torch.set_num_threads(1)` as the collector times,
+   three iterations of zero_grad, forward, `output.mean().backward()` and an SGD step at lr 0; the
+   process's peak resident memory (ru_maxrss) and the median iteration time.
+2. **collection**: `cbsite collect PROVIDER -o ... --no-progress` into a temporary archive with the
+   default budget; its own peak (ru_maxrss, run.json `memory.peak_rss_bytes`), wall time and the time
+   inside timed blocks (`timed_s`, the components' blocks, plus the whole-model step's blocks), and the
+   breakdown run.json records (`breakdown_s`).
+
+It prints one table of measured figures and ratios (collection peak / plain-step peak, wall / timed)
+and the machine with its load before and after. Timings on a shared machine are data, not pass/fail;
+nothing here asserts.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/collect_scale.py [--cases tiny,small,medium-2x128,medium-8x512,dlrm-small,dlrm-medium] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CASES = {
+    "tiny": ("nanogpt", {"size": "tiny"}),
+    "small": ("nanogpt", {"size": "small"}),
+    "medium-2x128": ("nanogpt", {"size": "medium", "batch_size": 2, "seq_len": 128}),
+    "medium-8x512": ("nanogpt", {"size": "medium"}),
+    "dlrm-small": ("dlrm", {"size": "small"}),
+    "dlrm-medium": ("dlrm", {"size": "medium"}),
+}
+
+PLAIN_STEP = r"""
+import json, resource, statistics, sys, time, torch
+from cbsite.collector.providers import provide
+torch.set_num_threads(1)
+options = json.loads(sys.argv[2])
+p = provide(sys.argv[1], options, batches=1)
+model, inputs = p.model.train(), p.inputs[0]
+opt = torch.optim.SGD([q for q in model.parameters() if q.requires_grad], lr=0.0)
+times = []
+for _ in range(3):
+    t = time.perf_counter()
+    opt.zero_grad(set_to_none=True)
+    out = model(*inputs.args, **inputs.kwargs)
+    outs = out if isinstance(out, (tuple, list)) else [out]
+    sum(o.float().mean() for o in outs if isinstance(o, torch.Tensor) and o.requires_grad).backward()
+    opt.step()
+    del out, outs
+    times.append(time.perf_counter() - t)
+print(json.dumps({"peak_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                  "step_s": statistics.median(times)}))
+"""
+
+
+def _load() -> float:
+    return os.getloadavg()[0]
+
+
+def plain_step(provider: str, options: dict) -> dict:
+    done = subprocess.run([sys.executable, "-c", PLAIN_STEP, provider, json.dumps(options)], capture_output=True, text=True)
+    if done.returncode != 0:
+        return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def collection(provider: str, options: dict, extra: list[str]) -> dict:
+    with tempfile.TemporaryDirectory(prefix="cbsite-scale-") as runs:
+        cmd = [sys.executable, "-m", "cbsite", "collect", provider, "--runs", runs, "--no-progress", *extra]
+        for k, v in options.items():
+            cmd += ["-o", f"{k}={v}"]
+        started = time.perf_counter()
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.perf_counter() - started
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip().splitlines()
+            return {"error": tail[-1] if tail else f"exit {done.returncode} (killed?)", "process_wall_s": wall}
+        meta = json.loads(next(Path(runs).rglob("run.json")).read_text())
+    step_timed = 0.0
+    for mode in ("train", "eval"):
+        record = (meta.get("step") or {}).get(mode) or {}
+        step_timed += sum(b.get("seconds", 0.0) * b.get("calls", 0) for b in record.get("blocks") or [])
+    return {
+        "process_wall_s": wall, "wall_s": meta["wall_time_s"], "timed_s": meta["timed_s"], "step_timed_s": step_timed,
+        "peak_bytes": meta["memory"]["peak_rss_bytes"], "memory": meta["memory"], "breakdown_s": meta["breakdown_s"],
+        "components": meta["components"], "counts": meta["counts"],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--extra", default="", help="extra `cbsite collect` arguments, e.g. '--budget 0.05'")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load {_load():.2f} at start",
+          flush=True)
+    results = {}
+    for name in args.cases.split(","):
+        provider, options = CASES[name]
+        load0 = _load()
+        plain = plain_step(provider, options)
+        got = collection(provider, options, args.extra.split())
+        results[name] = {"plain": plain, "collection": got, "load": [load0, _load()]}
+        print(json.dumps({name: results[name]}), flush=True)
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=1))
+    gib = 2**30
+    print(f"\n{'case':14s} {'plain GiB':>9s} {'coll GiB':>9s} {'ratio':>6s} {'step s':>7s} {'wall s':>7s} {'timed s':>8s} "
+          f"{'wall/timed':>10s} {'capture':>8s} {'other':>7s} {'waits':>6s} {'load':>9s}")
+    for name, r in results.items():
+        p, c = r["plain"], r["collection"]
+        if "error" in c or "error" in p:
+            print(f"{name:14s} {c.get('error') or p.get('error')}")
+            continue
+        timed = c["timed_s"] + c["step_timed_s"]
+        b = c["breakdown_s"]
+        print(f"{name:14s} {p['peak_bytes'] / gib:9.2f} {c['peak_bytes'] / gib:9.2f} {c['peak_bytes'] / p['peak_bytes']:6.2f} "
+              f"{p['step_s']:7.2f} {c['wall_s']:7.1f} {timed:8.1f} {c['wall_s'] / timed:10.2f} "
+              f"{b.get('components_capture', 0):8.1f} {b.get('components_other', 0):7.1f} {b.get('components_quiet_waits', 0):6.1f} "
+              f"{r['load'][0]:4.1f}-{r['load'][1]:4.1f}")
+    print(f"load {_load():.2f} at the end")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,229 @@
+"""Memory of a collection: what it may hold beside the model, and where it must stop.
+
+A collection holds the model, the inputs it captured and, per component, the backward graphs of the
+batches it rotates through. Without a plan those grow with the model: every module's inputs of every
+batch plus one whole-model graph per batch (4.65 GB against a 1.82 GB plain step at GPT-2 small,
+batch 2 x 128). The plan here bounds both by the model's own footprint:
+
+* **Capture groups**: the components are taken in their breadth-first measuring order and cut into
+  groups whose captured inputs fit `EXTRA_FRACTION` of the footprint (parameters and buffers plus the
+  bytes autograd saves in one forward of the whole model); each group is captured, measured and freed
+  before the next. One extra forward per group and batch is the price.
+* **Rotation where it matters**: batches rotate so that ids and activations of one batch do not stay hot
+  in cache. A component whose inputs of one batch exceed the last-level cache streams them from memory
+  on every call anyway, so it is replayed on batch 0 only (its row says so) and its other batches are
+  never captured.
+* **Graphs**: a component may hold the backward graphs of all its batches only if the extra ones fit the
+  same allowance; otherwise they are built one at a time (measure.GraphCycle).
+
+**Out of memory is a result** (`MemoryLimit`): on CPU the collecting process's data segment is capped
+with `RLIMIT_DATA` (`--memory-limit`, by default what the machine has available), so an allocation
+past it raises in the component that made it instead of calling the kernel's OOM killer on the whole
+collection; CUDA raises `OutOfMemoryError` by itself. Either becomes `failed: out of memory` for that
+component and phase, its children are measured and the parent estimated from them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from cbsite.errors import CbsiteError
+
+EXTRA_FRACTION = 0.25  # of the model's footprint, for captured inputs; as much again for extra graphs
+MIN_ALLOWANCE = 64 * 2**20  # small models: capture everything at once, as before
+DEFAULT_CACHE_BYTES = 32 * 2**20
+OOM_PREFIX = "out of memory"
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12,
+          "ki": 2**10, "kib": 2**10, "mi": 2**20, "mib": 2**20, "gi": 2**30, "gib": 2**30, "ti": 2**40, "tib": 2**40}
+
+
+def parse_size(text: str | int | float) -> int:
+    """Bytes from `24GB`, `1.5GiB`, `800MB` or a plain number of bytes."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        if text <= 0:
+            raise CbsiteError(f"a memory limit must be above 0 bytes, got {text}")
+        return int(text)
+    m = _SIZE.match(str(text))
+    if not m or (m.group(2) or "").lower() not in _UNITS:
+        raise CbsiteError(f"memory limit {text!r}: give a size such as 24GB, 1.5GiB or 800MB")
+    value = float(m.group(1)) * _UNITS[(m.group(2) or "").lower()]
+    if value <= 0:
+        raise CbsiteError(f"a memory limit must be above 0 bytes, got {text!r}")
+    return int(value)
+
+
+def cache_bytes(device: torch.device) -> int:
+    """The last-level cache a component's inputs compete for: the CPU's L3 (sysfs), a GPU's L2."""
+    if device.type == "cuda":
+        size = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)
+        return int(size) or DEFAULT_CACHE_BYTES
+    best = 0
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in os.listdir(base):
+            try:
+                with open(f"{base}/{entry}/size") as f:
+                    best = max(best, parse_size(f.read().strip().upper().replace("K", "KiB").replace("M", "MiB")))
+            except (OSError, CbsiteError):
+                continue
+    except OSError:
+        pass
+    return best or DEFAULT_CACHE_BYTES
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one collection may hold beside the model, from the census of batch 0's forward."""
+
+    footprint_bytes: int  # parameters and buffers + bytes saved by one forward of the whole model
+    allowance_bytes: int  # captured inputs at once; extra backward graphs at once (each)
+    cache_bytes: int  # inputs above this per batch: replayed on batch 0 only
+    batches: int  # batches captured for the run
+    input_bytes: dict[str, int]  # per component, its inputs in one forward (all calls)
+
+    def batches_for(self, path: str) -> int:
+        """Batches a component rotates through: all, or batch 0 alone when its inputs outgrow the cache."""
+        return 1 if self.input_bytes.get(path, 0) > self.cache_bytes else self.batches
+
+    def group(self, candidates: Sequence[str]) -> list[str]:
+        """The next capture group: `candidates` in order while their inputs fit the allowance (at least one)."""
+        chosen: list[str] = []
+        held = 0
+        for path in candidates:
+            need = self.input_bytes.get(path, 0) * self.batches_for(path)
+            if chosen and held + need > self.allowance_bytes:
+                break
+            chosen.append(path)
+            held += need
+        return chosen
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "footprint_bytes": self.footprint_bytes, "allowance_bytes": self.allowance_bytes,
+            "cache_bytes": self.cache_bytes,
+            "batch0_only": sorted(p for p in self.input_bytes if self.batches_for(p) < self.batches),
+        }
+
+
+def provisional_allowance(model_bytes: int) -> int:
+    """What the census may keep of batch 0's inputs before the graph's size is known: the allowance
+    from the parameters alone (the real one, with the graph, is at least this)."""
+    return max(MIN_ALLOWANCE, int(EXTRA_FRACTION * model_bytes))
+
+
+def plan(input_bytes: dict[str, int], model_bytes: int, saved_bytes: int, batches: int, cache: int) -> Plan:
+    """The plan of a collection from batch 0's census (capture.Capture) and the model's static size."""
+    footprint = model_bytes + saved_bytes
+    allowance = max(MIN_ALLOWANCE, int(EXTRA_FRACTION * footprint))
+    return Plan(footprint, allowance, cache, batches, dict(input_bytes))
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """An allocation that failed: CUDA's OutOfMemoryError, Python's MemoryError, or the CPU allocator's
+    ENOMEM (what RLIMIT_DATA produces)."""
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return True
+    text = str(exc)
+    return "can't allocate memory" in text or "Cannot allocate memory" in text or "out of memory" in text.lower()
+
+
+def _status_kb(field: str) -> int | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def data_bytes() -> int | None:
+    """This process's data segment (VmData: heap and private anonymous mappings), what RLIMIT_DATA caps."""
+    return _status_kb("VmData")
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory so far (ru_maxrss)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def available_bytes() -> int | None:
+    """What the machine can still give: MemAvailable, or less where a cgroup limit says so."""
+    avail = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        with open("/sys/fs/cgroup/memory.current") as f:
+            used = int(f.read().strip())
+        if limit != "max":
+            room = int(limit) - used
+            avail = room if avail is None else min(avail, room)
+    except (OSError, ValueError):
+        pass
+    return avail
+
+
+AUTO_SHARE = 0.9  # of what is available when the collection starts: the rest for the OS and neighbours
+
+
+class MemoryLimit:
+    """Caps the process's data segment for the duration of a `with` block (CPU only), then restores it.
+
+    `limit`: bytes the data segment may reach; None: the data segment now plus AUTO_SHARE of what the
+    machine has available. Where RLIMIT_DATA cannot be set (not Linux), nothing is capped and
+    `record()` says so.
+    """
+
+    def __init__(self, limit: int | None, device: torch.device) -> None:
+        self.asked = limit
+        self.device = device
+        self.bytes: int | None = None
+        self.source = "none"
+        self.previous: tuple[int, int] | None = None
+
+    def __enter__(self) -> "MemoryLimit":
+        if self.device.type != "cpu" or not hasattr(resource, "RLIMIT_DATA"):
+            self.source = "not capped (CUDA raises OutOfMemoryError itself)" if self.device.type == "cuda" else "not capped"
+            return self
+        now = data_bytes()
+        if self.asked is not None:
+            if now is not None and self.asked <= now:
+                raise CbsiteError(
+                    f"--memory-limit {self.asked / 2**30:.2f} GiB is below what the process already holds "
+                    f"({now / 2**30:.2f} GiB with the model loaded); give a larger limit"
+                )
+            self.bytes, self.source = self.asked, "given (--memory-limit)"
+        else:
+            avail = available_bytes()
+            if now is None or avail is None:
+                return self
+            self.bytes, self.source = now + int(AUTO_SHARE * avail), f"auto: {AUTO_SHARE:.0%} of the memory available at the start"
+        soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        self.previous = (soft, hard)
+        wanted = self.bytes if hard == resource.RLIM_INFINITY else min(self.bytes, hard)
+        if soft == resource.RLIM_INFINITY or wanted < soft:
+            resource.setrlimit(resource.RLIMIT_DATA, (wanted, hard))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.previous is not None:
+            resource.setrlimit(resource.RLIMIT_DATA, self.previous)
+            self.previous = None
+
+    def record(self) -> dict[str, Any]:
+        return {"limit_bytes": self.bytes, "limit_source": self.source}

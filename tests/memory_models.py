@@ -1,0 +1,112 @@
+"""Models and scripts for the memory tests (test_collect_memory.py), run in fresh processes.
+
+Each script prints one JSON line. Peaks are the process's own (ru_maxrss) above its resident memory
+just before the work starts, so the interpreter, torch and the built model are not counted: what is
+compared is what a plain training step adds against what a collection adds.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+
+import torch
+from torch import nn
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+
+def peak_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class Tile(nn.Module):
+    """Widens its input 16 times: large activations for little compute."""
+
+    def forward(self, x):
+        return x.repeat(1, 16)
+
+
+class Squash(nn.Module):
+    def forward(self, x):
+        return torch.tanh(x) * 0.5 + x.sigmoid()
+
+
+class Narrow(nn.Module):
+    def forward(self, x):
+        return x[:, :256].contiguous()
+
+
+def wide_model() -> tuple[nn.Module, torch.Tensor]:
+    """An embedding table (100 MB of parameters) and element-wise layers on 64 MB activations: a
+    footprint of several hundred MB that a 2-core machine computes in milliseconds per layer."""
+    torch.manual_seed(0)
+    blocks = [nn.Sequential(Tile(), nn.GELU(), Squash(), Narrow()) for _ in range(2)]
+    model = nn.Sequential(nn.EmbeddingBag(100_000, 256, mode="sum"), *blocks)
+    ids = torch.randint(100_000, (4096, 8))
+    return model, ids
+
+
+def plain_step() -> dict:
+    model, ids = wide_model()
+    import cbsite.collector.profiler  # noqa: F401 - the same imports as the collection, before the baseline
+
+    base = rss_bytes()
+    for _ in range(2):
+        model.zero_grad(set_to_none=True)
+        model(ids).sum().backward()
+    return {"added": peak_bytes() - base}
+
+
+def collection() -> dict:
+    model, ids = wide_model()
+    from cbsite.collector import CollectConfig, profile
+
+    config = CollectConfig(min_run_time=0.005, warmup=1, calibrate=False, peak_flops=1e11, peak_bandwidth=1e10,
+                           progress=False)
+    base = rss_bytes()
+    run = profile(model, ids, config=config)
+    return {"added": peak_bytes() - base, "statuses": sorted(set(run.table()["status"].to_list())),
+            "memory": run.meta["memory"]}
+
+
+class Pair(nn.Module):
+    """Two 128 MB layers: either one's backward fits the limit the test sets, both at once do not."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8192, 4096)
+        self.b = nn.Linear(4096, 8192)
+
+    def forward(self, x):
+        return self.b(self.a(x))
+
+
+def over_the_limit() -> dict:
+    from collections import OrderedDict
+
+    from cbsite.collector import CollectConfig, profile
+    from cbsite.collector.memory import data_bytes
+
+    torch.manual_seed(0)
+    model = nn.Sequential(OrderedDict(pair=Pair()))
+    x = torch.randn(4, 8192)
+    # Room for one layer's backward (its 128 MB weight gradient, twice while FLOPs are counted) and what
+    # the collector itself needs, not for both layers' at once.
+    limit = data_bytes() + 272 * 2**20
+    config = CollectConfig(min_run_time=0.005, warmup=1, calibrate=False, peak_flops=1e11, peak_bandwidth=1e10,
+                           progress=False, max_depth=1, step=False, memory_limit=limit)
+    run = profile(model, x, config=config)
+    rows = {(r["path"], r["phase"]): {k: r[k] for k in ("status", "error", "latency_ms", "notes")}
+            for r in run.table().to_dicts()}
+    return {"rows": {f"{p}|{ph}": v for (p, ph), v in rows.items()}, "memory": run.meta["memory"],
+            "warnings": run.meta["warnings"], "limit": limit, "weight_ok": bool(torch.isfinite(model.pair.a.weight).all())}
+
+
+if __name__ == "__main__":
+    print(json.dumps({"plain_step": plain_step, "collection": collection, "over_the_limit": over_the_limit}[sys.argv[1]](),
+                     default=str))
