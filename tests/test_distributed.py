@@ -172,3 +172,29 @@ def test_a_schedule_that_differs_between_ranks_is_refused_naming_the_component()
         verify_schedule(_Gathered([same, other]), same)
     with pytest.raises(CbsiteError, match="rank 1: nothing"):
         verify_schedule(_Gathered([same, same[:1]]), same)
+
+
+@pytest.mark.parametrize("provider", ["dlrm", "deepfm", "dlrm-synthetic"])
+def test_the_sharding_option_is_checked_up_front_and_asks_for_torchrun(provider):
+    """Outside torchrun (no process group) a sharding plan is refused with the command that launches it; bad
+    values are reported with every other bad option, before anything is built."""
+    from cbsite.collector.providers import provide
+    from cbsite.errors import CbsiteError
+
+    with pytest.raises(CbsiteError, match="torchrun --nproc-per-node N -m cbsite collect"):
+        provide(provider, {"size": "tiny", "sharding": "row-wise"})
+    with pytest.raises(CbsiteError, match=r"batch_size=0.*sharding='diagonal'"):
+        provide(provider, {"size": "tiny", "sharding": "diagonal", "batch_size": 0})
+    with pytest.raises(CbsiteError, match="compute_kernel"):
+        provide(provider, {"size": "tiny", "compute_kernel": "fused"})
+    with pytest.raises(CbsiteError, match="data_parallel, which runs the dense kernel only"):
+        provide(provider, {"size": "tiny", "sharding": "data_parallel", "compute_kernel": "fused"})
+
+
+def test_distributed_without_torchrun_says_how_to_launch(tmp_path, monkeypatch):
+    from cbsite.cli import main
+
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    assert main(["collect", "dlrm", "-o", "size=tiny", "-o", "sharding=row_wise", "--distributed",
+                 "--runs", str(tmp_path)]) == 2

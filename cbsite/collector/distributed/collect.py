@@ -126,9 +126,8 @@ def collect_distributed(request: CollectRequest, group: Group) -> archive.Run | 
         _report(store, group.rank, f"lost the other ranks during {stage.now}")
         reports, silent = _reported(store, group.world_size, group.rank)
         said = "; ".join(f"rank {r} reported: {t}" for r, t in sorted(reports.items()))
-        gone = [r for r in silent if not reports.get(r, "").startswith("lost")]
-        who = (f"rank{'s' if len(gone) > 1 else ''} {', '.join(map(str, gone))} stopped without a report (killed or crashed)"
-               if gone else "")
+        who = (f"rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))} stopped without a report (killed or crashed)"
+               if silent else "")
         raise CbsiteError(
             f"rank {group.rank}: a collective failed during {stage.now} ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
             f"{'; '.join(x for x in (who, said) if x) or 'no other rank reported'}. The job stops and writes no run"
@@ -162,7 +161,10 @@ def _collect(request: CollectRequest, group: Group, stage: Stage) -> archive.Run
     try:
         with stage.at("the warm-up forward"), torch.set_grad_enabled(grad):
             inner(*batches[0][0], **batches[0][1])  # torchrec creates the input dists on the first forward
-        found = pieces(inner)
+        # Pieces appear under their owner: an owner beyond --max-depth has no row to hang them on.
+        found_all = pieces(inner)
+        found = [p for p in found_all if _within(p.owner, config.max_depth)]
+        left_out = sorted({p.owner for p in found_all} - {p.owner for p in found})
         promote_grad_buffers(found)
         with stage.at("the capture forwards"):
             captured = capture_pieces(inner, found, batches, grad)
@@ -172,7 +174,8 @@ def _collect(request: CollectRequest, group: Group, stage: Stage) -> archive.Run
             probes = _probe(found, captured, timing)
         comm_pieces = set().union(*agree.gather(sorted(p for p, t in probes.items() if t.communicates)))
         comm_modules = set().union(*agree.gather(sorted(captured.communicating)))
-        schedule = _schedule(inner, found, comm_modules, comm_pieces, config.phases)
+        schedule = _schedule(inner, found, {m for m in comm_modules if _within(m, config.max_depth)}, comm_pieces,
+                             config.phases)
         with stage.at("comparing the lockstep schedule"):
             verify_schedule(agree, schedule)
         lock_started = time.perf_counter()
@@ -208,7 +211,22 @@ def _collect(request: CollectRequest, group: Group, stage: Stage) -> archive.Run
         torch.set_num_threads(caller_threads)
     if group.rank != 0:
         return None
-    return ranks.merged_run(run, gathered, group, schedule, _plan_of(prepared))
+    merged = ranks.merged_run(run, gathered, group, schedule, _plan_of(prepared))
+    if left_out:
+        depth = min(_depth(o) for o in left_out)
+        merged.meta["warnings"] = list(merged.meta.get("warnings") or []) + [
+            f"--max-depth {config.max_depth} leaves out the sharded collection{'s' if len(left_out) > 1 else ''} "
+            f"{', '.join(left_out)}: their input dists, lookups and output dists were not measured; use --max-depth {depth} or more"]
+        merged.meta["distributed"]["owners_left_out"] = left_out
+    return merged
+
+
+def _depth(path: str) -> int:
+    return 0 if path == "" else path.count(".") + 1
+
+
+def _within(path: str, max_depth: int | None) -> bool:
+    return max_depth is None or _depth(path) <= max_depth
 
 
 def _plan_of(prepared: Any) -> Any:

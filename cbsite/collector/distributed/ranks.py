@@ -77,8 +77,9 @@ def rank_rows(run: archive.Run, found: list[Piece], comm_modules: set[str], comm
         elif isinstance(outcome, str):
             _not_measured(row, outcome)
     rows += _piece_rows(rows, found, comm_pieces, lockstep, local, probes, rank, peak_flops, peak_bw)
+    piece_paths = {p.path for p in found}
     for r in rows:
-        if r["path"] in {p.path for p in found}:
+        if r["path"] in piece_paths:
             outcome = lockstep.get((r["path"], r["phase"])) or local.get((r["path"], r["phase"]))
             blocks = outcome.result.timing.blocks if isinstance(outcome, LockstepResult) else (
                 outcome.timing.blocks if isinstance(outcome, PhaseResult) else [])
