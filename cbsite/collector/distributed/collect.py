@@ -40,6 +40,7 @@ from cbsite.collector.distributed.discovery import Captured, Piece, Resolved, ca
 from cbsite.collector.distributed.group import Group
 from cbsite.collector.distributed.lockstep import Agreement, LockstepResult, measure
 from cbsite.collector.measure import ComponentMeasurement, NothingToDifferentiate, PhaseResult, TimingConfig
+from cbsite.collector.plan import PlanConfig, component_tree, selected
 from cbsite.collector.profiler import DTYPES, profile_model, threads_for
 from cbsite.errors import CbsiteError
 
@@ -174,8 +175,7 @@ def _collect(request: CollectRequest, group: Group, stage: Stage) -> archive.Run
             probes = _probe(found, captured, timing)
         comm_pieces = set().union(*agree.gather(sorted(p for p, t in probes.items() if t.communicates)))
         comm_modules = set().union(*agree.gather(sorted(captured.communicating)))
-        schedule = _schedule(inner, found, {m for m in comm_modules if _within(m, config.max_depth)}, comm_pieces,
-                             config.phases)
+        schedule = _schedule(inner, found, _planned(inner, comm_modules, config), comm_pieces, config.phases)
         with stage.at("comparing the lockstep schedule"):
             verify_schedule(agree, schedule)
         lock_started = time.perf_counter()
@@ -219,6 +219,13 @@ def _collect(request: CollectRequest, group: Group, stage: Stage) -> archive.Run
             f"{', '.join(left_out)}: their input dists, lookups and output dists were not measured; use --max-depth {depth} or more"]
         merged.meta["distributed"]["owners_left_out"] = left_out
     return merged
+
+
+def _planned(inner: nn.Module, paths: set[str], config: Any) -> set[str]:
+    """The communicating modules the run has rows for: within --max-depth and selected by --include/--exclude."""
+    plan = PlanConfig(config.max_depth, config.include, config.exclude)
+    return {c.path for c in component_tree(inner)
+            if c.path in paths and _within(c.path, config.max_depth) and selected(c, plan) is None}
 
 
 def _depth(path: str) -> int:
