@@ -22,6 +22,7 @@ on the whole site, so build.py does not reuse pages when there is one (`supporte
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -31,7 +32,6 @@ from typing import Any
 
 from mkdocs.plugins import BasePlugin, event_priority
 
-import cbsite
 from cbsite.generator import cache as bcache
 
 SEARCH_NAMES = ("search", "material/search")
@@ -45,11 +45,16 @@ def supported(plugins: list[Any]) -> bool:
 
 
 def global_key(mkdocs_yml: str) -> str:
-    """What every page's HTML depends on besides its own Markdown."""
-    import material
-    import mkdocs
+    """What every page's HTML depends on besides its own Markdown: the configuration (nav included), cbsite's
+    code and templates, and the versions of what converts and renders pages."""
+    def version(dist: str) -> str:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            return "-"
 
-    versions = f"{getattr(cbsite, '__version__', '')} {mkdocs.__version__} {getattr(material, '__version__', '')}"
+    # What converts Markdown and renders the theme, besides cbsite itself (in the fingerprint).
+    versions = " ".join(version(d) for d in ("mkdocs", "mkdocs-material", "markdown", "pymdown-extensions", "jinja2"))
     return hashlib.sha256(f"{bcache.fingerprint()}\0{versions}\0{mkdocs_yml}".encode()).hexdigest()
 
 

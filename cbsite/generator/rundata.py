@@ -80,15 +80,18 @@ class RunData:
     warnings: list[str] = field(default_factory=list)
 
 
-def _safe_link(run: Run, link: str | None, warnings: list[str]) -> str | None:
+def _safe_link(run: Run, link: str | None, warnings: list[str], published: frozenset[str] = frozenset()) -> str | None:
     """A run-relative link to an artifact the site publishes (`artifacts.is_publishable_link`: inside the run's
-    artifacts folder, a real file of a known type); anything else is dropped with a warning."""
+    artifacts folder, a real file of a known type); anything else is dropped with a warning. `published`: the
+    run's publishable files (`artifacts.publishable`, one walk of the folder), a quick yes for most links."""
     if not link:
         return None
     rel = PurePosixPath(link)
     if rel.is_absolute() or ".." in rel.parts or not rel.parts:
         warnings.append(f"run {run.run_id}: ignored link {link!r} that points outside the run folder")
         return None
+    if link in published and not any(part.startswith(".") for part in rel.parts):
+        return rel.as_posix()
     assert run.path is not None
     if not (run.path / rel).is_file():
         warnings.append(f"run {run.run_id}: ignored link {link!r}: the file is missing")
@@ -105,6 +108,8 @@ def components_json(run: Run, warnings: list[str]) -> dict[str, Any]:
     Built from columns, not row dicts: each column is read once and compacted in one pass (`compact_column`).
     """
     rows = run.rows.sort(["order", "phase"])
+    published = frozenset(f"{archive.ARTIFACTS_DIR}/{name}" for _, name in artifacts.publishable(run.path)[0]) \
+        if run.path is not None else frozenset()
     # A path's identity comes from its first row (in order, then phase); a phase's values from its last row.
     first = rows.unique("path", keep="first", maintain_order=True)
     paths: list[str] = first.get_column("path").to_list()
@@ -145,7 +150,7 @@ def components_json(run: Run, warnings: list[str]) -> dict[str, Any]:
         for col in (*PHASE_COLUMNS, *present):
             values = aligned(raw[col]) if col in raw else [None] * n
             if col in LINK_COLUMNS:
-                values = [_safe_link(run, v, warnings) if ok else None for v, ok in zip(values, has_row)]
+                values = [_safe_link(run, v, warnings, published) if ok and v else None for v, ok in zip(values, has_row)]
             elif any(isinstance(v, list) and v and isinstance(v[0], dict) for v in values):
                 # plugin_metrics: [{name, value}] -> ["name=value"], as the details panel lists it
                 values = [[f"{m.get('name')}={_compact(m.get('value'))}" for m in v]
