@@ -98,6 +98,10 @@ def test_one_merged_run_keeps_the_slowest_rank_and_every_rank(sharded_run):
         assert row["latency_ms"] == max(latencies.values()) == latencies[row["rank"]]
         assert row["imbalance"] == pytest.approx(max(latencies.values()) / (sum(latencies.values()) / 2))
     assert sharded_run.samples is not None and sharded_run.samples.height > 0
+    step = meta["step"]  # the DMP model's whole step, in lockstep: DDP all-reduce and backward all-to-alls included
+    assert step["batch_size"] == 2 * step["batch_size_per_rank"]
+    assert step["train"]["ms"] > 0 and step["eval"]["ms"] > 0
+    assert {r["rank"] for r in meta["distributed"]["ranks"]} == {0, 1}
 
 
 def test_a_lookup_replayed_alone_equals_the_captured_output(tmp_path):

@@ -197,13 +197,17 @@ def _collect(request: CollectRequest, group: Group, stage: Stage) -> archive.Run
                                 inputs_description=prepared.inputs_description, tags=request.tags, notes=request.notes)
             local = {(p.path, phase): _local_one(p, phase, captured, timing)
                      for p in found if p.path not in comm_pieces for phase in config.phases}
+        step_record = None
+        if config.step:
+            with stage.at("the lockstep training step and eval forward"):
+                step_record = _step(agree, prepared.model, batches, config, num_threads)
         rows, samples = ranks.rank_rows(run, found, comm_modules, comm_pieces, lockstep, local, probes, group.rank)
         record = {
             "rank": group.rank, "wall_s": round(time.perf_counter() - started, 3),
             "lockstep_wall_s": round(lock_wall, 3), "lockstep_agreement_s": round(lock_agree, 3),
             "lockstep_timed_s": round(sum(r.result.timing.timed_s for r in lockstep.values() if not isinstance(r, str)), 3),
             "local_timed_s": run.meta.get("timed_s"), "host": os.uname().nodename, "pid": os.getpid(),
-            "threads": num_threads,
+            "threads": num_threads, "step": step_record,
         }
         with stage.at("gathering the ranks' rows on rank 0"):
             gathered = _gather_to_zero(group, (rows, samples, record))
@@ -234,6 +238,17 @@ def _depth(path: str) -> int:
 
 def _within(path: str, max_depth: int | None) -> bool:
     return max_depth is None or _depth(path) <= max_depth
+
+
+def _step(agree: Agreement, dmp: nn.Module, batches: list[Any], config: Any, num_threads: int) -> dict[str, Any]:
+    """The whole sharded step in lockstep (distributed/step.py); a model with nothing to train says so."""
+    from cbsite.collector.distributed.step import lockstep_step
+    from cbsite.collector.step import StepNotApplicable, step_config_for
+
+    try:
+        return lockstep_step(agree, dmp, batches, step_config_for(config, num_threads))
+    except StepNotApplicable as exc:  # decided by the model's structure: the same on every rank
+        return {"train": {"status": "skipped", "error": str(exc)}, "eval": {"status": "skipped", "error": str(exc)}}
 
 
 def _plan_of(prepared: Any) -> Any:

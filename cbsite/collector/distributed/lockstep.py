@@ -136,6 +136,39 @@ def _agreed_number(agree: Agreement, timer: Timer, target_s: float) -> tuple[int
         number = int(nxt)
 
 
+def time_statement(agree: Agreement, label: str, stmt: Callable[[], Any], calls: int, cfg: TimingConfig) -> Timing:
+    """Time `stmt` (`calls` calls of the thing measured) on every rank at once: warm-up, calls per block and
+    blocks decided by rank 0, the entry compared across ranks, a barrier before every block."""
+    for _ in range(cfg.warmup):
+        stmt()
+    timer = Timer(stmt="fn()", globals={"fn": stmt}, num_threads=cfg.num_threads)
+    number, per_stmt = _agreed_number(agree, timer, cfg.block_s())
+    block_s = max(per_stmt * number, 1e-9)
+    wanted = max(MIN_BLOCKS, math.ceil(cfg.min_run_time / block_s))
+    n_blocks = int(agree.decide([max(MIN_BLOCKS, min(wanted, int(cfg.cap_s() / block_s)))])[0])
+    agree.verify(label, [label, n_blocks, number, calls])
+    blocks = []
+    probe = WaitProbe()
+    step = getattr(stmt, "before_block", None)  # a statement that rotates batches between blocks
+    for i in range(n_blocks):
+        if step is not None:
+            step(i, n_blocks)  # same index and count on every rank: any forward it runs is in step too
+        agree.barrier()
+        blocks.append(timed_block(timer, number, calls, probe))
+    median, p25, p75, used, flagged = summarise(blocks)
+    agree.barrier()
+    cpu0 = time.process_time()
+    timer.timeit(number)
+    cpu_ms = (time.process_time() - cpu0) / number / calls * 1e3
+    notes = [f"lockstep: {n_blocks} blocks of {number} runs agreed by rank 0, a barrier before each block"]
+    if flagged:
+        notes.append(f"contended: {sum(b.contended for b in blocks)} of {len(blocks)} timed blocks waited for a CPU; "
+                     "lockstep cannot pause for a quiet machine, so this latency includes waiting")
+    return Timing(median_ms=median * 1e3, p25_ms=p25 * 1e3, p75_ms=p75 * 1e3, samples=sum(b.calls for b in used),
+                  cpu_time_ms=cpu_ms, device_time_ms=None, timed_s=sum(b.seconds_per_call * b.calls for b in blocks),
+                  blocks=blocks, contended_blocks=sum(b.contended for b in blocks), flagged=flagged, notes=notes)
+
+
 def measure(agree: Agreement, label: str, measurement: ComponentMeasurement, phase: str, cfg: TimingConfig) -> LockstepResult:
     """Time `phase` of a communicating component on every rank at once (see the module docstring).
 
@@ -150,34 +183,7 @@ def measure(agree: Agreement, label: str, measurement: ComponentMeasurement, pha
     # A collective has no FLOP formula by definition: it is communication, reported in its own columns.
     counts = Counts(counts.flops, counts.bytes_moved, [op for op in counts.unsupported_ops if not op.startswith("c10d")],
                     counts.flops_by_op, counts.op_calls)
-    for _ in range(cfg.warmup):
-        stmt()
-    timer = Timer(stmt="fn()", globals={"fn": stmt}, num_threads=cfg.num_threads)
-    number, per_stmt = _agreed_number(agree, timer, cfg.block_s())
-    block_s = max(per_stmt * number, 1e-9)
-    wanted = max(MIN_BLOCKS, math.ceil(cfg.min_run_time / block_s))
-    n_blocks = int(agree.decide([max(MIN_BLOCKS, min(wanted, int(cfg.cap_s() / block_s)))])[0])
-    agree.verify(f"{label} {phase}", [label, phase, n_blocks, number, calls])
-    blocks = []
-    probe = WaitProbe()
-    step = getattr(stmt, "before_block", None)  # a statement that rotates batches between blocks
-    for i in range(n_blocks):
-        if step is not None:
-            step(i, n_blocks)  # same index and count on every rank: any forward it runs is in step too
-        agree.barrier()
-        blocks.append(timed_block(timer, number, calls, probe))
-    median, p25, p75, used, flagged = summarise(blocks)
-    agree.barrier()
-    cpu0 = time.process_time()
-    timer.timeit(number)
-    cpu_ms = (time.process_time() - cpu0) / number / calls * 1e3
+    timing = time_statement(agree, f"{label} {phase}", stmt, calls, cfg)
     peak = _peak(cfg.device, replay)
-    notes = [f"lockstep: {n_blocks} blocks of {number} runs agreed by rank 0, a barrier before each block"]
-    if flagged:
-        notes.append(f"contended: {sum(b.contended for b in blocks)} of {len(blocks)} timed blocks waited for a CPU; "
-                     "lockstep cannot pause for a quiet machine, so this latency includes waiting")
-    timing = Timing(median_ms=median * 1e3, p25_ms=p25 * 1e3, p75_ms=p75 * 1e3, samples=sum(b.calls for b in used),
-                    cpu_time_ms=cpu_ms, device_time_ms=None, timed_s=sum(b.seconds_per_call * b.calls for b in blocks),
-                    blocks=blocks, contended_blocks=sum(b.contended for b in blocks), flagged=flagged, notes=notes)
-    result = PhaseResult(timing, _per_call(counts, calls), peak, notes)
+    result = PhaseResult(timing, _per_call(counts, calls), peak, timing.notes)
     return LockstepResult(result, mode.traffic.scaled(calls), time.perf_counter() - started)

@@ -216,6 +216,12 @@ def merged_run(run0: archive.Run, gathered: list[Any] | None, group: Group, sche
     meta["wall_time_s"] = max(rec["wall_s"] for rec in records)
     meta["timed_s"] = round(sum((rec["local_timed_s"] or 0) + rec["lockstep_timed_s"] for rec in records), 3)
     meta["samples"] = {"file": archive.SAMPLES_FILE, "rows": len(chosen_samples)} if chosen_samples else None
+    # The job's step is the slowest rank's (they run in lockstep, so they differ by their waiting only).
+    steps = [rec.pop("step", None) for rec in records]
+    timed = [st for st in steps if st and (st.get("train") or {}).get("ms")]
+    meta["step"] = max(timed, key=lambda st: st["train"]["ms"]) if timed else next((st for st in steps if st), None)
+    for rec, st in zip(records, steps):
+        rec["step_train_ms"] = ((st or {}).get("train") or {}).get("ms")
     meta["distributed"] = {
         **group.record(),
         "sharding_plan": plan,
@@ -224,8 +230,8 @@ def merged_run(run0: archive.Run, gathered: list[Any] | None, group: Group, sche
         "communicating": sorted({r["path"] for r in merged if r["kind"] == "communication"}),
         "ranks_file": archive.RANKS_FILE,
         "rule": RULE,
-        "not_measured": "the dense part's DDP all-reduce of gradients and the fused optimizers run in the training step, "
-                        "not in a component's replay; the whole-model step (--no-step) is not timed in a sharded run",
+        "not_measured": "the dense part's DDP all-reduce of gradients and the fused optimizers' updates run in the training "
+                        "step (run.json `step`, timed in lockstep unless --no-step), not in a component's replay",
     }
     rows_table = pl.from_arrow(archive.rows_to_table(merged))
     ranks_table = pl.from_arrow(archive.rows_to_table(everyone))
