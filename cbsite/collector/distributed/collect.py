@@ -10,9 +10,10 @@ Run on each rank torchrun started (`cbsite collect ... --distributed`):
 3. the schedule (communicating components x phases) is compared across ranks, then each is measured in
    lockstep (lockstep.py);
 4. everything else is measured on each rank alone by the existing collector (`profile_model`, with the
-   communicating modules excluded from it and no whole-model step, which would communicate) and by
-   `ComponentMeasurement` for the pieces that do not communicate (lookups);
-5. rank 0 gathers every rank's rows and writes one run (ranks.py).
+   communicating modules excluded from it and without its whole-model step, which would communicate) and
+   by `ComponentMeasurement` for the pieces that do not communicate (lookups);
+5. the DMP model's whole step, in lockstep (step.py);
+6. rank 0 gathers every rank's rows and writes one run (ranks.py).
 
 A rank that fails or dies makes the others' next collective fail (gloo: the peer closed the connection;
 a hang ends at the group's timeout): each rank then says what it saw and which ranks reported a failure
@@ -31,7 +32,7 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
-from cbsite import archive, schema
+from cbsite import archive
 from cbsite.collector.capture import moved
 from cbsite.collector.collect import CollectRequest, prepare
 from cbsite.collector.distributed import ranks

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-import torch
 from torch import nn
 
 from cbsite.collector import step as single
