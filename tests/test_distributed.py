@@ -41,7 +41,7 @@ def torchrun(args: list[str], runs: Path, timeout: float = 240) -> subprocess.Co
 def sharded_run(tmp_path_factory):
     runs = tmp_path_factory.mktemp("runs")
     done = torchrun(["dlrm", "-o", "size=tiny", "-o", f"sharding={list(TYPES)}".replace("'", '"'),
-                     "--model", "dlrm-sharded", "--version", "mixed"], runs)
+                     "--model", "dlrm-sharded", "--version", "mixed", "--plugin", "trace"], runs)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
     refs = archive.list_runs(runs)
     assert len(refs) == 1, refs
@@ -102,6 +102,19 @@ def test_one_merged_run_keeps_the_slowest_rank_and_every_rank(sharded_run):
     assert step["batch_size"] == 2 * step["batch_size_per_rank"]
     assert step["train"]["ms"] > 0 and step["eval"]["ms"] > 0
     assert {r["rank"] for r in meta["distributed"]["ranks"]} == {0, 1}
+
+
+def test_every_rank_traces_the_real_step_with_torchrecs_stage_labels(sharded_run):
+    import gzip
+    import json
+
+    traces = sharded_run.meta["step"]["traces"]
+    assert set(traces) == {"0", "1"}
+    for link in traces.values():
+        events = json.loads(gzip.decompress((sharded_run.path / link).read_bytes()))["traceEvents"]
+        names = {e.get("name") for e in events}
+        assert any(n and n.startswith("[output_dist]_[sparse_arch.embedding_bag_collection]") for n in names), link
+        assert "c10d::alltoall_base_" in names and "DistributedDataParallel.forward" in names
 
 
 def test_a_lookup_replayed_alone_equals_the_captured_output(tmp_path):

@@ -198,10 +198,16 @@ def _collect(request: CollectRequest, group: Group, stage: Stage) -> archive.Run
                                 inputs_description=prepared.inputs_description, tags=request.tags, notes=request.notes)
             local = {(p.path, phase): _local_one(p, phase, captured, timing)
                      for p in found if p.path not in comm_pieces for phase in config.phases}
-        step_record = None
+        step_record, trace = None, None
         if config.step:
             with stage.at("the lockstep training step and eval forward"):
                 step_record = _step(agree, prepared.model, batches, config, num_threads)
+            if "trace" in config.plugins and grad and (step_record.get("train") or {}).get("status") == "measured":
+                from cbsite.collector.distributed.step import trace_step
+                from cbsite.collector.step import step_config_for
+
+                with stage.at("tracing the training step"):
+                    trace = trace_step(agree, prepared.model, batches, step_config_for(config, num_threads))
         rows, samples = ranks.rank_rows(run, found, comm_modules, comm_pieces, lockstep, local, probes, group.rank)
         record = {
             "rank": group.rank, "wall_s": round(time.perf_counter() - started, 3),
@@ -211,7 +217,7 @@ def _collect(request: CollectRequest, group: Group, stage: Stage) -> archive.Run
             "threads": num_threads, "step": step_record,
         }
         with stage.at("gathering the ranks' rows on rank 0"):
-            gathered = _gather_to_zero(group, (rows, samples, record))
+            gathered = _gather_to_zero(group, (rows, samples, record, trace))
     finally:
         torch.set_num_threads(caller_threads)
     if group.rank != 0:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import statistics
+import weakref
 from typing import Any
 
 import polars as pl
@@ -172,6 +173,20 @@ def _renumber(rows: list[dict[str, Any]]) -> None:
         r["order"] = index[r["path"]]
 
 
+def _write_traces(run0: archive.Run, traces: list[bytes | None]) -> dict[str, str]:
+    """Every rank's trace of the real step into the run's artifacts: {rank: path relative to the run folder}."""
+    if run0.artifacts is None or not any(traces):
+        return {}
+    folder = run0.artifacts / "step"
+    folder.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for rank, data in enumerate(traces):
+        if data:
+            (folder / f"rank{rank}.trace.json.gz").write_bytes(data)
+            out[str(rank)] = f"{archive.ARTIFACTS_DIR}/step/rank{rank}.trace.json.gz"
+    return out
+
+
 def merged_run(run0: archive.Run, gathered: list[Any] | None, group: Group, schedule: list[tuple[str, str]],
                plan: Any) -> archive.Run:
     """Rank 0: one run from every rank's (rows, samples, record)."""
@@ -181,7 +196,7 @@ def merged_run(run0: archive.Run, gathered: list[Any] | None, group: Group, sche
     keyed = [{(r["path"], r["phase"]): r for r in rows} for rows in per_rank]
     merged, chosen_samples = [], []
     samples_by = [{} for _ in gathered]
-    for r, (_, samples, _) in enumerate(gathered):
+    for r, (_, samples, _, _) in enumerate(gathered):
         for s in samples:
             samples_by[r].setdefault((s["path"], s["phase"]), []).append(s)
     for base in per_rank[0]:
@@ -222,6 +237,9 @@ def merged_run(run0: archive.Run, gathered: list[Any] | None, group: Group, sche
     meta["step"] = max(timed, key=lambda st: st["train"]["ms"]) if timed else next((st for st in steps if st), None)
     for rec, st in zip(records, steps):
         rec["step_train_ms"] = ((st or {}).get("train") or {}).get("ms")
+    traces = _write_traces(run0, [g[3] for g in gathered])
+    if traces and meta["step"] is not None:
+        meta["step"]["traces"] = traces
     meta["distributed"] = {
         **group.record(),
         "sharding_plan": plan,
@@ -236,5 +254,13 @@ def merged_run(run0: archive.Run, gathered: list[Any] | None, group: Group, sche
     rows_table = pl.from_arrow(archive.rows_to_table(merged))
     ranks_table = pl.from_arrow(archive.rows_to_table(everyone))
     assert isinstance(rows_table, pl.DataFrame) and isinstance(ranks_table, pl.DataFrame)
-    return archive.Run(meta=meta, rows=rows_table, artifacts=run0.artifacts, ops=run0.ops,
-                       samples=samples_frame(chosen_samples, run_id, model, version), ranks=ranks_table)
+    merged = archive.Run(meta=meta, rows=rows_table, artifacts=run0.artifacts, ops=run0.ops,
+                         samples=samples_frame(chosen_samples, run_id, model, version), ranks=ranks_table)
+    # profile_model's staging folder of artifacts is removed when its Run is collected: the merged run, which
+    # shares the folder, keeps that Run alive until it is collected itself (a finalizer holds its arguments).
+    weakref.finalize(merged, _keep, run0)
+    return merged
+
+
+def _keep(*_: Any) -> None:
+    """Nothing: what a finalizer holds stays alive as long as its object."""

@@ -13,7 +13,11 @@ world size, per second of the slowest rank's step.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import gzip
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 from torch import nn
 
@@ -26,7 +30,7 @@ from cbsite.collector.providers import Inputs as ProvidedInputs
 Batch = tuple[tuple[Any, ...], dict[str, Any]]
 
 
-def _mode(agree: Agreement, mode: str, dmp: nn.Module, batches: Sequence[Batch], cfg: single.StepConfig) -> dict[str, Any]:
+def _statement(mode: str, dmp: nn.Module, batches: Sequence[Batch], cfg: single.StepConfig) -> Callable[[], None]:
     if mode == "train":
         dmp.train()
         params = [p for p in dmp.parameters() if p.requires_grad]
@@ -44,6 +48,11 @@ def _mode(agree: Agreement, mode: str, dmp: nn.Module, batches: Sequence[Batch],
     else:
         dmp.eval()
         fn = single._eval_fn(dmp, batches)
+    return fn
+
+
+def _mode(agree: Agreement, mode: str, dmp: nn.Module, batches: Sequence[Batch], cfg: single.StepConfig) -> dict[str, Any]:
+    fn = _statement(mode, dmp, batches, cfg)
     timing = time_statement(agree, f"the {mode} step", fn, 1, TimingConfig(cfg.min_run_time, cfg.warmup, cfg.num_threads,
                                                                           cfg.device, max_component_s=cfg.max_s))
     return {"status": "measured", "notes": timing.notes, "device_time_ms": None,
@@ -74,3 +83,35 @@ def lockstep_step(agree: Agreement, dmp: nn.Module, batches: Sequence[Batch], cf
         record[mode] = single.summarise([_mode(agree, mode, dmp, plain, cfg)], job_batch)
     dmp.train()
     return record
+
+
+def trace_step(agree: Agreement, dmp: nn.Module, batches: Sequence[Batch], cfg: single.StepConfig,
+               iterations: int = 3) -> bytes:
+    """A gzipped Chrome trace of `iterations` training steps on this rank (torch.profiler), all ranks at once.
+
+    The real step shows what replays cannot: torchrec's own stage labels (its `record_function` spans),
+    how the dists overlap the compute, and how long each rank waits for the others.
+    """
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from cbsite.artifacts import relative_paths
+
+    fn = _statement("train", dmp, [single._plain(b) for b in batches], cfg)
+    fn()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cfg.device.startswith("cuda") else [])
+    agree.barrier()
+    with profile(activities=activities) as prof:
+        for _ in range(iterations):
+            fn()
+        if cfg.device.startswith("cuda"):
+            torch.cuda.synchronize()
+    fd, raw = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(raw)
+        text = Path(raw).read_text(encoding="utf-8", errors="surrogateescape")
+    finally:
+        Path(raw).unlink(missing_ok=True)
+    dmp.train()
+    return gzip.compress(relative_paths(text).encode("utf-8", "surrogateescape"), compresslevel=6)
