@@ -191,3 +191,13 @@ def test_waiting_for_quiet_gives_up_under_a_load_that_stays(monkeypatch):
     monkeypatch.setattr(contention, "_busy", {"in_a_row": contention.GIVE_UP_AFTER, "last": -1e9})
     monkeypatch.setattr(contention, "contended", lambda wait, wall: False)
     assert contention.wait_for_quiet(0.01) is True and contention._busy["in_a_row"] == 0  # tried again later
+
+
+def test_the_capture_sees_which_modules_write_into_their_inputs():
+    """In-place modules are known from the full model's version counters, with no replay of their own."""
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(inplace=True), nn.Sequential(nn.Tanh()))
+    cap = capture(model, (torch.randn(2, 4),), {}, grad=True)
+    seen = {p: calls[0].mutates_inputs for p, calls in cap.calls.items()}
+    assert seen == {"": False, "0": False, "1": True, "2": False, "2.0": False}
+    m = ComponentMeasurement(model[1], [cap.calls["1"]], TimingConfig(min_run_time=0.001, warmup=1))
+    assert m.inplace

@@ -36,6 +36,9 @@ class Call:
     grad_enabled: bool
     # Per tensor leaf of (args, kwargs) in pytree order: did it require grad in the full model?
     requires_grad: list[bool]
+    # Did the module write into an input during this call in the full model (an in-place activation)?
+    # Seen by the capture from the inputs' version counters; None where it was not watched.
+    mutates_inputs: bool | None = None
 
     def replay_inputs(self, *, with_grad: bool) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Fresh clones of the inputs; floating leaves that required grad require it again."""
@@ -176,6 +179,7 @@ def capture(
     stack: list[str] = []
     saved_seen: dict[str, set[tuple[int, int]]] = {}
     kept = [0]
+    pending: dict[str, list[Any]] = {}  # per path, the calls running now (a module may call itself)
     # The model's own parameters and buffers are not the graph's: a Linear saves its weight, which exists anyway.
     static = {_storage_key(t) for t in list(model.parameters()) + list(model.buffers())}
     handles = []
@@ -193,21 +197,31 @@ def capture(
                     result.complete = False
                     result.calls.clear()  # a census only from here: what was cloned is let go
                     cloner.memo.clear()
+            watched = None
             if result.complete and (keep is None or path in keep):
-                result.calls.setdefault(path, []).append(
-                    Call(
-                        args=cloner.clone(hook_args),
-                        kwargs=cloner.clone(hook_kwargs),
-                        grad_enabled=torch.is_grad_enabled(),
-                        requires_grad=[t.requires_grad for t in leaves],
-                    )
+                call = Call(
+                    args=cloner.clone(hook_args),
+                    kwargs=cloner.clone(hook_kwargs),
+                    grad_enabled=torch.is_grad_enabled(),
+                    requires_grad=[t.requires_grad for t in leaves],
                 )
+                result.calls.setdefault(path, []).append(call)
+                watched = (call, leaves, [t._version for t in leaves])
+            pending.setdefault(path, []).append(watched)
 
         return hook
 
-    def post_hook(module: nn.Module, hook_args: Any, output: Any) -> None:
-        if stack:
-            stack.pop()
+    def make_post_hook(path: str) -> Callable[..., None]:
+        def hook(module: nn.Module, hook_args: Any, output: Any) -> None:
+            if stack:
+                stack.pop()
+            running = pending.get(path)
+            watched = running.pop() if running else None
+            if watched is not None:
+                call, leaves, versions = watched
+                call.mutates_inputs = any(t._version != v for t, v in zip(leaves, versions))
+
+        return hook
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         # Attributed to every module running when autograd saves it: a module's graph includes its
@@ -230,7 +244,7 @@ def capture(
         for module in model.modules():
             path = module_path[id(module)]
             handles.append(module.register_forward_pre_hook(make_pre_hook(path), with_kwargs=True))
-            handles.append(module.register_forward_hook(post_hook, always_call=True))
+            handles.append(module.register_forward_hook(make_post_hook(path), always_call=True))
         hooks = (torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t) if grad and census
                  else contextlib.nullcontext())
         with torch.set_grad_enabled(grad), hooks:

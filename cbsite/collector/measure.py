@@ -326,7 +326,9 @@ class ComponentMeasurement:
         # decision between holding every batch's graph and building them one at a time.
         self.graph_bytes = graph_bytes
         self.calls_per_batch = len(self.batches[0])
-        self.inplace = _mutated_inputs(module, self.batches[0][0])
+        # In-place modules as the capture saw them in the full model (free); a replay only where it did not watch.
+        seen = [c.mutates_inputs for c in self.batches[0]]
+        self.inplace = any(seen) if None not in seen else _mutated_inputs(module, self.batches[0][0])
         self.params = [p for p in module.parameters() if p.requires_grad]
         self.static = list(module.parameters()) + list(module.buffers())
 

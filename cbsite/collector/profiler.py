@@ -78,6 +78,10 @@ class CollectConfig:
     # Bytes the collecting process's data segment may reach (CPU; None: 90 % of what is available at the
     # start). An allocation past it fails the component that made it: `failed: out of memory` (memory.py).
     memory_limit: int | None = None
+    # Every module's inputs of every batch captured up front, in as many forwards as batches, instead of
+    # group by group: a sharded model's every forward communicates, so every rank must make the same
+    # forwards whatever its own memory plan would say (collector/distributed).
+    capture_all_at_once: bool = False
     progress: bool = True
     # Plugins by name (profilers, preprocessors, reporters) and their options {plugin: {key: value}}.
     plugins: tuple[str, ...] = ()
@@ -299,8 +303,11 @@ class _Captures:
     """Captured inputs group by group, in measuring order (memory.py): a component's calls are captured
     with the components after it that fit the allowance, and the previous group is dropped first."""
 
-    def __init__(self, model: nn.Module, batches: Sequence[Inputs], grad: bool, plan: memory.Plan, census: Capture) -> None:
+    def __init__(self, model: nn.Module, batches: Sequence[Inputs], grad: bool, plan: memory.Plan, census: Capture,
+                 everything: bool = False) -> None:
         self.model, self.batches, self.grad, self.plan = model, batches, grad, plan
+        self.everything = everything  # one group of every module, captured once (CollectConfig.capture_all_at_once)
+        self.all_paths = list(census.counts)
         # Batch 0's inputs of every module when the census could keep them within the allowance (small
         # models): then groups need no forward of batch 0, and a model captures in as many forwards as
         # it has batches, as before the plan.
@@ -313,6 +320,12 @@ class _Captures:
 
     def calls(self, path: str, candidates: Callable[[], list[str]]) -> list[list[Any]]:
         """Per batch, the captured calls of `path` (captured now, with a group, if not held)."""
+        if self.everything:
+            if not self.groups:
+                started = time.perf_counter()
+                self._capture(None)
+                self.seconds += time.perf_counter() - started
+            return self.held.get(path, [])[: self.plan.batches_for(path)]
         if path not in self.held:
             started = time.perf_counter()
             group = self.plan.group([path] + [c for c in candidates() if c != path])  # starts with `path`
@@ -326,20 +339,21 @@ class _Captures:
                 self.seconds += time.perf_counter() - started
         return self.held[path]
 
-    def _capture(self, group: list[str]) -> None:
+    def _capture(self, group: list[str] | None) -> None:
+        """Capture `group` (None: every module, every batch, as one group that is never dropped)."""
         self.held = {}  # the previous group's inputs are freed before the next are cloned
         self.groups += 1
         held_bytes = 0
         for i, (args, kwargs) in enumerate(self.batches):
-            wanted = [p for p in group if i < self.plan.batches_for(p)]
-            if not wanted:
+            wanted = self.all_paths if group is None else [p for p in group if i < self.plan.batches_for(p)]
+            if group is not None and not wanted:
                 continue
             if i == 0 and self.batch0 is not None:
                 for p in wanted:
                     self.held.setdefault(p, []).append(self.batch0.get(p, []))
                 continue
             try:
-                cap = capture(self.model, args, kwargs, grad=self.grad, paths=wanted, census=False)
+                cap = capture(self.model, args, kwargs, grad=self.grad, paths=group, census=False)
             except Exception as exc:  # noqa: BLE001 - the census forward succeeded, so only memory can differ
                 self.held = {}
                 if memory.is_out_of_memory(exc):
@@ -418,10 +432,11 @@ def _profile(
     # The census: one forward of batch 0 that keeps no inputs, only what every module received and how
     # much its graph saved; the memory plan (memory.py) comes from it and the model's own size.
     model_bytes = _static_size(model)[0]
-    census = _captured(model, *batches[0], grad, 0, keep_bytes=memory.provisional_allowance(model_bytes))
+    census = _captured(model, *batches[0], grad, 0,
+                       keep_bytes=None if config.capture_all_at_once else memory.provisional_allowance(model_bytes))
     mem_plan = memory.plan(census.input_bytes, model_bytes, census.saved_bytes.get("", 0), len(batches),
                            memory.cache_bytes(device))
-    captures = _Captures(model, batches, grad, mem_plan, census)
+    captures = _Captures(model, batches, grad, mem_plan, census, everything=config.capture_all_at_once)
     stages.done("setup_and_capture")
     components = component_tree(model)
     modules = dict(model.named_modules())

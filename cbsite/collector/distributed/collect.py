@@ -192,7 +192,8 @@ def _collect(request: CollectRequest, group: Group, stage: Stage) -> archive.Run
         with stage.at("the per-rank measurement"):
             # Peaks given on the command line need no calibration: each rank would calibrate beside the others.
             local_config = replace(config, exclude=tuple(config.exclude) + tuple(_glob_literal(p) for p in sorted(comm_modules)),
-                                   step=False, rounds=1, calibrate=config.calibrate and not (config.peak_flops and config.peak_bandwidth))
+                                   step=False, rounds=1, calibrate=config.calibrate and not (config.peak_flops and config.peak_bandwidth),
+                                   capture_all_at_once=True)  # every forward communicates: equal forwards on every rank
             run = profile_model(inner, batches, local_config, model_name=prepared.name, version=request.version,
                                 provider=prepared.provider, preprocessing=prepared.steps,
                                 inputs_description=prepared.inputs_description, tags=request.tags, notes=request.notes)
