@@ -1,9 +1,11 @@
 """Archive -> generated MkDocs project -> built site.
 
 1. read the archive (broken runs become warnings), 2. render every page from `templates/` (package data) into a
-project's `docs/` and write the browser's data files beside them, 3. `mkdocs build` (strict), 4. copy
-artifacts into the site. The same archive gives the same bytes: sorted inputs, no clock (SOURCE_DATE_EPOCH
-is the newest run's time), sorted JSON.
+project's `docs/` and write the browser's data files beside them, 3. `mkdocs build` (strict; the data files
+are hard-linked into the site, not copied, see reuse.py), 4. publish the artifacts into the site. The same
+archive gives the same bytes: sorted inputs, no clock (SOURCE_DATE_EPOCH is the newest run's time), sorted JSON.
+With a build cache (cache.py), only what changed is computed, rendered and converted; the rest comes from
+the cache and the previous site (reuse.py), and the site is the same.
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ from typing import Any
 import jinja2
 from mkdocs.plugins import BasePlugin, event_priority
 
+from cbsite.errors import CbsiteError
 from cbsite.generator import cache as bcache
 
 SEARCH_NAMES = ("search", "material/search")
@@ -100,9 +101,9 @@ class ReusePlugin(BasePlugin):
         self.docs, self.previous, self.reuse = docs.resolve(), previous, set(reuse)
         self.bytecode_dir = bytecode_dir
         self.entries = entries or {}
-        self.fresh: dict[str, list[dict[str, Any]]] = {}
-        self.reused = 0
+        self.fresh: dict[str, list[dict[str, Any]]] = {}  # page URL -> the entries its conversion added
         self._seen = 0
+        self._files: list[Any] = []
 
     def _index(self, config: Any) -> list[dict[str, Any]] | None:
         for plugin in config.plugins.values():
@@ -117,10 +118,11 @@ class ReusePlugin(BasePlugin):
         site = Path(config.site_dir)
         for file in files:
             if file.is_documentation_page():
-                if (file.src_uri in self.reuse and self.previous is not None
-                        and link_or_copy(self.previous / file.dest_uri, site / file.dest_uri)):
+                if file.src_uri in self.reuse:
+                    # build.py checked the page is there; its docs file is a stub, so it must not be converted.
+                    if self.previous is None or not link_or_copy(self.previous / file.dest_uri, site / file.dest_uri):
+                        raise CbsiteError(f"the previous site lost {file.dest_uri} during the build; build again")
                     file.is_modified = lambda: False
-                    self.reused += 1
                 continue
             src = Path(file.abs_src_path) if file.abs_src_path else None
             if src is not None and self.docs in src.parents and link_or_copy(src, site / file.dest_uri):
