@@ -170,7 +170,7 @@ def summarise(blocks: list[Block]) -> tuple[float, float, float, list[Block], bo
     return times[0], times[0], times[0], used, flagged
 
 
-def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig) -> Timing:
+def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_s: float | None = None) -> Timing:
     """Time `fn` (which makes `calls_per_stmt` calls of the component) and return per-call figures.
 
     Blocks of about budget/20 are timed with `Timer.timeit` until at least MIN_BLOCKS uncontended blocks
@@ -180,7 +180,9 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig) -> Ti
     reporting the waiting. Every block is kept for samples.parquet.
     """
     started = time.perf_counter()
-    last_warm = warm_up(fn, cfg)
+    # `warm_s`: how long an untimed run just before took (the counting and peak passes run the statement's
+    # work). A component that long is warm already: three more calls would add seconds and change nothing.
+    last_warm = warm_s if warm_s is not None and warm_s >= cfg.min_run_time else warm_up(fn, cfg)
     timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=cfg.num_threads)
     # A statement whose warm call already outlasts a block needs no sizing runs: one call per block.
     number = 1 if last_warm >= cfg.block_s() else block_size(timer, cfg.block_s())
@@ -255,6 +257,13 @@ def _peak(device: str, fn: Callable[[], Any]) -> int:
     """Peak bytes the phase allocates in one run of batch 0, from the allocator itself: CUDA's peak
     statistics, or on CPU the profiler's allocation events (not the census: see cpu_memory.py)."""
     return _cuda_peak(fn) if device.startswith("cuda") else cpu_peak(fn)
+
+
+def _timed_peak(device: str, fn: Callable[[], Any]) -> tuple[int, float]:
+    """`_peak` and the wall seconds its (profiled, so slightly slower) run took."""
+    t0 = time.perf_counter()
+    peak = _peak(device, fn)
+    return peak, time.perf_counter() - t0
 
 
 def _cuda_peak(fn: Callable[[], Any]) -> int:
@@ -402,8 +411,9 @@ class ComponentMeasurement:
         first_inputs = [c.replay_inputs(with_grad=c.grad_enabled) for c in first]
         first_modes = [c.grad_enabled for c in first]
         counts = count(lambda: self._run(first_inputs, first_modes))[1]  # the output (and its graph) is let go at once
-        timing = time_fn(self.rotation("forward"), self.calls_per_batch, self.cfg)
-        peak = _peak(self.cfg.device, lambda: self._run(first_inputs, first_modes))
+        # The peak of one warm call (the counting pass warmed it), then timing, warm from both.
+        peak, peak_s = _timed_peak(self.cfg.device, lambda: self._run(first_inputs, first_modes))
+        timing = time_fn(self.rotation("forward"), self.calls_per_batch, self.cfg, warm_s=peak_s)
         notes = ["timed with a copy of the inputs per run (in-place module)"] if self.inplace else []
         return PhaseResult(timing, _per_call(counts, self.calls_per_batch), peak, notes + timing.notes)
 
@@ -445,7 +455,7 @@ class ComponentMeasurement:
         counts = count(lambda: _grad(graph))[1]
         # The peak of one warm call (the counting pass warmed it), before timing: a graph cycle may hold
         # another batch's graph once timing ends.
-        peak = _peak(self.cfg.device, lambda: _grad(graph))
+        peak, peak_s = _timed_peak(self.cfg.device, lambda: _grad(graph))
         notes = []
         if self.graphs_fit():
             graphs = [graph] + [self._graph(batch, seed=i) for i, batch in enumerate(self.batches[1:], 1)]
@@ -459,7 +469,7 @@ class ComponentMeasurement:
                 f"at once, past the collection's allowance of {self.cfg.graph_allowance_bytes / 2**20:,.0f} MiB"
             )
         del graph
-        timing = time_fn(statement, self.calls_per_batch, self.cfg)
+        timing = time_fn(statement, self.calls_per_batch, self.cfg, warm_s=peak_s)
         del statement
         live = sum(c.grad_enabled for c in self.batches[0])
         if live < self.calls_per_batch:
