@@ -41,6 +41,7 @@ from cbsite.collector.measure import (
     PhaseResult,
     Timing,
     TimingConfig,
+    stmt_seconds,
     summarise,
     timed_block,
 )
@@ -125,7 +126,7 @@ def _agreed_number(agree: Agreement, timer: Timer, target_s: float) -> tuple[int
     """Calls per block, grown as `measure.block_size` grows it, each step decided by rank 0's clock."""
     number = 1
     while True:
-        per_stmt = timer.timeit(number).times[0]
+        per_stmt = stmt_seconds(timer, number)
         done, nxt, rank0_per_stmt = agree.decide([
             float(per_stmt * number >= target_s or number >= MAX_NUMBER),
             float(min(MAX_NUMBER, max(number * 2, int(number * target_s / max(per_stmt * number, 1e-9) * 1.05)))),
@@ -157,9 +158,7 @@ def time_statement(agree: Agreement, label: str, stmt: Callable[[], Any], calls:
         blocks.append(timed_block(timer, number, calls, probe))
     median, p25, p75, used, flagged = summarise(blocks)
     agree.barrier()
-    cpu0 = time.process_time()
-    timer.timeit(number)
-    cpu_ms = (time.process_time() - cpu0) / number / calls * 1e3
+    cpu_ms = sum(b.cpu_s for b in used) / max(1, sum(b.calls for b in used)) * 1e3  # read around the blocks
     notes = [f"lockstep: {n_blocks} blocks of {number} runs agreed by rank 0, a barrier before each block"]
     if flagged:
         notes.append(f"contended: {sum(b.contended for b in blocks)} of {len(blocks)} timed blocks waited for a CPU; "
