@@ -155,6 +155,21 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+class StagePeaks:
+    """The process's peak resident memory (ru_maxrss) as it stood at the end of each stage of a collection:
+    the stage after which it first reaches its final value is the one that needed the memory. Read only,
+    never reset, so a caller's own ru_maxrss stays true."""
+
+    def __init__(self) -> None:
+        self.peaks: dict[str, int] = {}
+
+    def done(self, stage: str) -> None:
+        self.peaks[stage] = peak_rss_bytes()
+
+    def peak(self) -> int:
+        return peak_rss_bytes()
+
+
 def available_bytes() -> int | None:
     """What the machine can still give: MemAvailable, or less where a cgroup limit says so."""
     avail = None

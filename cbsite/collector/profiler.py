@@ -428,7 +428,7 @@ def _profile(
     batches = [moved(b, device, dtype) for b in batches]
 
     grad = "backward" in config.phases
-    stages = _Stages(started)  # where the wall time goes (run.json `breakdown_s`)
+    stages = _Stages(started, device.type == "cpu")  # where the wall time (and memory) goes: run.json `breakdown_s`
     # The census: one forward of batch 0 that keeps no inputs, only what every module received and how
     # much its graph saved; the memory plan (memory.py) comes from it and the model's own size.
     model_bytes = _static_size(model)[0]
@@ -601,7 +601,8 @@ def _profile(
             **(limit.record() if limit else {}), **mem_plan.record(),
             "capture_groups": captures.groups, "capture_forwards": captures.forwards + 1,  # + the census
             "largest_capture_bytes": captures.most_bytes,
-            "peak_rss_bytes": memory.peak_rss_bytes() if device.type == "cpu" else None,
+            "peak_rss_bytes": stages.memory.peak() if stages.memory else None,
+            "peak_rss_bytes_after_stage": dict(stages.memory.peaks) if stages.memory else None,
             "peak_device_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
             "out_of_memory": out_of_memory,
         },
@@ -671,14 +672,17 @@ def _more_rounds(model: nn.Module, batches: Sequence[Inputs], config: CollectCon
 class _Stages:
     """Wall seconds per stage of a collection, so run.json says where the time went beside `timed_s`."""
 
-    def __init__(self, started: float) -> None:
+    def __init__(self, started: float, cpu: bool) -> None:
         self.last = started
         self.seconds: dict[str, float] = {}
+        self.memory = memory.StagePeaks() if cpu else None  # which stage needed the memory (run.json memory)
 
     def done(self, stage: str) -> None:
         now = time.perf_counter()
         self.seconds[stage] = self.seconds.get(stage, 0.0) + now - self.last
         self.last = now
+        if self.memory is not None:
+            self.memory.done(stage)
 
     def record(self, timed_s: float, plugins_s: float, capture_s: float = 0.0, quiet_s: float = 0.0) -> dict[str, Any]:
         """The stages, with the components stage split into its timed blocks, its plugins, the captures
