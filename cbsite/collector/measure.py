@@ -271,16 +271,16 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_
     )
 
 
-def _peak(device: str, fn: Callable[[], Any]) -> int:
+def phase_peak(device: str, fn: Callable[[], Any]) -> int:
     """Peak bytes the phase allocates in one run of batch 0, from the allocator itself: CUDA's peak
     statistics, or on CPU the profiler's allocation events (not the census: see cpu_memory.py)."""
     return _cuda_peak(fn) if device.startswith("cuda") else cpu_peak(fn)
 
 
 def _timed_peak(device: str, fn: Callable[[], Any]) -> tuple[int, float]:
-    """`_peak` and the wall seconds its (profiled, so slightly slower) run took."""
+    """`phase_peak` and the wall seconds its (profiled, so slightly slower) run took."""
     t0 = time.perf_counter()
-    peak = _peak(device, fn)
+    peak = phase_peak(device, fn)
     return peak, time.perf_counter() - t0
 
 
@@ -433,7 +433,7 @@ class ComponentMeasurement:
         peak, peak_s = _timed_peak(self.cfg.device, lambda: self._run(first_inputs, first_modes))
         timing = time_fn(self.rotation("forward"), self.calls_per_batch, self.cfg, warm_s=peak_s)
         notes = ["timed with a copy of the inputs per run (in-place module)"] if self.inplace else []
-        return PhaseResult(timing, _per_call(counts, self.calls_per_batch), peak, notes + timing.notes)
+        return PhaseResult(timing, per_call(counts, self.calls_per_batch), peak, notes + timing.notes)
 
     def _graph(
         self, batch: list[Call], seed: int, module: nn.Module | None = None
@@ -504,10 +504,11 @@ class ComponentMeasurement:
             notes.append(
                 f"dense embedding gradient: backward writes whole tables ({rows} rows), not just the rows looked up"
             )
-        return PhaseResult(timing, _per_call(counts, self.calls_per_batch), peak, notes + timing.notes)
+        return PhaseResult(timing, per_call(counts, self.calls_per_batch), peak, notes + timing.notes)
 
 
-def _per_call(counts: Counts, calls: int) -> Counts:
+def per_call(counts: Counts, calls: int) -> Counts:
+    """Counts of one call from those of `calls` calls."""
     if calls == 1:
         return counts
     return Counts(

@@ -33,7 +33,6 @@ from torch.utils.benchmark import Timer
 from cbsite.errors import CbsiteError
 from cbsite.collector.contention import WaitProbe
 from cbsite.collector.counting import Counts, count
-from cbsite.collector.cpu_memory import cpu_peak
 from cbsite.collector.distributed.collectives import CollectiveMode, Traffic
 from cbsite.collector.measure import (
     MIN_BLOCKS,
@@ -41,6 +40,8 @@ from cbsite.collector.measure import (
     PhaseResult,
     Timing,
     TimingConfig,
+    per_call,
+    phase_peak,
     stmt_seconds,
     summarise,
     timed_block,
@@ -101,25 +102,6 @@ class LockstepResult:
     result: PhaseResult
     traffic: Traffic
     wall_s: float  # wall seconds of the whole lockstep measurement of this component and phase
-
-
-def _per_call(counts: Counts, calls: int) -> Counts:
-    if calls <= 1:
-        return counts
-    return Counts(flops=counts.flops // calls, bytes_moved=counts.bytes_moved // calls,
-                  unsupported_ops=counts.unsupported_ops, flops_by_op={k: v // calls for k, v in counts.flops_by_op.items()},
-                  op_calls=counts.op_calls)
-
-
-def _peak(device: str, fn: Callable[[], Any]) -> int:
-    if not device.startswith("cuda"):
-        return cpu_peak(fn)
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    fn()
-    torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated() - base
 
 
 def _agreed_number(agree: Agreement, timer: Timer, target_s: float) -> tuple[int, float]:
@@ -183,6 +165,6 @@ def measure(agree: Agreement, label: str, measurement: ComponentMeasurement, pha
     counts = Counts(counts.flops, counts.bytes_moved, [op for op in counts.unsupported_ops if not op.startswith("c10d")],
                     counts.flops_by_op, counts.op_calls)
     timing = time_statement(agree, f"{label} {phase}", stmt, calls, cfg)
-    peak = _peak(cfg.device, replay)
-    result = PhaseResult(timing, _per_call(counts, calls), peak, timing.notes)
+    peak = phase_peak(cfg.device, replay)
+    result = PhaseResult(timing, per_call(counts, calls), peak, timing.notes)
     return LockstepResult(result, mode.traffic.scaled(calls), time.perf_counter() - started)
