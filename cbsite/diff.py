@@ -126,6 +126,8 @@ class RunDiff:
     totals: dict[str, dict[str, Total]]  # phase -> metric -> Total
     components: list[ComponentDelta]  # phase by phase, each in pre-order of head (removed where they were)
     warnings: list[str] = field(default_factory=list)
+    # Sharded runs: collective bytes per communicating component (cbsite/traffic.py TrafficDelta); [] otherwise.
+    traffic: list[Any] = field(default_factory=list)
 
     @property
     def phases(self) -> list[str]:
@@ -373,7 +375,10 @@ def diff_tables(
         phase_totals, phase_components = _diff_phase(phase, base_sides[phase], head_sides[phase], moved)
         totals[phase] = phase_totals
         components.extend(phase_components)
-    return RunDiff(base_meta=base_meta, head_meta=head_meta, totals=totals, components=components, warnings=warnings)
+    from cbsite import traffic  # sharded runs' collective bytes (traffic.py formats with this module)
+
+    return RunDiff(base_meta=base_meta, head_meta=head_meta, totals=totals, components=components, warnings=warnings,
+                   traffic=[t for t in traffic.diff_traffic(base_rows, head_rows) if t.phase in phases])
 
 
 # --- formatting shared by the summary, the site and the CLI ------------------------------------

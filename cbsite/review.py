@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from cbsite import diff as cdiff
-from cbsite import throughput
+from cbsite import throughput, traffic
 from cbsite.archive import RunRef, list_runs
 from cbsite.comparison import NOT_JUDGED_HINT, LatencyEvidence
 from cbsite.diff import ComponentDelta, RunDiff
@@ -49,6 +49,10 @@ RULE_METRICS = {
     "latency": "latency_ms",
     "latency_ms": "latency_ms",
     "bytes_moved": "bytes_moved",
+    # Sharded runs: bytes the collectives send + receive (or either alone) per forward, cbsite/traffic.py.
+    "comm_bytes": "comm_bytes",
+    "comm_bytes_sent": "comm_bytes_sent",
+    "comm_bytes_received": "comm_bytes_received",
 }
 _RULE_RE = re.compile(
     r"^(?:(?P<glob>[^:\s][^:]*):)?(?P<metric>[a-z_]+)>(?P<limit>[+-]?\d+(?:\.\d+)?)%$"
@@ -192,6 +196,9 @@ def check(rd: RunDiff, rules: Sequence[Rule], phases: Sequence[str] | None = Non
         if rule.metric in throughput.RULE_METRICS:
             _judge_throughput(result, rd, rule)
             continue
+        if rule.metric in traffic.METRICS:
+            _judge_traffic(result, rd, rule, phases)
+            continue
         # Parameter bytes do not depend on the phase: judge them once.
         for phase in phases[:1] if rule.metric == "param_bytes" else phases:
             if rule.glob is None:
@@ -273,6 +280,26 @@ def _judge_throughput(result: GateResult, rd: RunDiff, rule: Rule) -> None:
             result.unknown.append(f"{rule.text}: {j.mode} step ({j.reason})")
         if j.verdict is not None:
             result.verdicts.append((rule.text, j.mode, "", j.verdict.to_dict()))
+
+
+def _judge_traffic(result: GateResult, rd: RunDiff, rule: Rule, phases: Sequence[str]) -> None:
+    """A communication bytes rule (sharded runs): judged on `rd.traffic` as any other count, by component path
+    (a glob) or on the whole model (the root); a component that communicates on neither side is not judged."""
+    by_key = {(t.phase, t.path): t for t in rd.traffic}
+    if not by_key:
+        result.unknown.append(f"{rule.text}: no collective traffic in either run (only sharded runs have it)")
+        return
+    for phase in phases:
+        for c in rd.for_phase(phase):
+            if c.kind == "removed" or not (fnmatch.fnmatchcase(c.path, rule.glob) if rule.glob is not None else c.path == ""):
+                continue
+            # A moved component (matched by structure) compares its base path's traffic with its head path's.
+            head, base = by_key.get((phase, c.path)), by_key.get((phase, c.base_path or c.path))
+            if head is None and base is None:
+                continue
+            path = None if rule.glob is None else c.path
+            _judge(result, rule, phase, path, c.base_path if path else None, base.base[rule.metric] if base else None,
+                   head.head[rule.metric] if head else None, False, exists=(c.kind != "added", True))
 
 
 def _judge(result: GateResult, rule: Rule, phase: str, path: str | None, base_path: str | None,
@@ -448,6 +475,7 @@ def markdown(rd: RunDiff, gate: GateResult | None = None, *, phase: str | None =
                 out.append(f"  - and {len(moved) - 50} more")
         out.append("")
 
+    out += _traffic_section(rd, main, model)
     if gate is not None and gate.rules:
         out += _gate_section(gate, model)
 
@@ -467,6 +495,21 @@ def markdown(rd: RunDiff, gate: GateResult | None = None, *, phase: str | None =
     if site_url:
         out += [f"[Open the diff page]({site_url})", ""]
     return "\n".join(out)
+
+
+def _traffic_section(rd: RunDiff, phase: str, model: str) -> list[str]:
+    """Sharded runs: the communicating components whose collective bytes changed (cbsite/traffic.py)."""
+    changed = [t for t in rd.traffic if t.phase == phase and t.kind != "unchanged"]
+    if not changed:
+        return []
+    out = [f"### Communication ({phase})", "", "| component | kind | sent | received | sent + received | collectives |",
+           "|---|---|--:|--:|--:|---|"]
+    for t, row in zip(changed, traffic.rows(changed, model)):
+        cells = [f"{row[m]['base'] or '–'} → {row[m]['head'] or '–'} ({row[m]['change']})" for m in
+                 ("comm_bytes_sent", "comm_bytes_received", "comm_bytes")]
+        ops = f"{', '.join(t.collectives_base) or '–'} → {', '.join(t.collectives_head) or '–'}"
+        out.append(f"| {_code(cdiff.display_path(t.path, model))} | {t.kind} | " + " | ".join(cells) + f" | {_escape(ops)} |")
+    return out + [""]
 
 
 def _latency_section(rd: RunDiff, latency: LatencyEvidence | None, phases: Sequence[str], model: str) -> list[str]:

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import jinja2
 
-from cbsite import archive, provenance, stats, throughput
+from cbsite import archive, provenance, stats, throughput, traffic
 from cbsite import diff as cdiff
 from cbsite.archive import Run
 from cbsite.errors import CbsiteError
@@ -169,6 +169,7 @@ def _diff_job(job: tuple[Path, Path, Path, str, dict[str, Any] | None]) -> dict[
         "chart_metrics": list(specs), "counts": {p: rd.counts(p) for p in rd.phases},
         "latency": latencydata.latency_context(judged, rd, model),
         "setup": provenance.setup_changes(base.meta, head.meta),
+        "traffic": traffic.rows(rd.traffic, model),  # sharded runs: collective bytes per component; [] otherwise
     }
 
 

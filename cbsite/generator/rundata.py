@@ -16,6 +16,7 @@ import polars as pl
 
 from cbsite import archive, artifacts, bound, schema
 from cbsite.archive import Run
+from cbsite.generator import rankdata
 
 # Per-phase columns the browser needs; the rest of the schema is in the Parquet/CSV downloads.
 PHASE_COLUMNS = (
@@ -300,4 +301,7 @@ def run_data(run: Run, warnings: list[str]) -> tuple[RunData, dict[str, Any], di
         },
         facts=key_facts(comps), paths=comps["path"],
     )
+    sharded = rankdata.add(run, comps)  # a sharded (torchrun) run's rank data and summary; None otherwise
+    if sharded is not None:
+        rd.facts["sharded"] = sharded
     return rd, comps, ops

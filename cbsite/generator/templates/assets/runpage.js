@@ -262,7 +262,7 @@
     span(scaleItem, "", "colour: " + c.label + " ");
     if (sc.kind === "category") {
       Object.keys(sc.categories).forEach(function (name) {
-        var it = span(scaleItem, "", "", BOUND_HELP[name] || "");
+        var it = span(scaleItem, "cbsite-legend-" + name, "", BOUND_HELP[name] || KIND_HELP[name] || "");
         span(it, "cbsite-swatch", "").style.background = sc.categories[name];
         span(it, "", name + " ");
       });
@@ -339,6 +339,73 @@
     return !!ops || ["trace_file", "memory_file", "log_file"].some(function (k) { return hasAny(d, k); });
   }
 
+  /* Sharded runs (torchrun): compute and communication apart, the rank each row comes from, its imbalance and
+     its collectives' traffic. The colours also serve the icicle's "kind" colouring and its legend. */
+  var KIND = { compute: "#1f6fb4", communication: "#c2185b" };
+  var KIND_HELP = { compute: "issues no collective", communication: "issues collectives (c10d ops): all-to-all, reduce-scatter, ..." };
+  function col(d, phase, key, i) { var c = d[phase]; return c && c[key] ? c[key][i] : null; }
+  function gbps(v) { return F.isNum(v) ? F.bytes(v * 1e9) + "/s" : F.DASH; }
+  function kindCell(d, phase, i, td) {
+    var k = col(d, phase, "kind", i);
+    if (!k) { td.textContent = F.DASH; return; }
+    var s = document.createElement("span");
+    s.className = "cbsite-kind kind-" + k; s.textContent = k; s.title = KIND_HELP[k] || "";
+    td.appendChild(s);
+  }
+  function shardedColumns(d, ph) {
+    var v = function (key) { return function (i) { return col(d, ph(), key, i); }; };
+    return [
+      { key: "kind", label: "kind", title: "compute, or communication (issues collectives)", value: v("kind"),
+        cell: function (i, td) { kindCell(d, ph(), i, td); } },
+      { key: "rank", label: "rank", title: "the rank whose row this is (in the all-ranks view: the slowest)", numeric: true,
+        value: v("rank"), cell: function (i, td) { var r = col(d, ph(), "rank", i); text(td, F.isNum(r) ? String(r) : F.DASH); } },
+      { key: "imbalance", label: "imbalance", title: "slowest rank / mean over the ranks", numeric: true, value: v("imbalance"),
+        cell: function (i, td) { var x = col(d, ph(), "imbalance", i); text(td, F.isNum(x) ? F.num(x) + "\u00d7" : F.DASH); } },
+      { key: "comm_bytes_sent", label: "sent", title: "bytes this rank hands its collectives, per call", numeric: true,
+        value: v("comm_bytes_sent"), cell: function (i, td) { text(td, F.bytes(col(d, ph(), "comm_bytes_sent", i))); } },
+      { key: "comm_bytes_received", label: "received", title: "bytes its collectives fill, per call", numeric: true,
+        value: v("comm_bytes_received"), cell: function (i, td) { text(td, F.bytes(col(d, ph(), "comm_bytes_received", i))); } },
+      { key: "comm_gbps", label: "comm GB/s", title: "collective traffic (sent + received) over the latency", numeric: true,
+        value: v("comm_gbps"), cell: function (i, td) { text(td, gbps(col(d, ph(), "comm_gbps", i))); } },
+      { key: "collectives", label: "collectives", title: "c10d ops of one call with their counts",
+        value: function (i) { return (col(d, ph(), "collectives", i) || []).join(" "); },
+        cell: function (i, td) { var c = col(d, ph(), "collectives", i); text(td, c && c.length ? c.join(", ") : F.DASH); } }
+    ];
+  }
+  function shardedTip(d) {
+    return function (i, phase) {
+      var rows = [["rank", F.isNum(col(d, phase, "rank", i)) ? String(col(d, phase, "rank", i)) : F.DASH],
+        ["imbalance", F.isNum(col(d, phase, "imbalance", i)) ? F.num(col(d, phase, "imbalance", i)) + "\u00d7" : F.DASH]];
+      if (col(d, phase, "kind", i) === "communication") {
+        rows.push(["bytes sent", F.bytes(col(d, phase, "comm_bytes_sent", i))],
+          ["bytes received", F.bytes(col(d, phase, "comm_bytes_received", i))],
+          ["collective throughput", gbps(col(d, phase, "comm_gbps", i))],
+          ["collectives", (col(d, phase, "collectives", i) || []).join(", ") || F.DASH]);
+      }
+      return rows;
+    };
+  }
+  /* The rank selector: the all-ranks view (each component's slowest rank, components.parquet) or one rank's
+     rows (ranks.parquet); it swaps the per-phase columns the icicle and the table read, then redraws both. */
+  function mountRanks(d, run) {
+    var s = document.getElementById("cbsite-rank");
+    if (!s) return;
+    var base = {};
+    d.phases.forEach(function (p) { base[p] = {}; Object.keys(d[p]).forEach(function (k) { base[p][k] = d[p][k]; }); });
+    var options = { all: "all ranks (slowest)" };
+    d.sharded.ranks.forEach(function (r) { options[r] = "rank " + r; });
+    select("cbsite-rank", options, "all", function (value) {
+      d.phases.forEach(function (p) {
+        Object.keys(base[p]).forEach(function (k) { d[p][k] = base[p][k]; });
+        var view = value === "all" ? null : (d.sharded.views[value] || {})[p];
+        if (view) Object.keys(view).forEach(function (k) { d[p][k] = view[k]; });
+      });
+      run.icicle.render();
+      run.table.refresh();
+      document.getElementById("cbsite-run").setAttribute("data-rank", value);
+    });
+  }
+
   function mountTable(root, d, ops) {
     var state = { phase: d.phases[0] };
     var panel = document.getElementById("cbsite-details");
@@ -387,6 +454,7 @@
           s.className = "cbsite-bound bound-" + b; s.textContent = b; s.title = BOUND_HELP[b];
           td.appendChild(s);
         } },
+    ].concat(d.sharded ? shardedColumns(d, ph) : []).concat([
       { key: "status", label: "status", value: function (i) { return status(d, ph(), i); },
         cell: function (i, td) {
           var s = status(d, ph(), i);
@@ -399,7 +467,7 @@
           td.className = "links";
           artifacts(root, d, i, td, ops && ops.components, showDetails);
         } } : null
-    ].filter(Boolean);  // a column no row has a value for (GPU time on a CPU, artifacts) is left out
+    ]).filter(Boolean);  // a column no row has a value for (GPU time on a CPU, artifacts) is left out
     var t = new window.CbsiteTable(document.getElementById("cbsite-table"), {
       columns: columns, count: d.path.length, pageSize: 100,
       text: function (i) { return d.path[i] === "" ? d.model : d.path[i]; },
@@ -466,7 +534,11 @@
         var d = res[0];
         if (!d.phases.length) { root.querySelector(".cbsite-loading").textContent = "This run has no rows."; return; }
         root.querySelector(".cbsite-loading").hidden = true;
-        window.cbsiteRun = { data: d, icicle: mountIcicle(d, "cbsite"), table: mountTable(root, d, res[1]), ops: res[1] };
+        var kindColour = d.sharded ? { kind: { extra: true, label: "kind", kind: "category", categories: KIND, fmt: String,
+          value: function (i, phase) { return col(d, phase, "kind", i); } } } : null;
+        window.cbsiteRun = { data: d, icicle: mountIcicle(d, "cbsite", kindColour, d.sharded ? "kind" : null, d.sharded ? shardedTip(d) : null),
+                             table: mountTable(root, d, res[1]), ops: res[1] };
+        if (d.sharded) mountRanks(d, window.cbsiteRun);
         openLinked(d);
         window.addEventListener("hashchange", function () { openLinked(d); });
         root.setAttribute("data-ready", "1");

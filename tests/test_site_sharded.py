@@ -1,0 +1,136 @@
+"""The site and the diff of sharded (torchrun) runs, on the committed dlrm-sharded runs (table-wise and row-wise
+plans, 2 gloo ranks): the run page's rank data and summary, the diff page's communication table, and the gate's
+`comm_bytes*` rules. Real Parquet, a real MkDocs build; the browser side is tests/test_browser_sharded.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from cbsite import archive, review
+from cbsite import diff as cdiff
+from cbsite.errors import CbsiteError
+from cbsite.generator import build_site
+
+RUNS = Path(__file__).resolve().parent.parent / "runs" / "dlrm-sharded"
+PLANS = ("table-wise", "row-wise")
+OUTPUT_DIST = "sparse_arch.embedding_bag_collection.output_dist"
+
+pytestmark = pytest.mark.skipif(not all((RUNS / p).is_dir() for p in PLANS), reason="the committed sharded runs are absent")
+
+
+def _run(plan: str) -> archive.Run:
+    return archive.read_run(next(p for p in sorted((RUNS / plan).iterdir()) if not p.name.startswith(".")))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    base = tmp_path_factory.mktemp("sharded")
+    shutil.copytree(RUNS, base / "runs" / "dlrm-sharded")
+    return build_site(base / "runs", base / "site", quiet=True)
+
+
+def _page(built: Path, plan: str) -> Path:
+    return next((built / "runs" / "dlrm-sharded" / plan).iterdir())
+
+
+@pytest.mark.parametrize("plan", PLANS)
+def test_run_page_has_every_rank_and_the_summary(built, plan):
+    run = _run(plan)
+    folder = _page(built, plan)
+    html = (folder / "index.html").read_text()
+    assert 'id="cbsite-rank"' in html
+    assert "world size 2" in html and "backend gloo" in html and plan.replace("-", "_") + " × 8 table(s)" in html
+    assert "most imbalanced" in html and "whole model" in html
+    d = json.loads((folder / "components.json").read_text())
+    sh = d["sharded"]
+    assert sh["world_size"] == 2 and sh["ranks"] == ["0", "1"]
+    fwd = d["forward"]
+    comm = [i for i, k in enumerate(fwd["kind"]) if k == "communication"]
+    assert comm and all(fwd["comm_bytes_sent"][i] > 0 and fwd["collectives"][i] for i in comm)
+    assert {k for k in fwd["kind"] if k} == {"compute", "communication"}
+    # Each rank's view is that rank's rows in ranks.parquet, aligned with the page's paths.
+    ranks = run.ranks
+    for r in sh["ranks"]:
+        view = sh["views"][r]["forward"]
+        assert set(view["rank"]) <= {int(r), None}
+        rows = ranks.filter((ranks["rank"] == int(r)) & (ranks["phase"] == "forward"))
+        for row in rows.iter_rows(named=True):
+            i = d["path"].index(row["path"])
+            assert view["comm_bytes_sent"][i] == row["comm_bytes_sent"]
+            if row["latency_ms"] is not None:
+                assert view["latency_ms"][i] == pytest.approx(row["latency_ms"], rel=1e-3)
+    # The all-ranks view is the slowest rank: its latency is at least each rank's.
+    for i, v in enumerate(fwd["latency_ms"]):
+        others = [sh["views"][r]["forward"]["latency_ms"][i] for r in sh["ranks"]]
+        if v is not None and all(o is not None for o in others):
+            assert v >= max(others) * (1 - 1e-3)
+    assert any(sh["views"]["0"]["forward"]["latency_ms"][i] != sh["views"]["1"]["forward"]["latency_ms"][i]
+               for i in range(len(d["path"])))
+
+
+def test_diff_between_the_plans_shows_communication_bytes(built):
+    folder = built / "diffs" / "dlrm-sharded" / "table-wise" / "row-wise"
+    html = (folder / "index.html").read_text()
+    assert 'id="communication"' in html and 'class="cbsite-traffic"' in html
+    row = next(line for line in html.splitlines() if f"<code>{OUTPUT_DIST}</code>" in line and "forward" in line)
+    assert "131 kB → 262 kB <strong>2.0×</strong>" in row  # sent: all-to-all (table-wise) -> reduce-scatter (row-wise)
+    assert "c10d::alltoall_base_ x1 → c10d::_reduce_scatter_base_ x1" in row
+
+
+def test_non_sharded_diff_has_no_communication_section(tmp_path):
+    from tests.conftest_site import synthetic_run
+
+    runs = tmp_path / "runs"
+    synthetic_run(runs, "toy", "v1", n=12, seed=1)
+    synthetic_run(runs, "toy", "v2", n=12, seed=2, minutes=5)
+    built = build_site(runs, tmp_path / "site", quiet=True)
+    page = next((built / "diffs" / "toy").rglob("index.html")).read_text()
+    assert 'id="communication"' not in page
+    assert 'id="cbsite-rank"' not in next((built / "runs" / "toy" / "v1").rglob("index.html")).read_text()
+
+
+def test_gate_judges_communication_bytes_of_sharded_runs():
+    rd = cdiff.diff_runs(_run("table-wise"), _run("row-wise"))
+    stage = next(t for t in rd.traffic if t.phase == "forward" and t.path == OUTPUT_DIST)
+    assert stage.base["comm_bytes_sent"] == 131072 and stage.head["comm_bytes_sent"] == 262144
+    assert stage.change("comm_bytes") == pytest.approx(0.5)
+
+    gate = review.check(rd, review.parse_rules(["*output_dist:comm_bytes_sent>+10%"]))
+    assert not gate.passed
+    assert [(b.phase, b.path, b.change) for b in gate.breaches] == [("forward", OUTPUT_DIST, pytest.approx(1.0))]
+    assert review.check(rd, review.parse_rules(["*output_dist:comm_bytes_sent>+150%"])).passed
+    # A glob over the pieces too: the row-wise pieces are new components that communicate, which breaks the rule.
+    broken = review.check(rd, review.parse_rules(["*output_dist*:comm_bytes>+10%"])).breaches
+    assert {(b.phase, b.path) for b in broken} >= {("forward", OUTPUT_DIST), ("forward", OUTPUT_DIST + ".row_wise")}
+    # The whole model: the root's traffic.
+    assert {b.phase for b in review.check(rd, review.parse_rules(["comm_bytes>+10%"])).breaches} == {"forward", "backward"}
+    # The other way round, the bytes shrink: the rule holds.
+    assert review.check(cdiff.diff_runs(_run("row-wise"), _run("table-wise")),
+                        review.parse_rules(["*output_dist:comm_bytes_sent>+10%"])).passed
+    # A glob that matches nothing is still refused.
+    with pytest.raises(CbsiteError, match="matches no component"):
+        review.check(rd, review.parse_rules(["*outptu_dist:comm_bytes>+10%"]))
+
+
+def test_gate_on_runs_without_traffic_says_so(tmp_path):
+    from tests.conftest_site import synthetic_run
+
+    runs = tmp_path / "runs"
+    synthetic_run(runs, "toy", "v1", n=12, seed=1)
+    synthetic_run(runs, "toy", "v2", n=12, seed=2, minutes=5)
+    a, b = (archive.read_run(next((runs / "toy" / v).iterdir())) for v in ("v1", "v2"))
+    gate = review.check(cdiff.diff_runs(a, b), review.parse_rules(["comm_bytes>+10%"]))
+    assert gate.passed and gate.unknown and "no collective traffic" in gate.unknown[0]
+
+
+def test_pr_summary_lists_the_communication_changes():
+    rd = cdiff.diff_runs(_run("table-wise"), _run("row-wise"))
+    md = review.markdown(rd, review.check(rd, review.parse_rules(["*output_dist:comm_bytes_sent>+10%"])))
+    section = md[md.index("### Communication (forward)"):md.index("### Gate")]
+    line = next(x for x in section.splitlines() if x.startswith(f"| `{OUTPUT_DIST}` |"))
+    assert "131 kB → 262 kB (2.0×)" in line and "262 kB → 393 kB (+50%)" in line
+    assert "`*output_dist:comm_bytes_sent>+10%` | ❌ broken (1)" in md
