@@ -511,11 +511,12 @@ def _kept_demo_run(runs: Path, provider: str, name: str, version: str, options: 
     """A demo run of name@version already in the archive that this collection would repeat: the same provider and
     options, device (kind and CPU name), dtype, intra-op threads, torch version, phases, depth, budget, and at
     least the plugins (with the same options) asked for now. The newest such run, or None."""
-    import torch
-
     from cbsite import archive
     from cbsite.collector.device import cpu_name
     from cbsite.collector.profiler import threads_for
+    from cbsite.provenance import package_versions
+
+    torch_version = package_versions(("torch",))["torch"]  # as run.json records it; no torch import in the CLI
 
     for ref in reversed([r for r in archive.list_runs(runs) if (r.model, r.version) == (name, version)]):
         try:
@@ -528,7 +529,7 @@ def _kept_demo_run(runs: Path, provider: str, name: str, version: str, options: 
             and options.items() <= meta.get("provider", {}).get("options", {}).items()
             and device.get("kind") == config.device and (config.device != "cpu" or device.get("name") == cpu_name())
             and meta.get("dtype") == config.dtype and got.get("num_threads") == threads_for(config)
-            and meta.get("versions", {}).get("torch") == torch.__version__
+            and meta.get("versions", {}).get("torch") == torch_version
             and list(got.get("phases", ())) == list(config.phases) and got.get("max_depth") == config.max_depth
             and got.get("min_run_time") == config.min_run_time and not config.include and not config.exclude
             and all(p in plugins and all(plugins[p].get("options", {}).get(k) == v

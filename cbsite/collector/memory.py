@@ -166,9 +166,6 @@ class StagePeaks:
     def done(self, stage: str) -> None:
         self.peaks[stage] = peak_rss_bytes()
 
-    def peak(self) -> int:
-        return peak_rss_bytes()
-
 
 def available_bytes() -> int | None:
     """What the machine can still give: MemAvailable, or less where a cgroup limit says so."""

@@ -601,7 +601,7 @@ def _profile(
             **(limit.record() if limit else {}), **mem_plan.record(),
             "capture_groups": captures.groups, "capture_forwards": captures.forwards + 1,  # + the census
             "largest_capture_bytes": captures.most_bytes,
-            "peak_rss_bytes": stages.memory.peak() if stages.memory else None,
+            "peak_rss_bytes": memory.peak_rss_bytes() if stages.memory else None,
             "peak_rss_bytes_after_stage": dict(stages.memory.peaks) if stages.memory else None,
             "peak_device_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
             "out_of_memory": out_of_memory,

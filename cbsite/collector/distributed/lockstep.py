@@ -38,6 +38,7 @@ from cbsite.collector.measure import (
     MIN_BLOCKS,
     ComponentMeasurement,
     PhaseResult,
+    before_block,
     Timing,
     TimingConfig,
     per_call,
@@ -132,10 +133,9 @@ def time_statement(agree: Agreement, label: str, stmt: Callable[[], Any], calls:
     agree.verify(label, [label, n_blocks, number, calls])
     blocks = []
     probe = WaitProbe()
-    step = getattr(stmt, "before_block", None)  # a statement that rotates batches between blocks
+    step = before_block(stmt)  # a statement that rotates batches between blocks
     for i in range(n_blocks):
-        if step is not None:
-            step(i, n_blocks)  # same index and count on every rank: any forward it runs is in step too
+        step(i, n_blocks)  # same index and count on every rank: any forward it runs is in step too
         agree.barrier()
         blocks.append(timed_block(timer, number, calls, probe))
     median, p25, p75, used, flagged = summarise(blocks)
