@@ -233,9 +233,16 @@ def test_one_number_format_in_python_and_javascript():
               -0.00179, -48.1, 0.9996, 1.0004, 0.2149, 0.00058789, 123.45, 9.995]
     fmt = Path(__file__).parents[1] / "cbsite" / "generator" / "templates" / "assets" / "format.js"
     script = ("const F = require(process.argv[1]); const v = JSON.parse(process.argv[2]);"
-              "process.stdout.write(JSON.stringify(v.map(x => [F.flops(x), F.bytes(x), F.ms(x), F.pct(x), F.num(x)])))")
+              "process.stdout.write(JSON.stringify(v.map(x => [F.flops(x), F.bytes(x), F.ms(x), F.pct(x), F.num(x),"
+              " F.time(x), F.signed(x, F.time), F.signed(x, F.bytes), F.signed(x, F.flops)])))")
+    values += [8.14e-5, -8.14e-5, 0.00099996, 0.0009994, 9.9996e-7, 4.2e-10, -0.0123, 1234.5, -0.9996]
     out = subprocess.run([node, "-e", script, str(fmt), json.dumps(values)], capture_output=True, text=True, check=True)
     js = json.loads(out.stdout)
-    py = [[pages.fmt_flops(v), pages.fmt_bytes(v), pages.fmt_ms(v), pages.fmt_pct(v), pages.fmt_num(v)] for v in values]
+    py = [[pages.fmt_flops(v), pages.fmt_bytes(v), pages.fmt_ms(v), pages.fmt_pct(v), pages.fmt_num(v),
+           pages.fmt_time(v), pages.fmt_signed(v, "time"), pages.fmt_signed(v, "bytes"), pages.fmt_signed(v, "flops")]
+          for v in values]
     assert js == py
+    # A latency change prints in the unit that keeps it short (issue 14: once "+0.0000814 ms").
+    assert pages.fmt_signed(8.14e-5, "time") == "+81.4 ns" and pages.fmt_signed(-0.0123, "time") == "\u221212.3 \u00b5s"
+    assert pages.fmt_time(0.00099996) == "1 \u00b5s" and pages.fmt_time(0.9996) == "1 ms" and pages.fmt_time(1234.5) == "1.23 s"
     assert pages.fmt_flops(999.6) == "1 kFLOP"  # the issue's example: once "1 kFLOP", "1e+03 FLOP" and "1000 FLOP"

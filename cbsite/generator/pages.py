@@ -84,6 +84,18 @@ def fmt_ms(value: float | None) -> str:
     return f"{text} ms" if abs(float(text)) < 1000 else f"{_sig(value / 1000)} s"
 
 
+def fmt_time(value: float | None) -> str:
+    """A duration given in ms, in the unit that keeps 3 significant digits readable: s, ms, µs or ns ("81.4 ns",
+    never "0.0000814 ms"); the unit is chosen after rounding. format.js `time` is the same rule."""
+    if not _finite(value):
+        return DASH
+    if value == 0 or abs(float(_sig(value))) >= 1:
+        return fmt_ms(value)
+    if abs(float(_sig(value * 1000))) >= 1:
+        return f"{_sig(value * 1000)} \u00b5s"
+    return f"{_sig(value * 1e6)} ns"
+
+
 def fmt_bytes(value: float | None) -> str:
     return _si(value, "B")
 
@@ -132,7 +144,7 @@ def fmt_signed(value: float | None, kind: str) -> str:
     """A delta with its sign, in the metric's unit."""
     if value is None:
         return DASH
-    body = {"ms": fmt_ms, "bytes": fmt_bytes, "flops": fmt_flops}[kind](abs(value))
+    body = {"ms": fmt_ms, "time": fmt_time, "bytes": fmt_bytes, "flops": fmt_flops}[kind](abs(value))
     return ("+" if value > 0 else "\u2212" if value < 0 else "\u00b1") + body
 
 
@@ -150,7 +162,7 @@ def environment(bytecode_dir: str | None = None) -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     env.filters.update(
-        ms=fmt_ms, bytes=fmt_bytes, flops=fmt_flops, pct=fmt_pct, num=fmt_num, signed=fmt_signed, ratio=fmt_ratio,
+        ms=fmt_ms, time=fmt_time, bytes=fmt_bytes, flops=fmt_flops, pct=fmt_pct, num=fmt_num, signed=fmt_signed, ratio=fmt_ratio,
         # YAML front matter: a JSON string is a valid YAML scalar, and tojson escapes <, >, & and '.
         yaml_str=lambda s: jinja2.utils.htmlsafe_json_dumps(str(s)),
     )

@@ -26,6 +26,14 @@
     sig: sig,
     isNum: isNum,
     ms: function (v) { return isNum(v) ? (Math.abs(Number(sig(v, 3))) < 1000 ? sig(v, 3) + " ms" : sig(v / 1000, 3) + " s") : DASH; },
+    /* A duration given in ms, in the unit that keeps 3 significant digits readable: s, ms, \u00b5s or ns
+       ("81.4 ns", never "0.0000814 ms"); the unit is chosen after rounding (pages.py fmt_time). */
+    time: function (v) {
+      if (!isNum(v)) return DASH;
+      if (v === 0 || Math.abs(Number(sig(v, 3))) >= 1) return F.ms(v);
+      if (Math.abs(Number(sig(v * 1000, 3))) >= 1) return sig(v * 1000, 3) + " \u00b5s";
+      return sig(v * 1e6, 3) + " ns";
+    },
     bytes: function (v) { return si(v, "B"); },
     mb: function (v) { return isNum(v) ? sig(v / 1e6, 3) : DASH; },
     flops: function (v) { return si(v, "FLOP"); },
