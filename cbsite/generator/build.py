@@ -505,8 +505,8 @@ def _build_into(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool, 
                       if previous is not None and (previous / src.removesuffix("index.md") / "index.html").is_file()}
             writer.render_deferred(keep=reused)
             plugin = reuse.ReusePlugin(docs, previous, reused, entries, cache.folder_for("theme-templates"))
-        elif stock and project_dir is None:  # every page converted; the temporary docs' files linked, not copied
-            plugin = reuse.ReusePlugin(docs, None, set(), None)
+        elif stock:  # every page converted; the temporary docs' files linked, not copied (a kept project's are copied)
+            plugin = reuse.ReusePlugin(docs, None, set(), None, link_static=project_dir is None)
         _mkdocs_build(project, out, strict, quiet, _epoch(catalog.newest_run_time()), plugin)
     previous_runs = record.get("runs", {})
 

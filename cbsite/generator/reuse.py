@@ -26,6 +26,7 @@ import importlib.metadata
 import json
 import logging
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,11 @@ from cbsite.errors import CbsiteError
 from cbsite.generator import cache as bcache
 
 SEARCH_NAMES = ("search", "material/search")
+# A run page's list of every component path (run.md.j2): most of its HTML, and all raw HTML that Markdown would
+# only copy. It is held out of Markdown's parser (on_page_markdown) and put back after (on_page_content).
+PATHS_OPEN = '<details class="cbsite-paths">'
+_HELD = "cbsite-held-paths-b1e2"  # stands for the held list in the Markdown; a page that has this text keeps its list
+_ANCHOR = re.compile(r"<a\b[^>]*>|</a>")
 _DIRTY_WARNING = "A 'dirty' build is being performed"
 
 
@@ -96,14 +102,17 @@ class ReusePlugin(BasePlugin):
     """Added by build.py to the generated project's plugins, after search (see the module's docstring)."""
 
     def __init__(self, docs: Path, previous: Path | None, reuse: set[str],
-                 entries: dict[str, list[dict[str, Any]]] | None, bytecode_dir: Path | None = None) -> None:
+                 entries: dict[str, list[dict[str, Any]]] | None, bytecode_dir: Path | None = None,
+                 link_static: bool = True) -> None:
         super().__init__()
         self.docs, self.previous, self.reuse = docs.resolve(), previous, set(reuse)
+        self.link_static = link_static  # False: the generated docs are kept (project_dir), so they are copied
         self.bytecode_dir = bytecode_dir
         self.entries = entries or {}
         self.fresh: dict[str, list[dict[str, Any]]] = {}  # page URL -> the entries its conversion added
         self._seen = 0
         self._files: list[Any] = []
+        self._held: dict[str, tuple[str, str]] = {}  # page -> (the held list, the same with its links as text)
 
     def _index(self, config: Any) -> list[dict[str, Any]] | None:
         for plugin in config.plugins.values():
@@ -124,7 +133,7 @@ class ReusePlugin(BasePlugin):
                         raise CbsiteError(f"the previous site lost {file.dest_uri} during the build; build again")
                     file.is_modified = lambda: False
                 continue
-            src = Path(file.abs_src_path) if file.abs_src_path else None
+            src = Path(file.abs_src_path) if file.abs_src_path and self.link_static else None
             if src is not None and self.docs in src.parents and link_or_copy(src, site / file.dest_uri):
                 file.is_modified = lambda: False
         return files
@@ -135,7 +144,48 @@ class ReusePlugin(BasePlugin):
             env.bytecode_cache = jinja2.FileSystemBytecodeCache(str(self.bytecode_dir))
         return env
 
+    # -- held path lists: the same HTML and search entries at a fraction of the parsing -------------------------
+    def on_page_markdown(self, markdown: str, *, page: Any, config: Any, files: Any) -> str:
+        """A run page's path list is left out of the Markdown (it sits in a raw HTML block, which Markdown
+        copies as it is): Python-Markdown's HTML parser would take more time over it than over everything else."""
+        start = markdown.find(PATHS_OPEN)
+        if start < 0 or _HELD in markdown:
+            return markdown
+        p = markdown.find("<p>", start)
+        q = markdown.find("</p>", p)
+        if p < 0 or q < 0 or "<" not in markdown[p + 3:q] or "\n" in markdown[p + 3:q]:
+            return markdown
+        held = markdown[p + 3:q]
+        self._held[page.file.src_uri] = (held, _ANCHOR.sub("", held))
+        return markdown[:p + 3] + _HELD + markdown[q:]
+
+    def on_page_content(self, html: str, *, page: Any, config: Any, files: Any) -> str:
+        """The held list back, as links for the page and as plain text for the search plugin's parser (its
+        entries are the same: it keeps a link's text, not the link), which runs next (on_page_context)."""
+        held = self._held.get(page.file.src_uri)
+        if held is None:
+            return html
+        if html.count(_HELD) != 1:  # Markdown did not copy the block as it is: convert the page as it was
+            del self._held[page.file.src_uri]
+            page.markdown = page.markdown.replace(_HELD, held[0])
+            page.render(config, files)
+            return page.content
+        return html.replace(_HELD, held[1])
+
+    def _restore(self, page: Any) -> None:
+        """After the search plugin: the page's content with the held list's links (the search plugin may
+        have removed data-search-* attributes elsewhere in the content; the list has none)."""
+        held = self._held.pop(page.file.src_uri, None)
+        if held is None:
+            return
+        content = page.content
+        p = content.find("<p>", content.find(PATHS_OPEN))
+        if content.find(PATHS_OPEN) < 0 or not content.startswith(held[1] + "</p>", p + 3):
+            raise CbsiteError(f"cbsite: the path list of {page.file.src_uri} changed while it was indexed")
+        page.content = content[:p + 3] + held[0] + content[p + 3 + len(held[1]):]
+
     def on_page_context(self, context: Any, *, page: Any, config: Any, nav: Any) -> Any:
+        self._restore(page)
         index = self._index(config)
         if index is not None:  # the search plugin (registered before this one) has just added this page's entries
             self.fresh[page.url] = index[self._seen:]
