@@ -8,7 +8,8 @@ Memory (issue 13): a capture clones only the inputs of the paths asked for (the 
 group by group and frees each group once measured), clones a tensor that several modules receive once,
 and keeps no output and no autograd graph unless asked. Every capture also takes a census of every
 module: calls, bytes of its inputs, and bytes autograd saved for backward while it ran (its graph),
-which is what the profiler plans its memory with.
+which is what the profiler plans its memory with. A group's capture stops the forward as soon as every
+module of the group has made its calls (`stop_after`): the rest of the model would run for nothing.
 """
 
 from __future__ import annotations
@@ -144,6 +145,13 @@ class _Cloner:
         return pytree.tree_map(one, obj)
 
 
+class _Enough(BaseException):
+    """Raised by a post-hook once every module asked for has made its calls: the forward stops there.
+
+    A BaseException, so a model's own `except Exception` cannot swallow it, and torch runs no other
+    module's always-call hook while it unwinds (their state is thrown away with the capture)."""
+
+
 def _storage_key(t: torch.Tensor) -> tuple[int, int]:
     try:
         storage = t.untyped_storage()
@@ -162,6 +170,7 @@ def capture(
     keep_output: bool = False,
     keep_bytes: int | None = None,
     census: bool = True,
+    stop_after: collections.abc.Mapping[str, int] | None = None,
 ) -> Capture:
     """Run one forward with pre-hooks (with kwargs) on every module; hooks are always removed.
 
@@ -171,6 +180,9 @@ def capture(
     `keep_bytes`: stop cloning once the kept inputs pass this many bytes; the capture is then
     incomplete (`complete` False, no calls) and serves as a census only.
     `census`: also measure what autograd saves per module (`saved_bytes`); off where only inputs matter.
+    `stop_after`: calls per path (the census's count for one forward); once every such path has made its
+    calls, the forward stops and nothing after it runs (no output, no census of the rest). The collector
+    already assumes a module makes the same calls in every batch (calls per batch are per-call divisors).
     """
     result = Capture()
     module_path = module_paths(model)
@@ -183,6 +195,7 @@ def capture(
     # The model's own parameters and buffers are not the graph's: a Linear saves its weight, which exists anyway.
     static = {_storage_key(t) for t in list(model.parameters()) + list(model.buffers())}
     handles = []
+    left = {p: n for p, n in (stop_after or {}).items() if n > 0}  # calls still to come per path
 
     def make_pre_hook(path: str) -> Callable[..., None]:
         def hook(module: nn.Module, hook_args: tuple[Any, ...], hook_kwargs: dict[str, Any]) -> None:
@@ -220,6 +233,12 @@ def capture(
             if watched is not None:
                 call, leaves, versions = watched
                 call.mutates_inputs = any(t._version != v for t, v in zip(leaves, versions))
+            if path in left:
+                left[path] -= 1
+                if left[path] <= 0:
+                    del left[path]
+                    if not left:
+                        raise _Enough
 
         return hook
 
@@ -247,8 +266,11 @@ def capture(
             handles.append(module.register_forward_hook(make_post_hook(path), always_call=True))
         hooks = (torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t) if grad and census
                  else contextlib.nullcontext())
-        with torch.set_grad_enabled(grad), hooks:
-            output = model(*args, **kwargs)
+        try:
+            with torch.set_grad_enabled(grad), hooks:
+                output = model(*args, **kwargs)
+        except _Enough:
+            return result  # the partial forward's graph goes with the exception's frames
         if keep_output:
             result.output = pytree.tree_map(lambda x: x.detach() if isinstance(x, torch.Tensor) else x, output)
         del output  # the graph of the whole forward goes with it

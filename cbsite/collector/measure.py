@@ -73,6 +73,8 @@ class PhaseResult:
 @dataclass(frozen=True)
 class TimingConfig:
     min_run_time: float = 0.1  # seconds of uncontended timed blocks per component and phase
+    # Untimed calls before a statement's first block, for statements timed cold (the step, a session worker); a
+    # component's counting and peak passes are its warm-up (time_fn's `warm_s`).
     warmup: int = 3
     num_threads: int = 1
     device: str = "cpu"
@@ -198,9 +200,11 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_
     reporting the waiting. Every block is kept for samples.parquet.
     """
     started = time.perf_counter()
-    # `warm_s`: how long an untimed run just before took (the counting and peak passes run the statement's
-    # work). A component that long is warm already: three more calls would add seconds and change nothing.
-    last_warm = warm_s if warm_s is not None and warm_s >= cfg.min_run_time else warm_up(fn, cfg)
+    # `warm_s`: how long the untimed run just before took. The counting and peak passes have just run the
+    # statement's work twice on the same inputs, so the component is warm: more warm-up calls were up to a
+    # budget of untimed work per component and phase (a third of a GPT-2 collection's untimed rest). A
+    # first block that is still a little cold is one sample of at least MIN_BLOCKS under a median.
+    last_warm = warm_s if warm_s is not None else warm_up(fn, cfg)
     timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=cfg.num_threads)
     # A statement whose warm call already outlasts a block needs no sizing runs: one call per block.
     number = 1 if last_warm >= cfg.block_s() else block_size(timer, cfg.block_s())

@@ -61,7 +61,7 @@ class CollectConfig:
     exclude: tuple[str, ...] = ()
     phases: tuple[str, ...] = ("forward", "backward")
     min_run_time: float = 0.1  # seconds of timed runs per component and phase (the time budget)
-    warmup: int = 3
+    warmup: int = 3  # untimed calls before a cold statement (the step, a session worker); components warm up in their counting and peak passes
     device: str = "cpu"
     dtype: str = "float32"
     peak_flops: float | None = None
@@ -308,6 +308,7 @@ class _Captures:
         self.model, self.batches, self.grad, self.plan = model, batches, grad, plan
         self.everything = everything  # one group of every module, captured once (CollectConfig.capture_all_at_once)
         self.all_paths = list(census.counts)
+        self.counts = dict(census.counts)  # calls per forward, where a group's capture may stop
         # Batch 0's inputs of every module when the census could keep them within the allowance (small
         # models): then groups need no forward of batch 0, and a model captures in as many forwards as
         # it has batches, as before the plan.
@@ -353,7 +354,11 @@ class _Captures:
                     self.held.setdefault(p, []).append(self.batch0.get(p, []))
                 continue
             try:
-                cap = capture(self.model, args, kwargs, grad=self.grad, paths=group, census=False)
+                # Only the members this batch needs (a batch-0-only member is not cloned again), and the
+                # forward stops once they have all made their calls.
+                cap = capture(self.model, args, kwargs, grad=self.grad, census=False,
+                              paths=None if group is None else wanted,
+                              stop_after=None if group is None else {p: self.counts.get(p, 0) for p in wanted})
             except Exception as exc:  # noqa: BLE001 - the census forward succeeded, so only memory can differ
                 self.held = {}
                 if memory.is_out_of_memory(exc):
