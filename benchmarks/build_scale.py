@@ -99,7 +99,7 @@ def incremental(runs: int, components: int, repeat: int = 3) -> None:
 
 # What each page fetches besides its HTML (the templates' data-* attributes); shared assets are counted apart.
 RUN_DATA = ("components.json", "roofline.json", "ops.json")
-DIFF_DATA = ("diff.json", "charts.json")
+DIFF_DATA = ("diff.json", "diff.forward.json", "charts.json")  # on open; diff.backward.json loads when asked for
 
 
 def gz_size(path: Path) -> int:
@@ -120,12 +120,13 @@ def page_bytes(components: int) -> None:
         run_dir = next((out / "runs" / "big" / "v2").iterdir())
         diff_dir = out / "diffs" / "big" / "v1" / "v2"
         run_files = [run_dir / "index.html"] + [run_dir / n for n in RUN_DATA]
-        diff_files = [diff_dir / "index.html"] + [diff_dir / n for n in DIFF_DATA] + [run_dir / "components.json"]
+        diff_files = [diff_dir / "index.html"] + [diff_dir / n for n in DIFF_DATA]
         assets = sorted((out / "assets" / "cbsite").glob("*.js")) + sorted((out / "assets" / "cbsite").glob("*.css"))
         print(f"{components:,} components, gzipped bytes per page with its data:")
         for label, files in (("run page", run_files), ("diff page", diff_files)):
             parts = ", ".join(f"{f.name} {gz_size(f) / 1e6:.2f}" for f in files if f.is_file())
             print(f"  {label}: {sum(map(gz_size, files)) / 1e6:.2f} MB ({parts})")
+        print(f"  diff page, loaded when asked for: diff.backward.json {gz_size(diff_dir / 'diff.backward.json') / 1e6:.2f} MB")
         print(f"  shared cbsite assets (once per visit): {sum(map(gz_size, assets)) / 1e6:.2f} MB")
 
 

@@ -27,6 +27,8 @@ FILES = {
     "run_components.json": f"docs/{RUN}/components.json",
     "diff_page.md": f"docs/{DIFF}/index.md",
     "diff.json": f"docs/{DIFF}/diff.json",
+    "diff_forward.json": f"docs/{DIFF}/diff.forward.json",
+    "diff_backward.json": f"docs/{DIFF}/diff.backward.json",
     "diff_charts.json": f"docs/{DIFF}/charts.json",
     "model_page.md": "docs/models/dlrm/index.md",
     "home.md": "docs/index.md",

@@ -15,7 +15,7 @@ import pytest
 from cbsite import comparison, review
 from cbsite.archive import read_run
 from cbsite.diff import diff_runs
-from cbsite.generator import build_site, latencydata, pages
+from cbsite.generator import build_site, diffdata, latencydata, pages
 from tests.latency_archive import COMPARISON_ID, EXPECTED, IDS, write_latency_archive
 
 PAIR = f"diffs/runs/{IDS['v1']}/{IDS['v3']}/"
@@ -34,7 +34,7 @@ def _text(html: str) -> str:
 
 
 def _diff(docs: Path, url: str) -> dict:
-    return json.loads((docs / url / "diff.json").read_text())
+    return diffdata.read_diff(docs / url)  # diff.json and its per-phase files, as one object
 
 
 def test_a_comparison_gets_a_diff_page_even_between_non_consecutive_versions(built):
@@ -72,7 +72,7 @@ def test_verdict_columns_are_the_evidence_verdicts(built):
             assert cols["latency"]["reason"][k] == v.reason
             # A latency share only where the verdict is a change: unchanged and inconclusive get none.
             shared = cols["share"]["latency_ms"][k] is not None
-            assert shared == (v.verdict in ("regressed", "improved")) or cols["self_delta"]["latency_ms"][k] == 0
+            assert shared == (v.verdict in ("regressed", "improved")) or rd.get(path, phase).self_delta["latency_ms"] == 0
 
 
 def test_unchanged_latency_is_not_a_contributor_even_when_its_median_moved(built):
@@ -144,13 +144,13 @@ def test_peak_memory_gets_no_shares(built):
     for url in (PAIR, "diffs/cmp/v1/v2/"):
         data = _diff(docs, url)
         for p in data["phases"]:
-            assert set(data[p]["share"]["peak_memory_bytes"]) == {None}
+            assert "peak_memory_bytes" not in data[p]["share"]  # maxima: no share column
 
 
 def test_comparison_diff_page_is_deterministic(built, tmp_path):
     runs, site, docs = built
     again = build_site(runs, tmp_path / "site", project_dir=tmp_path / "project", quiet=True)
-    for name in ("index.html", "diff.json", "charts.json"):
+    for name in ("index.html", "diff.json", "diff.forward.json", "diff.backward.json", "charts.json"):
         assert (again / PAIR / name).read_bytes() == (site / PAIR / name).read_bytes()
     assert (again / "models/cmp/index.html").read_bytes() == (site / "models/cmp/index.html").read_bytes()
 

@@ -159,7 +159,8 @@ def _diff_job(job: tuple[Path, Path, Path, str, dict[str, Any] | None]) -> dict[
         return {"error": str(exc)}
     judged = latencydata.judge(record, base, head, rd)
     tops = diffdata.top_rows(rd, model, judged)
-    pages.dump_json(diffdata.diff_json(rd, judged), folder / "diff.json")
+    for name, data in diffdata.diff_files(rd, judged, head).items():  # diff.json and one file per phase
+        pages.dump_json(data, folder / name)
     specs = diffdata.chart_specs(tops)
     if specs:
         pages.dump_json(specs, folder / "charts.json")

@@ -275,7 +275,7 @@ def _place(src: Path, dest: Path) -> None:
 # (components.parquet, the download of the archive's own file, is copied from the run: caching it would only
 # duplicate the archive.)
 RUN_FILES = ["components.json", "ops.json", "roofline.json", "components.csv"]
-DIFF_FILES = ["diff.json", "charts.json"]
+DIFF_FILES = ["diff.json", *(f"diff.{phase}.json" for phase in ("forward", "backward")), "charts.json"]
 
 
 def run_value(rd: Any, warnings: list[str]) -> dict[str, Any]:

@@ -10,10 +10,16 @@ Latency follows its verdicts when the diff has evidence (cbsite/generator/latenc
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
+import polars as pl
+
+from cbsite import bound
 from cbsite import diff as cdiff
-from cbsite.generator import charts
+from cbsite.archive import Run
+from cbsite.generator import charts, pages
 from cbsite.generator.latencydata import Judged, latency_changed, latency_columns
 from cbsite.generator.rundata import compact_column
 
@@ -21,6 +27,15 @@ TOP_N = 10
 # Metrics with a contributors chart, in the order the page shows them.
 CHART_METRICS = ("flops", "param_bytes", "peak_memory_bytes", "latency_ms")
 NO_SHARE = frozenset({"peak_memory_bytes"})  # maxima: own changes do not add up to the model's
+
+
+UNIT = {"latency_ms": "time", "flops": "flops"}  # the one formatter's kind per metric (pages.fmt_signed); else bytes
+
+
+def delta_text(metric: str, value: float | None) -> str:
+    """A change as the page's formatter writes it (format.js `signed`): "+81.4 ns", "\u22121.2 GFLOP", "+12.3 MB";
+    "n/a" when unknown (as cbsite.diff.format_delta, the PR comment's form)."""
+    return "n/a" if value is None else pages.fmt_signed(value, UNIT.get(metric, "bytes"))
 
 
 def totals_rows(rd: cdiff.RunDiff, judged: Judged | None = None) -> list[dict[str, Any]]:
@@ -81,7 +96,7 @@ def top_rows(rd: cdiff.RunDiff, model: str, judged: Judged | None = None) -> dic
                 "path": cdiff.display_path(c.path, model), "label": cdiff.display_path(c.path, model),
                 "module_type": c.module_type, "kind": c.kind, "delta": value, "change": _change_word(c, value),
                 "share": None if metric in NO_SHARE else c.share[metric],
-                "delta_text": cdiff.format_delta(metric, value),
+                "delta_text": delta_text(metric, value),
             })
         if rows:
             out[metric] = rows
@@ -125,40 +140,111 @@ def _whole(values: list[Any]) -> list[Any]:
     return [int(v) if type(v) is float and v.is_integer() and abs(v) < 2 ** 53 else v for v in values]
 
 
-# What the diff page reads (assets/diffpage.js), and no more: a 10,000-component diff must stay small.
-# Base and head values only for latency (the icicle's tooltip); other metrics' values are on the runs' pages.
+# What the diff page reads (assets/diffpage.js), and no more: a 10,000-component diff must stay small (issue 14:
+# under 1 MB gzipped with its page, tests/test_page_bytes.py). Base and head values only for latency (the icicle's
+# tooltip); other metrics' values are on the runs' pages. Shares only where the table shows them.
 SIDE_METRICS = ("latency_ms",)
+SHARE_METRICS = ("flops", "param_bytes", "latency_ms")  # peak memory has none (NO_SHARE); bytes moved no column
 DIGITS = 3  # deltas and shares as the one formatter prints them (pages.py: 3 significant digits)
+# The head run's own columns the icicle draws and its tooltip reads (assets/runpage.js mountIcicle), per call as
+# the run page's components.json has them, aligned with the diff's rows; `bound` is computed as rundata does.
+RUN_COLUMNS = ("status", "error", "latency_ms", "flops", "peak_memory_bytes", "mfu", "bandwidth_util", "bytes_moved")
+PHASE_FILE = "diff.{phase}.json"
 
 
-def diff_json(rd: cdiff.RunDiff, judged: Judged | None = None) -> dict[str, Any]:
-    """Columnar per-phase component deltas, only what the page reads: a 10,000-component diff stays small.
+def encode_paths(paths: list[str]) -> tuple[list[int], list[str]]:
+    """Paths as (parent row, last segment): the parent is the row of the path's prefix when an earlier row has
+    it (-1 otherwise, and then the segment is the whole path); the root `""` is (-1, ""). The browser joins
+    them back (diffpage.js `decodePaths`); a 10,000-path column shrinks to a quarter, gzipped."""
+    seen: dict[str, int] = {}
+    parent: list[int] = []
+    name: list[str] = []
+    for i, path in enumerate(paths):
+        cut = path.rfind(".")
+        prefix = path[:cut] if cut >= 0 else ("" if path else None)
+        k = seen.get(prefix, -1) if prefix is not None else -1
+        parent.append(k)
+        name.append(path[cut + 1:] if k >= 0 else path)
+        seen.setdefault(path, i)
+    return parent, name
 
-    `base_path` is null where the component kept its path. `latency` (per phase, only when the diff has
-    evidence): the verdict columns of latencydata; `judged` at the top says which (false: latency not
-    judged, the IQR rule marks noise)."""
+
+def decode_paths(parent: list[int], name: list[str]) -> list[str]:
+    """The inverse of `encode_paths` (diffpage.js does the same)."""
+    out: list[str] = []
+    for k, n in zip(parent, name):
+        out.append(n if k < 0 else (out[k] + "." + n if out[k] else n))
+    return out
+
+
+def _run_columns(head: Run, phase: str, comps: list[cdiff.ComponentDelta]) -> dict[str, Any]:
+    """The head run's per-call values of `phase` for each diff row (null for a removed component), compacted as
+    the run page's (rundata.compact_column), with the static `call_count` and `param_bytes`."""
+    wanted = ["path", "call_count", "param_bytes", "device_time_ms", *RUN_COLUMNS]
+    rows = head.rows.filter(pl.col("phase") == phase).sort("order")
+    raw = {c: rows.get_column(c).to_list() if c in rows.columns else [None] * rows.height for c in wanted}
+    at = {p: i for i, p in enumerate(raw["path"])}  # a path's last row wins, as in rundata.components_json
+    where = [at.get(c.path, -1) if c.kind != "removed" else -1 for c in comps]
+    cols = {c: compact_column([raw[c][k] if k >= 0 else None for k in where])
+            for c in ("call_count", "param_bytes", "device_time_ms", *RUN_COLUMNS)}
+    cols["bound"] = bound.classify_columns(cols["mfu"], cols["bandwidth_util"], cols["latency_ms"], cols.pop("device_time_ms"))
+    return cols
+
+
+def diff_files(rd: cdiff.RunDiff, judged: Judged | None = None, head: Run | None = None) -> dict[str, dict[str, Any]]:
+    """The diff page's data files by name: `diff.json`, a small index the page loads first (phases, whether
+    latency is judged, the file of each phase), and one `diff.<phase>.json` per phase. The page loads its
+    first phase on open and another only when asked for (its table's or icicle's phase selector), so what a
+    10,000-component diff moves on open is one phase.
+
+    A phase file's columns, aligned row by row: the path as `parent`/`name` (`encode_paths`), `base_path`
+    (null where the component kept its path), `module_type`, `depth`, `kind`, `missing`, latency `base` and
+    `head` per forward, `delta` of each metric, `share` of those the table shows, `noise`, `latency` (only
+    when the diff has evidence: the verdict columns of latencydata) and `run`: the head run's own values of
+    the phase that the icicle draws (`_run_columns`; none without `head`)."""
     judged = judged or Judged(None, None)
-    out: dict[str, Any] = {"metrics": list(cdiff.DIFF_METRICS), "phases": rd.phases, "judged": judged.judged}
+    files: dict[str, dict[str, Any]] = {}
+    index: dict[str, Any] = {"metrics": list(cdiff.DIFF_METRICS), "phases": rd.phases, "judged": judged.judged,
+                             "files": {}}
+    if head is not None:
+        index["model"] = head.model
     for phase in rd.phases:
         comps = rd.for_phase(phase)
+        parent, name = encode_paths([c.path for c in comps])
         cols: dict[str, Any] = {
-            "path": [c.path for c in comps],
+            "parent": parent, "name": name,
             "base_path": [c.base_path if c.base_path != c.path else None for c in comps],
             "module_type": [c.module_type for c in comps],
             "depth": [c.depth for c in comps],
             "kind": [c.kind for c in comps],
             "missing": [list(c.missing) for c in comps],
         }
-        for key in ("base", "head", "self_delta"):
+        for key in ("base", "head"):
             dicts = [getattr(c, key) for c in comps]
             cols[key] = {m: compact_column([d[m] for d in dicts]) for m in SIDE_METRICS}
         deltas = [c.delta for c in comps]
         cols["delta"] = {m: _whole(compact_column(_floats([d[m] for d in deltas]), DIGITS)) for m in cdiff.DIFF_METRICS}
-        cols["share"] = {m: compact_column(_shares(comps, m, judged), DIGITS) for m in cdiff.DIFF_METRICS}
+        cols["share"] = {m: compact_column(_shares(comps, m, judged), DIGITS) for m in SHARE_METRICS}
         noise = [c.noise for c in comps]
         cols["noise"] = {m: [d[m] for d in noise] for m in cdiff.DIFF_METRICS}
         latency = latency_columns(judged, comps)
         if latency is not None:
             cols["latency"] = latency
+        if head is not None:
+            cols["run"] = _run_columns(head, phase, comps)
+        file = PHASE_FILE.format(phase=phase)
+        index["files"][phase] = file
+        files[file] = cols
+    return {"diff.json": index, **files}
+
+
+def read_diff(folder: str | Path) -> dict[str, Any]:
+    """A diff page's data files (`diff_files`, as written in `folder`) as one object, every phase in it with its
+    paths written out: for scripts and tests that want the whole diff's columns at once."""
+    folder = Path(folder)
+    out = json.loads((folder / "diff.json").read_text())
+    for phase, file in out.pop("files").items():
+        cols = json.loads((folder / file).read_text())
+        cols["path"] = decode_paths(cols.pop("parent"), cols.pop("name"))
         out[phase] = cols
     return out

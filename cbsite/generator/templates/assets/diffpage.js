@@ -1,4 +1,7 @@
-/* The diff page: the per-component delta table and an icicle of the newer run coloured by delta. */
+/* The diff page: the per-component delta table and an icicle of the newer run coloured by delta.
+   Data: diff.json (an index: phases, whether latency is judged, each phase's file), then the first phase's file
+   (diffdata.py diff_files); another phase's file is fetched only when the table's or the icicle's phase selector
+   asks for it, so a 10,000-component diff moves one phase on open. */
 (function () {
   "use strict";
   var F = window.CbsiteFormat;
@@ -6,7 +9,7 @@
     flops: { label: "FLOPs", fmt: F.flops },
     param_bytes: { label: "parameters", fmt: F.bytes },
     peak_memory_bytes: { label: "peak memory", fmt: F.bytes },
-    latency_ms: { label: "latency", fmt: F.ms },
+    latency_ms: { label: "latency", fmt: F.time },
     bytes_moved: { label: "bytes moved", fmt: F.bytes }
   };
 
@@ -15,6 +18,7 @@
   }
 
   var CHANGE = { regressed: 1, improved: -1 };
+  var PAGE_ROWS = 20;  // the table's rows per page: the page opens short (issue 14), the pager shows the rest
   var NOT_JUDGED = "latency not judged: single-round runs (collect with cbsite compare or cbsite collect --rounds N)";
 
   /* Latency as the page judges it (latencydata.py): with evidence, a change only where the verdict is
@@ -46,7 +50,7 @@
     td.appendChild(s);
   }
 
-  function mountTable(diff) {
+  function mountTable(diff, load, loading, failed) {
     var state = { phase: diff.phases[0] };
     var cols = function () { return diff[state.phase]; };
     var columns = [
@@ -100,7 +104,7 @@
         cell: function (i, td) { td.textContent = diff.judged ? F.interval(L().ci_low[i], L().ci_high[i]) : F.DASH; } });
     });
     var t = new window.CbsiteTable(document.getElementById("cbsite-difftable"), {
-      columns: columns, count: cols().path.length, pageSize: 100, sort: { key: "s_flops", desc: true },
+      columns: columns, count: cols().path.length, pageSize: PAGE_ROWS, sort: { key: "s_flops", desc: true },
       text: function (i) { return cols().path[i]; },
       depth: function (i) { return cols().depth[i]; },
       extraControls: function (bar) {
@@ -108,27 +112,93 @@
         var s = document.createElement("select");
         s.setAttribute("aria-label", "phase");
         diff.phases.forEach(function (p) { var o = document.createElement("option"); o.value = p; o.textContent = p; s.appendChild(o); });
-        s.addEventListener("change", function () { state.phase = s.value; t.spec.count = cols().path.length; t.refresh(); });
+        s.addEventListener("change", function () {
+          var want = s.value;
+          loading(true);
+          load(want).then(function () {
+            loading(false);
+            if (s.value !== want) return;  // another phase was chosen meanwhile
+            state.phase = want; t.spec.count = cols().path.length; t.refresh();
+          }, failed);
+        });
         bar.appendChild(s);
+        var note = document.createElement("span");
+        note.className = "cbsite-phase-loading"; note.hidden = true; note.textContent = "loading the phase\u2026";
+        bar.appendChild(note);
       }
     });
     return t;
+  }
+
+  /* Paths from the phase file's parent row and last segment (diffdata.py encode_paths). */
+  function decodePaths(parent, name) {
+    var out = new Array(parent.length);
+    for (var i = 0; i < parent.length; i++) {
+      var k = parent[i];
+      out[i] = k < 0 ? name[i] : (out[k] ? out[k] + "." + name[i] : name[i]);
+    }
+    return out;
+  }
+
+  /* The icicle's tree is the first phase's rows (the head run's components, and the removed ones, which have no
+     head value and are not drawn); another phase's run values are placed on it by path when that phase loads. */
+  function treeOf(index, c) {
+    var n = c.path.length;
+    var parent = c.parent.map(function (k, i) { return k < i ? k : -1; });
+    var name = c.path.map(function (s) { return s.slice(s.lastIndexOf(".") + 1); });
+    return { model: index.model || "", phases: index.phases.slice(), path: c.path, parent: parent, name: name,
+             module_type: c.module_type, depth: c.depth, call_count: c.run ? c.run.call_count : new Array(n).fill(1),
+             param_bytes: c.run ? c.run.param_bytes : new Array(n).fill(null) };
   }
 
   function start() {
     var root = document.getElementById("cbsite-diff");
     if (!root || !root.getAttribute("data-diff")) return;
     var get = window.CbsiteRunPage.fetchJson;
-    Promise.all([get(root.getAttribute("data-diff")), get(root.getAttribute("data-head"))]).then(function (res) {
-      var diff = res[0], head = res[1];
-      root.querySelector(".cbsite-loading").hidden = true;
-      // Align the diff's rows with the head run's components by path, per phase.
-      var at = {};
-      diff.phases.forEach(function (p) {
-        var idx = {};
-        diff[p].path.forEach(function (path, k) { if (diff[p].kind[k] !== "removed") idx[path] = k; });
-        at[p] = head.path.map(function (path) { return idx.hasOwnProperty(path) ? idx[path] : -1; });
-      });
+    var url = root.getAttribute("data-diff"), note = root.querySelector(".cbsite-loading");
+    var diff = null, head = null, at = {}, pending = {}, busy = 0;
+    var failed = function (err) {
+      note.hidden = false;
+      note.textContent = "Could not load the diff data (" + err.message + "). Serve the site over HTTP (cbsite serve).";
+    };
+    /* While a phase's file loads: a note beside the controls, and data-loading="1" on the page. */
+    var loading = function (on) {
+      busy = Math.max(0, busy + (on ? 1 : -1));
+      Array.prototype.forEach.call(root.querySelectorAll(".cbsite-phase-loading"), function (e) { e.hidden = busy === 0; });
+      root.setAttribute("data-loading", busy ? "1" : "0");
+    };
+    /* A phase's file, fetched once (a promise); its run values are placed on the icicle's tree by path. */
+    var load = function (phase) {
+      if (diff[phase]) return Promise.resolve(diff[phase]);
+      if (!pending[phase]) {
+        pending[phase] = get(diff.files[phase]).then(function (c) {
+          c.path = decodePaths(c.parent, c.name);
+          if (head) {
+            var idx = {};
+            c.path.forEach(function (path, k) { if (c.kind[k] !== "removed") idx[path] = k; });
+            at[phase] = head.path.map(function (path) { return idx.hasOwnProperty(path) ? idx[path] : -1; });
+            var cols = {};
+            Object.keys(c.run || {}).forEach(function (key) {
+              var src = c.run[key];
+              cols[key] = at[phase].map(function (k) { return k < 0 ? null : src[k]; });
+            });
+            head[phase] = cols;
+          }
+          diff[phase] = c;
+          return c;
+        });
+        pending[phase].catch(function () { delete pending[phase]; });  // a failed fetch may be tried again
+      }
+      return pending[phase];
+    };
+    get(root.getAttribute("data-diff")).then(function (index) {
+      diff = index;
+      return load(index.phases[0]);
+    }).then(function (first) {
+      head = treeOf(diff, first);
+      at[diff.phases[0]] = first.path.map(function (_, k) { return k; });  // the tree's own rows
+      head[diff.phases[0]] = first.run || {};
+      note.hidden = true;
       var extra = {};
       Object.keys(METRICS).forEach(function (m) {
         var spec = METRICS[m];
@@ -149,8 +219,8 @@
         var k = diff[phase] ? at[phase][i] : -1;
         if (k < 0) return [];
         var c = diff[phase], lat = latencyAt(diff, phase, k);
-        var rows = [["latency medians", F.ms(c.base.latency_ms[k]) + " \u2192 " + F.ms(c.head.latency_ms[k]) +
-          " (" + F.signed(c.delta.latency_ms[k], F.ms) + ")"]];
+        var rows = [["latency medians", F.time(c.base.latency_ms[k]) + " \u2192 " + F.time(c.head.latency_ms[k]) +
+          " (" + F.signed(c.delta.latency_ms[k], F.time) + ")"]];
         if (!diff.judged) { rows.push(["latency verdict", "not judged"]); return rows; }
         if (lat.verdict === null) { rows.push(["latency verdict", lat.note]); return rows; }
         rows.push(["latency verdict", lat.verdict]);
@@ -158,15 +228,35 @@
         if (c.latency.reason[k] && lat.verdict === "inconclusive") rows.push(["", c.latency.reason[k]]);
         return rows;
       };
-      // The icicle shows the phases both runs have.
-      head.phases = head.phases.filter(function (p) { return diff.phases.indexOf(p) >= 0; });
-      window.cbsiteDiff = { diff: diff, head: head,
-        icicle: window.CbsiteRunPage.mountIcicle(head, "cbsite", extra, root.getAttribute("data-colour") || "delta_flops", tip), table: mountTable(diff) };
+      var icicle = window.CbsiteRunPage.mountIcicle(head, "cbsite", extra, root.getAttribute("data-colour") || "delta_flops", tip);
+      // The icicle's phase selector: a phase not loaded yet is fetched, then drawn (mountIcicle redraws at once,
+      // with no values, and again here once they are in).
+      var sel = document.getElementById("cbsite-phase");
+      sel.addEventListener("change", function () {
+        var want = sel.value;
+        if (diff[want]) return;
+        loading(true);
+        load(want).then(function () { loading(false); if (sel.value === want) icicle.render(); }, failed);
+      });
+      window.cbsiteDiff = { diff: diff, head: head, icicle: icicle, table: mountTable(diff, load, loading, failed), load: load };
       root.setAttribute("data-ready", "1");
-    }).catch(function (err) {
-      root.querySelector(".cbsite-loading").textContent = "Could not load the diff data (" + err.message +
-        "). Serve the site over HTTP (cbsite serve).";
-    });
+    }).catch(failed);
   }
-  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start); else start();
+  /* The collapsed sections (<details class="cbsite-more">): a link to one (#latency) opens it, and opening one
+     redraws its charts (Vega sizes a "container"-wide chart when the window resizes; closed, it had no width). */
+  function sections() {
+    var open = function () {
+      var id = decodeURIComponent(location.hash.slice(1));
+      var el = id && document.getElementById(id);
+      for (var a = el; a; a = a.parentElement) if (a.tagName === "DETAILS") a.open = true;
+      if (el) el.scrollIntoView();
+    };
+    Array.prototype.forEach.call(document.querySelectorAll("details.cbsite-more"), function (d) {
+      d.addEventListener("toggle", function () { if (d.open) window.dispatchEvent(new Event("resize")); });
+    });
+    window.addEventListener("hashchange", open);
+    if (location.hash) open();
+  }
+  function ready() { sections(); start(); }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", ready); else ready();
 })();
