@@ -11,6 +11,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -162,6 +163,26 @@ def test_clean_worker_and_its_in_process_fallback(monkeypatch, tmp_path):
     monkeypatch.setattr(device, "ProcessPoolExecutor", Broken)
     result, method = device.in_clean_worker(math.factorial, 5)
     assert result == 120 and method.startswith("in-process (the clean worker failed: OSError: no processes here")
+
+
+def test_a_kept_worker_serves_every_clean_job_of_its_block_and_is_gone_after(tmp_path):
+    """A collection's calibrations share one spawned worker (its start and torch import are paid once)."""
+    with device.kept_worker(start_now=True):
+        with device.kept_worker():  # nested: the outer block's worker
+            (first, method), (second, _) = device.in_clean_worker(os.getpid), device.in_clean_worker(os.getpid)
+        processes = list(device._kept[-1]._processes.values())
+    assert first == second != os.getpid() and method == "clean worker (spawn)"
+    assert not device._kept and len(processes) == 1
+    processes[0].join(timeout=10)
+    assert not processes[0].is_alive()
+    assert device.in_clean_worker(os.getpid)[0] not in (first, os.getpid())  # outside a block: a fresh one
+
+
+def test_a_kept_worker_that_hangs_is_dropped_and_the_job_runs_here():
+    with device.kept_worker():
+        result, method = device.in_clean_worker(time.sleep, 3, timeout=1)
+        assert result is None and method.startswith("in-process (the clean worker failed: TimeoutError")
+        assert not device._kept  # the next job gets a fresh worker
 
 
 CHROMIUM = "/usr/bin/chromium"

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cbsite.archive import Run
+from cbsite.collector.device import kept_worker
 from cbsite.collector.plugins.registry import load
 from cbsite.collector.preprocess import describe_inputs
 from cbsite.collector.profiler import CollectConfig, profile_model
@@ -83,6 +84,13 @@ def prepare(request: CollectRequest) -> Prepared:
 
 def collect(request: CollectRequest) -> Run:
     """Collect one run; with `config.rounds > 1` its timing is repeated in fresh worker processes."""
+    calibrates = request.config.calibrate and request.config.device == "cpu"
+    # The calibration worker starts now: its interpreter and torch import overlap building the model.
+    with kept_worker(start_now=calibrates):
+        return _collect(request)
+
+
+def _collect(request: CollectRequest) -> Run:
     prepared = prepare(request)
     return profile_model(
         prepared.model,

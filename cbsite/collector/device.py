@@ -105,20 +105,74 @@ def _main_not_reimported():
             main.__dict__.update(saved)
 
 
-def in_clean_worker(fn: Callable[..., Any], *args: Any, timeout: float = WORKER_TIMEOUT_S) -> tuple[Any, str]:
-    """Run `fn(*args)` in a fresh spawned process (no plugin, compiler or thread pool of this one), or here.
+_kept: list[ProcessPoolExecutor] = []  # the worker a `kept_worker()` block shares, innermost last
 
+
+def _ready() -> bool:
+    """A kept worker's first job: importing this module (and torch) is all it does."""
+    return True
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Shut a worker pool down without waiting for a job that may hang (a timed-out worker is killed)."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        if process.is_alive():
+            process.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _spawn_pool() -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+
+
+@contextlib.contextmanager
+def kept_worker(start_now: bool = False):
+    """One clean worker for every `in_clean_worker` job inside the block (the start and end calibrations,
+    re-calibrations on component shapes), instead of a fresh process each: its interpreter and torch import
+    (1.5-2.5 s on the 2-core machine) are paid once per collection. It runs nothing but calibration jobs,
+    so it stays as clean as a fresh one; between jobs it sleeps on a pipe. With `start_now` it starts at
+    once, so its start overlaps the caller's own setup (building the model). A nested block shares the
+    outer block's worker."""
+    if _kept:
+        yield
+        return
+    _refuse_in_bootstrap()
+    pool = _spawn_pool()
+    _kept.append(pool)
+    try:
+        if start_now:
+            with _main_not_reimported():  # the worker process starts inside submit()
+                pool.submit(_ready)
+        yield
+    finally:
+        if pool in _kept:
+            _kept.remove(pool)
+        _stop(pool)
+
+
+def in_clean_worker(fn: Callable[..., Any], *args: Any, timeout: float = WORKER_TIMEOUT_S) -> tuple[Any, str]:
+    """Run `fn(*args)` in a spawned process (no plugin, compiler or thread pool of this one), or here.
+
+    The process is the kept worker of an enclosing `kept_worker()` block, else a fresh one.
     Returns (result, method): method is "clean worker (spawn)" or "in-process (<why the worker failed>)".
     `fn` must be importable by module and name; its result must pickle.
     """
     _refuse_in_bootstrap()
+    kept = _kept[-1] if _kept else None
     try:
-        with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        if kept is not None:
+            with _main_not_reimported():  # the worker may (re)start inside submit()
+                future = kept.submit(fn, *args)
+            return future.result(timeout=timeout), "clean worker (spawn)"
+        with _spawn_pool() as pool:
             with _main_not_reimported():  # the worker process starts inside submit()
                 future = pool.submit(fn, *args)
             return future.result(timeout=timeout), "clean worker (spawn)"
     except Exception as exc:  # noqa: BLE001 - any failure to start or finish the worker falls back to this process
         why = f"{type(exc).__name__}: {exc}".strip().rstrip(":")[:300]
+        if kept is not None and kept in _kept:  # a broken or hung kept worker is not used again
+            _kept.remove(kept)
+            _stop(kept)
     return fn(*args), f"in-process (the clean worker failed: {why})"
 
 

@@ -29,7 +29,7 @@ from cbsite import archive, schema, tree
 from cbsite.collector.capture import Capture, capture, moved, refuse_iterators
 from cbsite.collector import hierarchy, memory
 from cbsite.collector.session import rounds
-from cbsite.collector.device import describe_device
+from cbsite.collector.device import describe_device, kept_worker
 from cbsite.collector.measure import BLOCKS_PER_BUDGET, ComponentMeasurement, NothingToDifferentiate, PhaseResult, TimingConfig
 from cbsite.collector.peaks import check_peaks
 from cbsite.collector.preprocess import batch_size_of
@@ -274,7 +274,9 @@ def profile_model(
     try:
         # The caller's model is left as it was found: values, dtype, device, RNG (restore.py). The memory
         # limit turns an allocation that would summon the OOM killer into a failed component (memory.py).
-        with preserved(model), memory.MemoryLimit(config.memory_limit, torch.device(config.device)) as limit:
+        # One clean worker serves every calibration of the run (device.kept_worker).
+        with preserved(model), memory.MemoryLimit(config.memory_limit, torch.device(config.device)) as limit, \
+                kept_worker():
             return _profile(model, batches, config, model_name, version, provider, preprocessing, inputs_description, tags,
                             notes, request, limit)
     finally:
