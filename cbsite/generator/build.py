@@ -10,6 +10,7 @@ the cache and the previous site (reuse.py), and the site is the same.
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import concurrent.futures.process
 import contextlib
@@ -152,7 +153,7 @@ def _diff_job(job: tuple[Path, Path, Path, str, dict[str, Any] | None]) -> dict[
     Returns only what the templates need, so little crosses the process boundary.
     """
     base_path, head_path, folder, model, record = job
-    base, head = archive.read_run(base_path), archive.read_run(head_path)
+    base, head = _read(base_path), _read(head_path)
     try:
         rd = cdiff.diff_runs(base, head)
     except CbsiteError as exc:  # e.g. no phase in common: a page that says so, not a crashed build
@@ -175,39 +176,100 @@ def _diff_job(job: tuple[Path, Path, Path, str, dict[str, Any] | None]) -> dict[
 
 
 PARALLEL_MIN_JOBS = 8  # below this, starting worker processes costs more than it saves
+CHUNK = 16  # jobs a worker takes at a time: a run's page and its diffs stay together, the last chunks stay short
 
 
-def _map_started(fn: Any, jobs: list[Any], stack: contextlib.ExitStack) -> Callable[[], list[Any]]:
-    """Start fn over jobs on every core (CBSITE_BUILD_JOBS overrides; 1 = in-process); returns the function
-    that waits for the results, in order. The caller works on (run pages) while the workers compute.
+def _workers() -> int:
+    return max(1, int(os.environ.get("CBSITE_BUILD_JOBS") or os.cpu_count() or 1))
 
+
+_RECENT: collections.OrderedDict[str, Run] = collections.OrderedDict()
+_KEEP_RECENT = 0  # runs a worker process keeps once read (_worker_start); 0 in the main process, which reads afresh
+
+
+def _worker_start() -> None:
+    global _KEEP_RECENT
+    _KEEP_RECENT = 4
+
+
+def _read(path: Path) -> Run:
+    """archive.read_run; a worker keeps the last few runs it read, since a run's page and the diffs it takes
+    part in are next to each other in its jobs (_Jobs), so it reads each run about once instead of three times."""
+    if not _KEEP_RECENT:
+        return archive.read_run(path)
+    key = str(path)
+    run = _RECENT.pop(key, None) or archive.read_run(path)
+    _RECENT[key] = run
+    while len(_RECENT) > _KEEP_RECENT:
+        _RECENT.popitem(last=False)
+    return run
+
+
+def _job(task: tuple[str, Any]) -> Any:
+    kind, job = task
+    return _run_job(job) if kind == "run" else _diff_job(job)
+
+
+class _Jobs:
+    """Run pages' data and diffs, computed by one pool of worker processes on every core (CBSITE_BUILD_JOBS
+    overrides; 1 = in-process) while the main process waits; results come back in each group's order.
+
+    Jobs are handed out in the catalog's run order, each run's page just before the diffs whose head it is, in
+    short chunks (CHUNK), so a worker has the runs it needs at hand (_read) and the two cores finish together.
     Workers are spawned, never forked: polars' thread pool does not survive a fork (the child deadlocks).
     Spawning re-imports the caller's main script, so a script that calls build_site must guard it with
     `if __name__ == "__main__":` (the usual multiprocessing rule); where the pool cannot start or breaks
     (no guard, a main read from stdin), the jobs run in-process instead.
     """
-    workers = min(int(os.environ.get("CBSITE_BUILD_JOBS") or os.cpu_count() or 1), len(jobs))
-    in_process = lambda: [fn(j) for j in jobs]  # noqa: E731
-    if workers <= 1 or len(jobs) < PARALLEL_MIN_JOBS:
-        return in_process
-    broken = (concurrent.futures.process.BrokenProcessPool, OSError, RuntimeError)
-    try:
-        ctx = multiprocessing.get_context("spawn")
-        pool = stack.enter_context(concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx))
-        results = pool.map(fn, jobs, chunksize=max(1, len(jobs) // (4 * workers)))
-    except broken:
-        return in_process
 
-    def collect() -> list[Any]:
+    def __init__(self, stack: contextlib.ExitStack, order: dict[str, int]) -> None:
+        self.stack, self.order = stack, order  # run path -> its place in the catalog
+        self.groups: list[tuple[str, list[Any], Callable[[Any], Any]]] = []
+        self.results: list[list[Any]] | None = None
+
+    def add(self, kind: str, jobs: list[Any], local: Callable[[Any], Any]) -> Callable[[], list[Any]]:
+        """Jobs of `kind` ("run": (run path, page folder); "diff": _diff_job's tuple); `local` computes one
+        in-process. Returns the function that waits for their results."""
+        g = len(self.groups)
+        self.groups.append((kind, jobs, local))
+        return lambda: self._wait()[g]
+
+    def start(self) -> None:
+        tasks = [(self.order.get(str(job[0] if kind == "run" else job[1]), -1), kind != "run", g, i)
+                 for g, (kind, jobs, _) in enumerate(self.groups) for i, job in enumerate(jobs)]
+        workers = _workers()
+        if workers <= 1 or len(tasks) < PARALLEL_MIN_JOBS:
+            return
+        tasks.sort()
+        broken = (concurrent.futures.process.BrokenProcessPool, OSError, RuntimeError)
         try:
-            return list(results)
+            ctx = multiprocessing.get_context("spawn")
+            pool = self.stack.enter_context(concurrent.futures.ProcessPoolExecutor(
+                max_workers=workers, mp_context=ctx, initializer=_worker_start))
+            it = pool.map(_job, [(self.groups[g][0], self.groups[g][1][i]) for _, _, g, i in tasks],
+                          chunksize=max(1, min(CHUNK, len(tasks) // (4 * workers))))
         except broken:
-            return in_process()
+            return
+        self._pending = (tasks, it, broken)
 
-    return collect
+    def _wait(self) -> list[list[Any]]:
+        if self.results is None:
+            pending = getattr(self, "_pending", None)
+            if pending is not None:
+                tasks, it, broken = pending
+                try:
+                    out: list[list[Any]] = [[None] * len(jobs) for _, jobs, _ in self.groups]
+                    for (_, _, g, i), result in zip(tasks, it):
+                        out[g][i] = result
+                    self.results = out
+                except broken:
+                    pass
+            if self.results is None:
+                self.results = [[local(job) for job in jobs] for _, jobs, local in self.groups]
+        return self.results
 
 
-def _start_diffs(catalog: Catalog, docs: Path, stack: contextlib.ExitStack, cache: bcache.BuildCache | None = None,
+def _start_diffs(catalog: Catalog, docs: Path, plan: _Jobs, cache: bcache.BuildCache | None = None,
                  keys: dict[str, str] | None = None) -> tuple[list[_DiffEntry], Callable[[], list[Any]]]:
     consecutive = set()
     for m in catalog.models.values():
@@ -223,14 +285,14 @@ def _start_diffs(catalog: Catalog, docs: Path, stack: contextlib.ExitStack, cach
     for job in jobs:
         job[2].mkdir(parents=True, exist_ok=True)
     if cache is None or keys is None:
-        return entries, _map_started(_diff_job, jobs, stack)
+        return entries, plan.add("diff", jobs, lambda job: _diff_job(job))
     # Cached diffs are placed now; only the others go to the workers.
     dkeys = [bcache.diff_key(keys[e.base.run_id], keys[e.head.run_id], e.comparison) for e in entries]
     for e, k in zip(entries, dkeys):
         e.key = k
     cached = [cache.load("diffs", k, job[2]) for k, job in zip(dkeys, jobs)]
     todo = [i for i, hit in enumerate(cached) if hit is None]
-    wait = _map_started(_diff_job, [jobs[i] for i in todo], stack)
+    wait = plan.add("diff", [jobs[i] for i in todo], lambda job: _diff_job(job))
 
     def collect() -> list[Any]:
         for i, result in zip(todo, wait()):
@@ -286,6 +348,16 @@ def _run_files(run: Run, folder: Path, warnings: list[str]) -> rundata.RunData:
     return rd
 
 
+def _run_job(job: tuple[Path, Path], run: Run | None = None) -> dict[str, Any]:
+    """One run page's data, computed and written into its folder; runs in a worker process beside the diffs
+    (in-process: with the catalog's `run`). Returns what the cache keeps of it (the RunData without its Run,
+    and the warnings)."""
+    path, folder = job
+    found: list[str] = []
+    rd = _run_files(run if run is not None else _read(path), folder, found)
+    return bcache.run_value(rd, found)
+
+
 def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
             cache: bcache.BuildCache | None = None, writer: _Writer | None = None) -> tuple[int, list[Any]]:
     writer = writer or _Writer(docs, pages.environment())
@@ -293,21 +365,30 @@ def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
     run_info: dict[str, rundata.RunData] = {}
     keys = {run.run_id: cache.key_of(run) for run in catalog.runs()} if cache is not None else None
     with contextlib.ExitStack() as stack:
-        entries, diff_results = _start_diffs(catalog, docs, stack, cache, keys)  # workers compute diffs meanwhile
+        plan = _Jobs(stack, {str(run.path): i for i, run in enumerate(catalog.runs())})
+        hits: dict[str, Any] = {}
         for run in catalog.runs():
             url = pages.run_url(run)
             hit = cache.load("runs", keys[run.run_id], docs / url) if cache is not None and keys is not None else None
             if hit is not None:
-                rd = dataclasses.replace(hit["rd"], run=run)
-                warnings.extend(hit["warnings"])
+                hits[run.run_id] = hit
                 assert run.path is not None
                 shutil.copyfile(run.path / archive.COMPONENTS_FILE, docs / url / archive.COMPONENTS_FILE)
-            else:
-                found: list[str] = []
-                rd = _run_files(run, docs / url, found)
-                warnings.extend(found)
-                if cache is not None and keys is not None:
-                    cache.store("runs", keys[run.run_id], bcache.run_value(rd, found), docs / url, bcache.RUN_FILES)
+        todo = [run for run in catalog.runs() if run.run_id not in hits]
+        for run in todo:
+            assert run.path is not None
+        by_path = {str(run.path): run for run in todo}
+        computed = plan.add("run", [(run.path, docs / pages.run_url(run)) for run in todo],
+                            lambda job: _run_job(job, by_path[str(job[0])]))
+        entries, diff_results = _start_diffs(catalog, docs, plan, cache, keys)
+        plan.start()  # the workers compute; this process waits for them
+        fresh = dict(zip((run.run_id for run in todo), computed()))
+        for run in catalog.runs():  # in the catalog's order, whichever process computed what
+            value = hits.get(run.run_id) or fresh[run.run_id]
+            rd = dataclasses.replace(value["rd"], run=run)
+            warnings.extend(value["warnings"])
+            if run.run_id in fresh and cache is not None and keys is not None:
+                cache.store("runs", keys[run.run_id], value, docs / pages.run_url(run), bcache.RUN_FILES)
             totals[run.run_id] = rd.totals
             run_info[run.run_id] = rd
         results = diff_results()
