@@ -18,7 +18,7 @@
   }
 
   var CHANGE = { regressed: 1, improved: -1 };
-  var PAGE_ROWS = 20;  // the table's rows per page: the page opens short (issue 14), the pager shows the rest
+  var PAGE_ROWS = 15;  // the table's rows per page: the page opens short (issue 14), the pager shows the rest
   var NOT_JUDGED = "latency not judged: single-round runs (collect with cbsite compare or cbsite collect --rounds N)";
 
   /* Latency as the page judges it (latencydata.py): with evidence, a change only where the verdict is
