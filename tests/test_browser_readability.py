@@ -7,6 +7,7 @@ full path lands on that component's row, and icicle nodes work from the keyboard
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -236,6 +237,7 @@ def test_charts_follow_the_dark_scheme(site, page):
     # Axis labels carry unit prefixes, not raw numbers.
     labels = page.locator(".cbsite-chart svg .role-axis-label text").all_text_contents()
     assert labels and not any(len(t.replace(",", "")) > 6 and t.replace(",", "").isdigit() for t in labels)
+    assert [t for t in labels if re.search(r"\de[+-]?\d", t)] == []  # never "1e+1"
     assert page.errors == []
 
 

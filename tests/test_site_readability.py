@@ -188,6 +188,11 @@ def test_search_indexes_full_paths_without_splitting_names(built):
     assert "assets/cbsite/site.js" in (site / "index.html").read_text()
 
 
+def _never_exponent(fmt: str) -> bool:
+    """A d3-format whose type never writes exponent notation: SI prefixes, decimals, percentages (not e, g or none)."""
+    return re.fullmatch(r"[^a-z%]*[srf%d]", fmt) is not None
+
+
 def test_charts_read_at_a_glance(built):
     import altair as alt
 
@@ -196,7 +201,8 @@ def test_charts_read_at_a_glance(built):
     for metric, spec in trends.items():
         alt.LayerChart.from_dict(spec)  # valid Vega-Lite
         y = next(layer["encoding"]["y"] for layer in spec["layer"] if "axis" in layer["encoding"].get("y", {}))
-        assert y["axis"]["format"] == ("~g" if metric == "latency_ms" else "~s")  # 40M, never 40,000,000
+        assert y["axis"]["format"] == (",.4~r" if metric == "latency_ms" else "~s")  # 40M, never 40,000,000
+        assert _never_exponent(y["axis"]["format"])  # "g" wrote a 10 ms tick as "1e+1"
         x = spec["layer"][-1]["encoding"]["x"]["axis"]
         assert x["labelAngle"] == 0  # two versions: level labels, not 90 degrees
         assert spec["title"]["limit"] == 0  # a title is never cut
@@ -206,7 +212,8 @@ def test_charts_read_at_a_glance(built):
     alt.LayerChart.from_dict(roof)
     charts = json.loads((docs / "diffs/toy/v1/v2/charts.json").read_text())
     assert charts["flops"]["encoding"]["x"]["axis"]["format"] == "~s"
-    assert charts["latency_ms"]["encoding"]["x"]["axis"]["format"] == "~g"
+    assert charts["latency_ms"]["encoding"]["x"]["axis"]["format"] == ",.4~r"
+    assert all(_never_exponent(c["encoding"]["x"]["axis"]["format"]) for c in charts.values())
 
 
 def test_a_single_version_model_has_no_trend_charts(tmp_path):

@@ -70,7 +70,10 @@ def test_study_page_has_charts_per_axis_points_and_configuration(built):
     # The table links every done point's run and says why the failed one has none.
     assert page.count('href="../../runs/dlrm-grid/') == 5
     assert "MemoryError: planted" in page and "failed" in page
-    assert "/secret/local/path" not in page and "&#34;grid&#34;" in page.replace("&quot;", "&#34;")
+    assert "/secret/local/path" not in page
+    # The configuration as key = value rows, not JSON.
+    assert "<code>grid.dense_features</code></td><td>64, 512, 4096</td>" in page
+    assert "&#34;grid&#34;" not in page.replace("&quot;", "&#34;") and "<pre>" not in page
     nav = (built / "index.html").read_text()
     assert "studies/dlrm-grid/" in nav
 
@@ -132,3 +135,12 @@ def test_study_page_draws_its_charts_in_a_browser(built):
         server.close()
     assert not errors, errors
     assert not outside, outside
+
+
+def test_study_configuration_is_key_value_rows():
+    from cbsite.generator.studydata import config_rows
+
+    rows = config_rows({"grid": [{"key": "dense_features", "values": [64, 512]}], "settings": {"request": {"seed": 0, "tags": []},
+                        "options": {}}, "executor": {"core_sets": [[0, 1]]}, "zip": False})
+    assert rows == [("executor.core_sets.0", [0, 1]), ("grid.dense_features", [64, 512]), ("settings.options", None),
+                    ("settings.request.seed", 0), ("settings.request.tags", None), ("zip", False)]

@@ -58,8 +58,12 @@ def _finish(chart: alt.TopLevelMixin) -> dict[str, Any]:
 
 
 # Axis number formats (d3-format): SI prefixes for counts and bytes (40M, not 40,000,000); milliseconds as
-# plain significant digits.
-AXIS_FORMAT = {"latency_ms": "~g", "flops": "~s", "param_bytes": "~s", "peak_memory_bytes": "~s", "bytes_moved": "~s"}
+# plain decimals rounded to four significant digits ("r": 10, 0.25, 1,200; never exponent notation such as
+# "1e+1", which "g" writes for a tick of 10 once Vega picks its precision from the tick step); the unit is in
+# the title. Utilisations as percentages.
+MS_FORMAT = ",.4~r"
+PERCENT_FORMAT = ".2~%"
+AXIS_FORMAT = {"latency_ms": MS_FORMAT, "flops": "~s", "param_bytes": "~s", "peak_memory_bytes": "~s", "bytes_moved": "~s"}
 
 
 def trend_specs(versions: Sequence[str], runs: Sequence[Run], newest_ids: set[str],

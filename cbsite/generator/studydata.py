@@ -27,7 +27,7 @@ import polars as pl
 
 from cbsite import study as cstudy
 from cbsite.archive import Run
-from cbsite.generator.charts import _finish
+from cbsite.generator.charts import MS_FORMAT, PERCENT_FORMAT, _finish
 
 METRICS = (
     ("latency_forward_ms", "Forward latency (ms)"),
@@ -205,12 +205,19 @@ def chart_specs(view: StudyView, records: list[dict[str, Any]]) -> dict[str, dic
             if not rows:
                 continue
             panels = sorted({r["held"] for r in rows})
-            specs[f"{key}|{metric}"] = {scale: _spec(rows, key, title, numeric, order, panels, scale == "log")
+            specs[f"{key}|{metric}"] = {scale: _spec(rows, key, metric, title, numeric, order, panels, scale == "log")
                                         for scale in ("linear", "log")}
     return specs
 
 
-def _spec(rows: list[dict[str, Any]], key: str, title: str, numeric: bool, order: list[str], panels: list[str],
+def _axis_format(metric: str) -> str:
+    """d3-format of a metric's axis (charts.py's): never exponent notation, never 100,000,000."""
+    if metric.endswith("_ms"):
+        return MS_FORMAT
+    return PERCENT_FORMAT if metric in ("mfu", "bandwidth_util") else "~s"
+
+
+def _spec(rows: list[dict[str, Any]], key: str, metric: str, title: str, numeric: bool, order: list[str], panels: list[str],
           log: bool) -> dict[str, Any]:
     positive = all(r["value"] > 0 for r in rows)
     y_scale = alt.Scale(type="log") if log and positive else alt.Scale(zero=not log)
@@ -220,7 +227,7 @@ def _spec(rows: list[dict[str, Any]], key: str, title: str, numeric: bool, order
     else:
         x = alt.X("x:O", title=key, sort=order)
     base = alt.Chart(alt.Data(values=rows)).mark_line(point=True).encode(
-        x=x, y=alt.Y("value:Q", title=title, scale=y_scale),
+        x=x, y=alt.Y("value:Q", title=title, scale=y_scale, axis=alt.Axis(format=_axis_format(metric))),
         color=alt.Color("series:N", title="series"),
         tooltip=[alt.Tooltip("label:N", title="point"), alt.Tooltip("series:N"), alt.Tooltip("value:Q", format=".4~s")],
     )
@@ -247,6 +254,26 @@ def point_rows(view: StudyView) -> list[dict[str, Any]]:
     return out
 
 
+def config_rows(config: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    """A study record as (key, value) rows, nested keys dotted ("settings.request.config.max_depth", 2), in key
+    order: a list of scalars is one value, the grid one row per axis ("grid.dense_features", [64, 512]), any
+    other list of objects one row per item and key ("x.0.y"); an empty object or list is one row, empty."""
+    if isinstance(config, dict):
+        if not config:
+            return [(prefix, None)] if prefix else []
+        rows: list[tuple[str, Any]] = []
+        for k in sorted(config, key=str):
+            rows += config_rows(config[k], f"{prefix}.{k}" if prefix else str(k))
+        return rows
+    if isinstance(config, (list, tuple)):
+        if prefix == "grid" and all(isinstance(a, dict) and set(a) == {"key", "values"} for a in config):
+            return [(f"grid.{a['key']}", list(a["values"])) for a in config]
+        if any(isinstance(v, (dict, list, tuple)) for v in config):
+            return [r for i, v in enumerate(config) for r in config_rows(v, f"{prefix}.{i}")]
+        return [(prefix, list(config) or None)]
+    return [(prefix, config)]
+
+
 def render(views: list[StudyView], docs: Path, writer: Any, dump_json: Any) -> list[dict[str, str]]:
     """Write every study page and its charts.json; returns the nav entries."""
     nav = []
@@ -260,6 +287,6 @@ def render(views: list[StudyView], docs: Path, writer: Any, dump_json: Any) -> l
         if isinstance(config.get("executor"), dict):
             config["executor"] = {k: v for k, v in config["executor"].items() if k != "folder"}  # a local path
         writer.page(url, "pages/study.md.j2", study=view, charts=charts, rows=point_rows(view),
-                    config_json=json.dumps(config, indent=1, sort_keys=True, default=str))
+                    config=config_rows(config))
         nav.append({view.name: f"{url}index.md"})
     return nav

@@ -98,13 +98,17 @@
   /* The label colour with the better contrast on a fill (near-black on light fills, white on dark ones). */
   function textOn(fill) { return contrast(fill, DARK_TEXT) >= contrast(fill, LIGHT_TEXT) ? DARK_TEXT : LIGHT_TEXT; }
 
-  /* A label cut to `max` characters in the middle, so siblings that differ at the end (t_cat_0, t_cat_1)
-     stay told apart: "t_c…_0". */
-  function shorten(text, max) {
+  /* The label that fits `max` characters: the whole name, else its start and an ellipsis ("embedding_bags…"),
+     else nothing (""): fewer than MIN_CHARS characters of a name tell nothing ("t…0" read as noise). A status
+     marker ("\u2715 ", "\u2248 ") goes first when there is room for it; the hatching says the same anyway. */
+  var MIN_CHARS = 3;
+  function shorten(text, max, marker) {
+    marker = marker || "";
+    if (marker.length + text.length <= max) return marker + text;
+    if (max - marker.length - 1 >= MIN_CHARS) return marker + text.slice(0, max - marker.length - 1) + "\u2026";
     if (text.length <= max) return text;
-    if (max <= 1) return "…";
-    var tail = Math.min(Math.floor((max - 1) / 2), 6), head = max - 1 - tail;
-    return text.slice(0, head) + "…" + (tail > 0 ? text.slice(text.length - tail) : "");
+    if (max - 1 >= MIN_CHARS) return text.slice(0, max - 1) + "\u2026";
+    return "";
   }
 
   function mix(stops, t) {
@@ -168,6 +172,26 @@
     for (var k in attrs) if (Object.prototype.hasOwnProperty.call(attrs, k)) e.setAttribute(k, attrs[k]);
     if (parentNode) parentNode.appendChild(e);
     return e;
+  }
+
+  /* Labels measured as drawn (the font the browser picked, not CHAR's guess): one that overflows its
+     rectangle loses characters until it fits, or goes when fewer than MIN_CHARS would show. */
+  function fitLabels(svg) {
+    var texts = svg.querySelectorAll("text[data-room]"), over = [];
+    for (var i = 0; i < texts.length; i++) {  // read every width first: one layout, not one per label
+      var room = +texts[i].getAttribute("data-room"), len = texts[i].getComputedTextLength();
+      if (len > room) over.push([texts[i], room, len]);
+    }
+    over.forEach(function (e) {
+      var t = e[0], name = t.getAttribute("data-name"), marker = t.getAttribute("data-marker") || "";
+      var max = Math.floor(t.textContent.length * e[1] / e[2]);
+      for (; max >= 0; max--) {
+        var label = shorten(name, max, marker);
+        t.textContent = label;
+        if (!label) { t.remove(); break; }
+        if (t.getComputedTextLength() <= e[1]) break;
+      }
+    });
   }
 
   /* opts: { parent, label(i), status(i), width(i) -> value, colour(i) -> value, colourKind,
@@ -236,14 +260,12 @@
         g.setAttribute("role", "button");
         g.setAttribute("aria-label", o.label(k));
       }
-      if (w > 24) {
-        var text = (cls.indexOf("failed") >= 0 ? "\u2715 " : cls.indexOf("estimated") >= 0 ? "\u2248 " : "") +
-                   (k < 0 ? "self" : o.label(k));
-        var maxChars = Math.floor((w - 8) / CHAR);
-        if (maxChars >= 2) {
-          var t = el("text", { x: 4, y: ROW - 8, fill: textOn(fill) }, g);
-          t.textContent = shorten(text, maxChars);
-        }
+      var marker = cls.indexOf("failed") >= 0 ? "\u2715 " : cls.indexOf("estimated") >= 0 ? "\u2248 " : "";
+      var name = k < 0 ? "self" : o.label(k), label = shorten(name, Math.floor((w - 8) / CHAR), marker);
+      if (label) {
+        var t = el("text", { x: 4, y: ROW - 8, fill: textOn(fill), "data-name": name, "data-marker": marker,
+                             "data-room": Math.max(w - 8, 0) }, g);
+        t.textContent = label;
       }
       return g;
     };
@@ -281,6 +303,7 @@
       }
     }
     this.container.appendChild(svg);
+    fitLabels(svg);
     this.svg = svg;
     this.layout = L;
     if (o.onRender) o.onRender(this);

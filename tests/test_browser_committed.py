@@ -1,0 +1,186 @@
+"""Issue 14 on the committed archive (runs/) in Debian's chromium at 1400x1000, as the screenshots saw it: run
+ids on one line on the home page, icicle labels that read as names ("embedding_bags…", never "t…0"), chart axes
+without exponent notation ("1e+1"), and study pages whose point labels never break inside a word and whose
+configuration is a key = value table, not raw JSON."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from cbsite.generator import build_site
+from tests.test_browser_site import CHROMIUM, Server, launched_browser, recording_page
+
+RUNS = Path(__file__).resolve().parent.parent / "runs"
+VIEWPORT = {"width": 1400, "height": 1000}
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (make browser)"),
+    pytest.mark.skipif(not (RUNS / "dlrm").is_dir() or not (RUNS / "_studies").is_dir(),
+                       reason="the committed runs are absent"),
+]
+EXPONENT = re.compile(r"\de[+-]?\d", re.I)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    built = build_site(RUNS, tmp_path_factory.mktemp("committed") / "site", quiet=True)
+    server = Server(built)
+    yield server, built
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with launched_browser() as b:
+        yield b
+
+
+@pytest.fixture
+def page(browser):
+    with recording_page(browser, VIEWPORT) as pg:
+        yield pg
+
+
+def _fits_the_page(page, table_selector: str) -> None:
+    widths = page.evaluate("""(sel) => { const t = document.querySelector(sel), c = t.closest('.md-content__inner');
+        return [t.getBoundingClientRect().right, c.getBoundingClientRect().right, document.documentElement.scrollWidth]; }""",
+                           table_selector)
+    assert widths[0] <= widths[1] + 0.5 and widths[2] <= VIEWPORT["width"]
+
+
+# Every match of `pattern` in the text under `selector`: the text and the number of lines it is drawn on (the
+# distinct tops of its boxes), as a person sees it, whatever element holds it.
+LINES = """([selector, pattern]) => { const out = [], re = new RegExp(pattern, 'g');
+  document.querySelectorAll(selector).forEach(root => {
+    const walk = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+    for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+      for (const m of n.data.matchAll(re)) {
+        const r = document.createRange(); r.setStart(n, m.index); r.setEnd(n, m.index + m[0].length);
+        const tops = new Set(Array.from(r.getClientRects()).filter(b => b.width > 0).map(b => Math.round(b.top)));
+        out.push([m[0], tops.size]);
+      }
+    }
+  });
+  return out; }"""
+RUN_ID = r"\d{8}T\d{6}Z-[0-9a-f]{6}"
+
+
+def test_home_page_run_ids_are_on_one_line_and_the_table_fits(site, page):
+    server, _ = site
+    page.goto(server.url)
+    found = page.evaluate(LINES, ["table.cbsite-models", RUN_ID])
+    assert len(found) == len([p for p in RUNS.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))])
+    assert [(t, n) for t, n in found if n != 1] == []  # once three lines: "20261130T145640Z-" / ...
+    # Not clipped: every cell shows all of its text.
+    assert page.evaluate("() => Array.from(document.querySelectorAll('table.cbsite-models td')).every(td => td.scrollWidth <= td.clientWidth + 1)")
+    _fits_the_page(page, "table.cbsite-models")
+    assert page.errors == []
+
+
+# Every label the icicle draws: its text, the node's leaf name (what the table calls it), the text's drawn width
+# and the width of its rectangle.
+LABELS = """() => { const d = window.cbsiteRun.data, out = [];
+  document.querySelectorAll('#cbsite-icicle g.cbsite-node').forEach(g => {
+    const t = g.querySelector('text'); if (!t) return;
+    const i = +g.dataset.index, name = i < 0 ? 'self' : (d.path[i] === '' ? d.model : d.name[i]);
+    out.push([t.textContent, name, t.getBBox().x + t.getBBox().width, +g.querySelector('rect').getAttribute('width')]);
+  });
+  return out; }"""
+
+
+def _check_labels(labels) -> None:
+    assert labels
+    for text, name, right, width in labels:
+        label = re.sub("^[\u2715\u2248] ", "", text)  # a failed / estimated node's marker
+        if label != name:
+            assert label.endswith("\u2026"), (text, name)
+            assert name.startswith(label[:-1]) and len(label) - 1 >= 3, (text, name)  # its start, 3+ characters
+        assert right <= width, (text, right, width)  # drawn inside its rectangle
+
+
+def test_icicle_labels_are_names_or_their_start(site, page):
+    server, built = site
+    run = next((built / "runs" / "dlrm" / "v2").iterdir())
+    page.goto(f"{server.url}runs/dlrm/v2/{run.name}/")
+    page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=20000)
+    labels = page.evaluate(LABELS)
+    _check_labels(labels)
+    assert any(t == "embedding_bag_collection" for t, *_ in labels)
+    # Narrower: the page at 800 px draws shortened labels, each still the start of its name.
+    wide = page.evaluate("+document.querySelector('#cbsite-icicle svg').getAttribute('width')")
+    page.set_viewport_size({"width": 800, "height": 1000})
+    page.wait_for_function(f"+document.querySelector('#cbsite-icicle svg').getAttribute('width') < {wide} - 300", timeout=5000)
+    narrow = page.evaluate(LABELS)
+    _check_labels(narrow)
+    assert any(t.endswith("\u2026") for t, *_ in narrow)
+    # Zoomed into the embedding tables, their names are whole.
+    page.set_viewport_size(VIEWPORT)
+    index = page.evaluate("window.cbsiteRun.data.path.indexOf('sparse_arch.embedding_bag_collection.embedding_bags')")
+    page.evaluate(f"window.cbsiteRun.icicle.zoomTo({index})")
+    zoomed = page.evaluate(LABELS)
+    _check_labels(zoomed)
+    assert {"t_cat_0", "t_cat_7"} <= {t for t, *_ in zoomed}
+    assert page.errors == []
+
+
+def _axis_labels(page, selector: str) -> list[str]:
+    page.wait_for_function(f"document.querySelectorAll('{selector} svg .role-axis-label text').length > 0", timeout=30000)
+    page.wait_for_timeout(300)
+    return page.locator(f"{selector} svg .role-axis-label text").all_text_contents()
+
+
+def test_trend_axes_never_use_exponent_notation(site, page):
+    server, _ = site
+    page.goto(server.url + "models/dlrm/")
+    n = page.locator("[data-cbsite-chart]").count()
+    assert n >= 4
+    page.wait_for_function(f"document.querySelectorAll('[data-cbsite-chart] svg').length >= {n}", timeout=30000)
+    labels = _axis_labels(page, "[data-cbsite-chart]")
+    assert "10" in labels  # the latency axis of dlrm reaches 10 ms: once "1e+1"
+    assert [t for t in labels if EXPONENT.search(t)] == []
+    # The run ids of the versions table are on one line too.
+    found = page.evaluate(LINES, ["table.cbsite-versions", RUN_ID])
+    assert len(found) >= 2 and [(t, n) for t, n in found if n != 1] == []
+    assert page.errors == []
+
+
+def test_study_page_labels_whole_words_and_configuration_as_key_values(site, page):
+    server, _ = site
+    page.goto(server.url + "studies/demo-dense-sparse/")
+    # Point labels: one line each, never broken inside a word; a cut one ends in an ellipsis and says all in its title.
+    labels = [p.name for p in (RUNS / "demo-dense-sparse").iterdir() if not p.name.startswith(".")]
+    found = page.evaluate(LINES, ["table.cbsite-study-points tbody", "|".join(re.escape(x) for x in sorted(labels, key=len, reverse=True))])
+    assert sorted(t for t, _ in found) == sorted(labels)
+    assert [(t, n) for t, n in found if n != 1] == []  # once "dense_featu" / "res-64.spar" / ...
+    cells = page.evaluate("""() => Array.from(document.querySelectorAll('table.cbsite-study-points tbody tr')).map(tr => {
+        const td = tr.children[0]; return [td.textContent, td.getAttribute('title'), td.scrollWidth <= td.clientWidth + 1,
+          getComputedStyle(td).textOverflow]; })""")
+    for text, title, whole, overflow in cells:
+        assert title == text and (whole or overflow == "ellipsis")
+    _fits_the_page(page, "table.cbsite-study-points")
+    # The configuration: key = value rows, no JSON.
+    config = page.locator("#configuration ~ table.cbsite-study-config")
+    assert config.count() == 1
+    rows = dict(tuple(c.strip() for c in r) for r in page.evaluate(
+        "() => Array.from(document.querySelectorAll('table.cbsite-study-config tbody tr')).map(tr => Array.from(tr.children).map(td => td.innerText))"))
+    assert rows["grid.dense_features"] == "64, 512" and rows["grid.sparse_features"] == "4, 16"
+    assert rows["provider"] == "dlrm-synthetic" and rows["settings.request.config.max_depth"] == "2"
+    assert "points" not in rows and not any(k.startswith("points.") for k in rows)
+    text = page.inner_text("#cbsite-study")
+    assert '"grid"' not in text and "{" not in text and page.locator("#cbsite-study pre").count() == 0
+    # Chart axes: no exponent notation, linear or log.
+    n = page.locator("[data-cbsite-study-chart]").count()
+    page.wait_for_function(f"document.querySelectorAll('[data-cbsite-study-chart] svg .mark-line').length >= {n}", timeout=30000)
+    labels = _axis_labels(page, "[data-cbsite-study-chart]")
+    assert labels and [t for t in labels if EXPONENT.search(t)] == []
+    before = page.locator("[data-cbsite-study-chart] svg").first.inner_html()
+    page.check("#cbsite-study-log")
+    page.wait_for_function("(b) => { const s = document.querySelector('[data-cbsite-study-chart] svg'); return s && s.innerHTML !== b; }",
+                           arg=before, timeout=30000)
+    page.wait_for_function(f"document.querySelectorAll('[data-cbsite-study-chart] svg .mark-line').length >= {n}", timeout=30000)
+    logs = _axis_labels(page, "[data-cbsite-study-chart]")
+    assert [t for t in logs if EXPONENT.search(t)] == []
+    assert page.errors == []
