@@ -66,6 +66,7 @@ def test_table_shows_verdict_ratio_and_interval_and_colours_only_verdicts(site, 
         '#cbsite-difftable .cbsite-verdict')).map(s => [s.textContent, getComputedStyle(s).color]))""")
     assert colours["regressed"] == "rgb(178, 24, 43)" and colours["improved"] == "rgb(33, 102, 172)"
     # The page's latency section names the session, its noise and the smallest detectable change.
+    page.click("details#latency > summary")  # a collapsed section (issue 14: the page opens short)
     how = page.inner_text(".cbsite-latency-how")
     assert COMPARISON_ID in how and "6 worker processes" in how
     stats = page.inner_text(".cbsite-latency-stats")
@@ -126,6 +127,8 @@ def test_model_page_links_the_comparison(site, page):
     assert page.url.endswith(PAIR)
     page.goto(server.url + "diffs/cmp/v1/v2/")
     page.wait_for_selector("#cbsite-diff[data-ready='1']", timeout=20000)
+    assert "not judged" in page.inner_text("details#latency > summary")  # said while the section is collapsed
+    page.click("details#latency > summary")
     assert "Latency not judged" in page.inner_text(".cbsite-not-judged")
     assert set(page.locator("#cbsite-difftable td .cbsite-verdict").all_inner_texts()) == {"not judged"}
     assert page.errors == []
