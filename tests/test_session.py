@@ -45,6 +45,28 @@ def planted_comparison(tmp_path_factory):
     return result, root
 
 
+def test_a_session_worker_holds_one_capture_group_at_a_time(monkeypatch):
+    """Issue 13: a worker of `compare`/`--rounds` follows the collection's memory plan instead of keeping
+    every module's inputs for every batch; with an allowance of nothing, each component is its own group."""
+    from cbsite.collector import memory
+    from cbsite.collector.session.spec import ArmSpec, ProcessJob, Task
+    from cbsite.collector.session.worker import run_process
+
+    monkeypatch.setattr(memory, "MIN_ALLOWANCE", 1)
+    monkeypatch.setattr(memory, "EXTRA_FRACTION", 1e-12)
+    request = CollectRequest(provider=PROVIDER, options={"width": 32, "batch": 4}, model_name="mlp", version="a",
+                             batches=2, config=_config())
+    paths = ["layers.0", "layers.0.0", "layers.1.0", "layers.2.1"]
+    tasks = tuple(Task(key=p, phase=ph, paths=(("a", p),)) for p in paths for ph in ("forward", "backward"))
+    job = ProcessJob(session_id="s", process=0, arms=(ArmSpec(arm="a", request=request),), tasks=tasks, pairs=2,
+                     block_s=0.001)
+    result = run_process(job)
+    assert not result.errors, result.errors
+    assert {(s["key"], s["phase"]) for s in result.samples} == {(t.key, t.phase) for t in tasks}
+    assert result.capture_groups == len(paths)  # a path's forward and backward share its group
+    assert 0 < result.largest_capture_bytes <= 2 * 4 * 32 * 4  # one component's input, two batches
+
+
 def test_planted_slowdown_is_regressed_and_untouched_components_are_not(planted_comparison):
     result, _ = planted_comparison
     v = result.verdicts

@@ -301,7 +301,7 @@ class _CaptureOutOfMemory(Exception):
     """Capturing one component's inputs alone ran out of memory."""
 
 
-class _Captures:
+class GroupedCaptures:
     """Captured inputs group by group, in measuring order (memory.py): a component's calls are captured
     with the components after it that fit the allowance, and the previous group is dropped first."""
 
@@ -377,6 +377,19 @@ class _Captures:
         self.batch0 = None
 
 
+def planned_captures(model: nn.Module, batches: Sequence[Inputs], grad: bool, device: torch.device,
+                     everything: bool = False) -> tuple[Capture, memory.Plan, "GroupedCaptures"]:
+    """The census of batch 0 (one forward that keeps no inputs past the provisional allowance, only what
+    every module received and how much its graph saved), the memory plan made from it and the model's own
+    size, and the captures that follow that plan. Used by the collection and by session workers alike."""
+    model_bytes = _static_size(model)[0]
+    census = _captured(model, *batches[0], grad, 0,
+                       keep_bytes=None if everything else memory.provisional_allowance(model_bytes))
+    mem_plan = memory.plan(census.input_bytes, model_bytes, census.saved_bytes.get("", 0), len(batches),
+                           memory.cache_bytes(device))
+    return census, mem_plan, GroupedCaptures(model, batches, grad, mem_plan, census, everything=everything)
+
+
 # Intra-op threads when --threads is not given: one on CPU. Measured (benchmarks/threads.py, README "Why one
 # thread"): on 2 cores, two threads had 12 % run-to-run spread against 1.3 % for one thread, and two busy
 # neighbours stalled two-thread components up to 559x (OpenMP barriers waiting for a descheduled thread)
@@ -438,12 +451,7 @@ def _profile(
     stages = _Stages(started, device.type == "cpu")  # where the wall time (and memory) goes: run.json `breakdown_s`
     # The census: one forward of batch 0 that keeps no inputs, only what every module received and how
     # much its graph saved; the memory plan (memory.py) comes from it and the model's own size.
-    model_bytes = _static_size(model)[0]
-    census = _captured(model, *batches[0], grad, 0,
-                       keep_bytes=None if config.capture_all_at_once else memory.provisional_allowance(model_bytes))
-    mem_plan = memory.plan(census.input_bytes, model_bytes, census.saved_bytes.get("", 0), len(batches),
-                           memory.cache_bytes(device))
-    captures = _Captures(model, batches, grad, mem_plan, census, everything=config.capture_all_at_once)
+    census, mem_plan, captures = planned_captures(model, batches, grad, device, everything=config.capture_all_at_once)
     stages.done("setup_and_capture")
     components = component_tree(model)
     modules = dict(model.named_modules())
@@ -843,7 +851,7 @@ class _Remeasure:
     """Measured components rebuilt on demand after the loop, whose captures were dropped, for the
     hierarchy re-measurement and the peak checks: re-captured group by group as they are asked for."""
 
-    def __init__(self, order: Sequence[Component], outcomes: dict[str, dict[str, _Outcome]], captures: _Captures,
+    def __init__(self, order: Sequence[Component], outcomes: dict[str, dict[str, _Outcome]], captures: GroupedCaptures,
                  modules: dict[str, nn.Module], timing: TimingConfig, census: Capture) -> None:
         self.outcomes, self.captures, self.modules, self.timing, self.census = outcomes, captures, modules, timing, census
         self.measured = [c.path for c in order if any(o.status == "measured" for o in outcomes.get(c.path, {}).values())]

@@ -8,6 +8,11 @@ and cancel in the paired ratio.
 
 The per-component measurement is the collector's own (`ComponentMeasurement.rotation`: the statement
 `cbsite collect` times); this module only schedules it.
+
+Memory follows the collection's plan (memory.py): a census of batch 0, then inputs captured group by
+group (`profiler.GroupedCaptures`). The tasks are cut into groups in the model's order, the groups are
+timed in random order and the tasks within each group in random order, so a drift still does not line
+up with one part of the model, while a process holds one group's inputs per arm at a time.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ class ProcessResult:
     seconds: dict[str, float] = field(default_factory=dict)  # build, capture, timing
     pid: int = 0
     threads: int = 1
+    capture_groups: int = 0  # inputs captured group by group (memory.py), every arm together
+    largest_capture_bytes: int = 0  # the most one group's cloned inputs held (one arm)
 
 
 def _load_arm(spec: ArmSpec) -> tuple[Any, list[tuple[tuple[Any, ...], dict[str, Any]]]]:
@@ -53,10 +60,10 @@ def run_process(job: ProcessJob) -> ProcessResult:
     """The worker's entry point (picklable, top level): build, capture, then time every task."""
     import torch
 
-    from cbsite.collector.capture import capture, describe, moved
+    from cbsite.collector.capture import describe, moved
     from cbsite.collector.contention import WaitProbe
     from cbsite.collector.measure import ComponentMeasurement, NothingToDifferentiate, TimingConfig, block_size, timed_block
-    from cbsite.collector.profiler import DTYPES
+    from cbsite.collector.profiler import DTYPES, planned_captures
     from torch.utils.benchmark import Timer
 
     torch.set_num_threads(job.threads)
@@ -72,18 +79,21 @@ def run_process(job: ProcessJob) -> ProcessResult:
             model = model.to(dtype)
         batches = [moved(b, device, dtype) for b in batches]
         # The worker's own copy: nothing here is the user's object, and training mode stays as built.
-        caps = [capture(model, args, kwargs, grad=grad) for args, kwargs in batches]
-        arms[spec.arm] = {"modules": dict(model.named_modules()), "captures": caps, "spec": spec}
+        _census, plan, captures = planned_captures(model, batches, grad, device)
+        arms[spec.arm] = {"modules": dict(model.named_modules()), "captures": captures, "plan": plan, "spec": spec}
     result.seconds["build_and_capture"] = time.perf_counter() - t0
 
     names = [spec.arm for spec in job.arms]
     rng = random.Random(f"{job.session_id}/{job.process}/{job.seed}")
-    tasks = list(job.tasks)
-    rng.shuffle(tasks)  # a drift during the process must not line up with one part of the model
+    groups = capture_groups(list(job.tasks), arms[names[0]]["plan"], names[0])
+    rng.shuffle(groups)  # a drift during the process must not line up with one part of the model
+    for group in groups:
+        rng.shuffle(group)
+    result.seconds["capture"] = 0.0
     cfg = TimingConfig(min_run_time=job.block_s, warmup=job.warmup, num_threads=job.threads, device=job.arms[0].device)
     probe = WaitProbe()
     t_timing = time.perf_counter()
-    for task in tasks:
+    for group, position, task in ((g, i, t) for g in groups for i, t in enumerate(g)):
         where = (task.key, task.phase)
         started = time.perf_counter()
         try:
@@ -93,7 +103,10 @@ def run_process(job: ProcessJob) -> ProcessResult:
             for arm in names:
                 state = arms[arm]
                 path = task.path(arm)
-                per_batch = [cap.calls.get(path, []) for cap in state["captures"]]
+                t_capture = time.perf_counter()
+                # This group's remaining tasks are the candidates to capture with it (at most one group held).
+                per_batch = state["captures"].calls(path, lambda arm=arm, rest=group[position:]: [t.path(arm) for t in rest])
+                result.seconds["capture"] += time.perf_counter() - t_capture
                 if job.share_inputs and first_calls is not None and _same_shapes(first_calls, per_batch, describe):
                     per_batch = first_calls  # the same inputs for both arms: only the module differs
                 if first_calls is None:
@@ -129,7 +142,24 @@ def run_process(job: ProcessJob) -> ProcessResult:
             last = traceback.extract_tb(exc.__traceback__)[-1:]
             result.errors[where] = f"{type(exc).__name__}: {exc}" + (f" (at {last[0].name})" if last else "")
     result.seconds["timing"] = time.perf_counter() - t_timing
+    result.capture_groups = sum(state["captures"].groups for state in arms.values())
+    result.largest_capture_bytes = max((state["captures"].most_bytes for state in arms.values()), default=0)
     return result
+
+
+def capture_groups(tasks: list[Task], plan: Any, arm: str) -> list[list[Task]]:
+    """`tasks` (in the model's order) cut into runs whose components' inputs fit the plan's allowance
+    together (memory.Plan.group, on `arm`'s census); a task of a path already in the group joins it."""
+    groups: list[list[Task]] = []
+    i = 0
+    while i < len(tasks):
+        members = set(plan.group(list(dict.fromkeys(t.path(arm) for t in tasks[i:]))))
+        j = i + 1
+        while j < len(tasks) and tasks[j].path(arm) in members:
+            j += 1
+        groups.append(tasks[i:j])
+        i = j
+    return groups
 
 
 def _same_shapes(a: list[list[Any]], b: list[list[Any]], describe: Any) -> bool:
