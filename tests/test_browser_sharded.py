@@ -1,6 +1,7 @@
 """A sharded run's page in a real headless browser (Debian's chromium under playwright), on the committed
-dlrm-sharded runs: the rank selector switches the table and the icicle to one rank's rows, communication
-components are drawn in their own colour with a legend entry, and the page logs no console error."""
+dlrm-sharded runs: the rank selector switches the table, the icicle, the Totals and the details panel to one rank's
+rows, communication components are drawn in their own colour with a legend entry, and the page logs no console
+error."""
 
 from __future__ import annotations
 
@@ -83,3 +84,52 @@ def test_rank_selector_and_communication_colour(site):
         page.screenshot(path=str(built.parent / "sharded-run-page.png"), full_page=False)
         assert page.errors == []
         assert _outside(page.requests, {server.port}) == []
+
+
+TOTALS = """() => Object.fromEntries(Array.from(document.querySelectorAll('#cbsite-totals tbody tr')).map(tr =>
+    [tr.children[0].textContent, Array.from(tr.children).map(td => td.textContent)]))"""
+DETAILS = """() => Object.fromEntries(Array.from(document.querySelectorAll('#cbsite-details table.cbsite-details tr')).slice(1)
+    .map(tr => [tr.children[0].textContent, Array.from(tr.children).slice(1).map(td => td.textContent)]))"""
+
+
+def test_rank_selector_also_switches_totals_and_details(site):
+    """Choosing a rank shows that rank everywhere: the Totals are its root row, and the details panel of the open
+    component shows that rank's row (its rank, latency, peak memory); back on all ranks, the page is as it was."""
+    from cbsite import archive
+    from cbsite.generator.pages import fmt_bytes, fmt_flops, fmt_ms
+
+    server, built = site
+    run_dir = next((built / "runs" / "dlrm-sharded" / "row-wise").iterdir())
+    ranks = archive.read_run(RUNS / "row-wise" / run_dir.name).ranks
+    rows = {(r["rank"], r["phase"], r["path"]): r for r in ranks.iter_rows(named=True)}
+    # A component whose forward latency differs between the ranks, as the page shows it.
+    path = next(p for (rk, ph, p) in rows if rk == 0 and ph == "forward" and p and rows[(0, ph, p)]["latency_ms"] is not None
+                and fmt_ms(rows[(0, ph, p)]["latency_ms"]) != fmt_ms(rows[(1, ph, p)]["latency_ms"]))
+    with launched_browser() as browser, recording_page(browser, {"width": 1400, "height": 1000}) as page:
+        page.goto(f"{server.url}runs/dlrm-sharded/row-wise/{run_dir.name}/#component={path}")
+        page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=15000)
+        page.wait_for_function("!document.getElementById('cbsite-details').hidden", timeout=5000)
+        assert page.inner_text("#cbsite-details h3") == path
+        everyone, details_all = page.evaluate(TOTALS), page.evaluate(DETAILS)
+        phases, seen = page.evaluate("window.cbsiteRun.data.phases"), {}
+        for rank in (0, 1):
+            page.select_option("#cbsite-rank", str(rank))
+            assert page.inner_text("#cbsite-totals-rank") == f" \u00b7 rank {rank}"
+            totals = seen[rank] = page.evaluate(TOTALS)
+            for phase in ("forward", "backward"):
+                root = rows[(rank, phase, "")]
+                cells = totals[phase]
+                assert cells[1] == fmt_ms(root["latency_ms"] * max(root["call_count"] or 1, 1))
+                assert cells[2] == f"{fmt_ms(root['latency_p25_ms'])} \u2013 {fmt_ms(root['latency_p75_ms'])}"
+                assert cells[3] == fmt_flops(root["flops"]) and cells[9] == fmt_bytes(root["peak_memory_bytes"])
+                assert cells[10] == root["status"]
+            # The details panel: the same component, this rank's row.
+            assert page.inner_text("#cbsite-details h3") == path
+            shown = page.evaluate(DETAILS)
+            assert shown["rank"] == [str(rank)] * len(phases)
+            assert shown["latency (median, per call)"] == [fmt_ms(rows[(rank, ph, path)]["latency_ms"]) for ph in phases]
+        assert seen[0] != everyone and seen[0] != seen[1]  # rank 1 is the slowest: rank 0's totals are its own ...
+        page.select_option("#cbsite-rank", "all")
+        assert page.evaluate(TOTALS) == everyone and page.evaluate(DETAILS) == details_all  # ... and back
+        assert page.inner_text("#cbsite-totals-rank") == ""
+        assert page.errors == []

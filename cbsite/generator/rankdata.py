@@ -1,9 +1,9 @@
 """Sharded runs (torchrun, README "Sharded models"): what the run page adds for them.
 
 components.parquet holds each component's slowest rank (`rank`, `imbalance`); ranks.parquet every rank's rows.
-The page's rank selector switches the table and the icicle between the slowest-rank view (the default) and one
-rank's rows, so components.json gains, per phase, the communication columns (`kind`, traffic, collectives) and,
-under `sharded.ranks`, each rank's columns. The summary (world size, backend, plan, imbalance) goes to the
+The page's rank selector switches the table, the icicle, the Totals (the root's row) and the details panel between
+the slowest-rank view (the default) and one rank's rows, so components.json gains, per phase, the communication
+columns (`kind`, traffic, collectives) and, under `sharded.ranks`, each rank's columns. The summary (world size, backend, plan, imbalance) goes to the
 template through `summary`. Data only: numbers are formatted by the page (format.js / the template's filters).
 """
 

@@ -140,9 +140,10 @@
     span(el, "name", path.slice(cut + 1));
   }
 
-  function details(panel, d, i, ops) {
+  function details(panel, d, i, ops, stay) {
     panel.hidden = false;
     panel.textContent = "";
+    panel.setAttribute("data-index", i);
     var h = document.createElement("h3");
     h.textContent = fullPath(d, i);
     panel.appendChild(h);
@@ -152,7 +153,7 @@
     panel.appendChild(p);
     var t = document.createElement("table");
     t.className = "cbsite-details";
-    var rows = [["status", "status", String], ["error", "error", String],
+    var rows = [["rank", "rank", String], ["status", "status", String], ["error", "error", String],
       ["latency (median, per call)", "latency_ms", F.ms], ["latency p25", "latency_p25_ms", F.ms],
       ["latency p75", "latency_p75_ms", F.ms], ["samples", "samples", F.num], ["CPU time", "cpu_time_ms", F.ms],
       ["GPU time", "device_time_ms", F.ms], ["FLOPs per call", "flops", F.flops], ["TFLOP/s", "tflops_per_s", F.num],
@@ -204,7 +205,7 @@
         panel.appendChild(ot);
       });
     }
-    panel.scrollIntoView({ block: "nearest" });
+    if (!stay) panel.scrollIntoView({ block: "nearest" });
   }
 
   function select(id, options, value, onChange) {
@@ -385,11 +386,37 @@
       return rows;
     };
   }
+  /* The Totals table (the template's, from the root row) for one rank: the root row of that rank's view, in the
+     template's columns and number formats (pages.py filters, format.js). */
+  function rankTotals(box, d) {
+    var r = d.path.indexOf("");
+    if (r < 0) return;
+    Array.prototype.forEach.call(box.querySelectorAll("tbody tr"), function (tr) {
+      var p = tr.children[0].textContent, c = tr.children;
+      if (!d[p] || c.length < 11) return;
+      var v = function (key) { return col(d, p, key, r); };
+      var set = function (k, t) { c[k].className = "num"; c[k].removeAttribute("title"); c[k].textContent = t; };
+      set(1, F.ms(metric(d, p, "latency_ms", r)));
+      set(2, F.isNum(v("latency_p25_ms")) && F.isNum(v("latency_p75_ms")) ? F.ms(v("latency_p25_ms")) + " \u2013 " + F.ms(v("latency_p75_ms")) : F.DASH);
+      set(3, F.flops(metric(d, p, "flops", r)));
+      set(4, F.isNum(v("tflops_per_s")) ? F.flops(v("tflops_per_s") * 1e12) + "/s" : F.DASH);
+      set(5, ""); utilCell(d, p, "mfu", r, c[5]);
+      set(6, F.bytes(v("bytes_moved")));
+      set(7, utilText(d, p, "bandwidth_util", r));
+      set(8, F.bytes(d.param_bytes[r]));
+      set(9, F.bytes(v("peak_memory_bytes")));
+      c[10].textContent = v("status") || F.DASH;
+    });
+  }
+
   /* The rank selector: the all-ranks view (each component's slowest rank, components.parquet) or one rank's
-     rows (ranks.parquet); it swaps the per-phase columns the icicle and the table read, then redraws both. */
+     rows (ranks.parquet); it swaps the per-phase columns the icicle, the table, the Totals (the root's row) and
+     the details panel read, then redraws them. */
   function mountRanks(d, run) {
     var s = document.getElementById("cbsite-rank");
     if (!s) return;
+    var totals = document.getElementById("cbsite-totals"), allTotals = totals ? totals.innerHTML : "";
+    var note = document.getElementById("cbsite-totals-rank"), panel = document.getElementById("cbsite-details");
     var base = {};
     d.phases.forEach(function (p) { base[p] = {}; Object.keys(d[p]).forEach(function (k) { base[p][k] = d[p][k]; }); });
     var options = { all: "all ranks (slowest)" };
@@ -402,6 +429,9 @@
       });
       run.icicle.render();
       run.table.refresh();
+      if (totals) { totals.innerHTML = allTotals; if (value !== "all") rankTotals(totals, d); }
+      if (note) note.textContent = value === "all" ? "" : " \u00b7 rank " + value;
+      if (panel && !panel.hidden && panel.hasAttribute("data-index")) details(panel, d, +panel.getAttribute("data-index"), run.ops, true);
       document.getElementById("cbsite-run").setAttribute("data-rank", value);
     });
   }
