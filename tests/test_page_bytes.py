@@ -58,3 +58,16 @@ def test_a_diff_page_with_its_data_stays_under_one_megabyte_gzipped(big_site):
     assert _gz(on_open) <= 1 * MB
     # The other phase is as large and loads only when asked for: on open it would not fit twice.
     assert _gz([diff / index["files"]["backward"]]) >= 0.25 * MB
+
+
+def test_paths_are_written_as_parent_row_and_last_segment_and_read_back_whole():
+    from cbsite.generator.diffdata import decode_paths, encode_paths
+
+    # Pre-order with a removed subtree where it was, a component whose parent is not a row (kept whole), and a
+    # repeated path (a removed and an added component may share it): the first row of a prefix is its parent.
+    paths = ["", "a", "a.b", "a.b.c", "gone", "gone.x", "z.y", "a.d", "a.b", "top"]
+    parent, name = encode_paths(paths)
+    assert parent == [-1, 0, 1, 2, 0, 4, -1, 1, 1, 0]
+    assert name == ["", "a", "b", "c", "gone", "x", "z.y", "d", "b", "top"]
+    assert decode_paths(parent, name) == paths
+    assert all(k < i for i, k in enumerate(parent))  # a parent precedes its children (the icicle needs it)
