@@ -119,7 +119,7 @@
             loading(false);
             if (s.value !== want) return;  // another phase was chosen meanwhile
             state.phase = want; t.spec.count = cols().path.length; t.refresh();
-          }, failed);
+          }, function (err) { loading(false); failed(err); });
         });
         bar.appendChild(s);
         var note = document.createElement("span");
@@ -236,7 +236,8 @@
         var want = sel.value;
         if (diff[want]) return;
         loading(true);
-        load(want).then(function () { loading(false); if (sel.value === want) icicle.render(); }, failed);
+        load(want).then(function () { loading(false); if (sel.value === want) icicle.render(); },
+                        function (err) { loading(false); failed(err); });
       });
       window.cbsiteDiff = { diff: diff, head: head, icicle: icicle, table: mountTable(diff, load, loading, failed), load: load };
       root.setAttribute("data-ready", "1");
