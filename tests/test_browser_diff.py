@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from cbsite.generator import build_site
-from tests.test_browser_site import CHROMIUM, Server, _outside, check_short_lazy_diff_page, launched_browser, recording_page
+from tests.test_browser_site import (CHROMIUM, Server, _outside, check_short_lazy_diff_page, launched_browser,
+                                     recording_page)
 
 RUNS = Path(__file__).resolve().parent.parent / "runs"
 pytestmark = [

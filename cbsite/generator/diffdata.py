@@ -188,7 +188,8 @@ def _run_columns(head: Run, phase: str, comps: list[cdiff.ComponentDelta]) -> di
     where = [at.get(c.path, -1) if c.kind != "removed" else -1 for c in comps]
     cols = {c: compact_column([raw[c][k] if k >= 0 else None for k in where])
             for c in ("call_count", "param_bytes", "device_time_ms", *RUN_COLUMNS)}
-    cols["bound"] = bound.classify_columns(cols["mfu"], cols["bandwidth_util"], cols["latency_ms"], cols.pop("device_time_ms"))
+    cols["bound"] = bound.classify_columns(cols["mfu"], cols["bandwidth_util"], cols["latency_ms"],
+                                           cols.pop("device_time_ms"))
     return cols
 
 

@@ -162,7 +162,8 @@ def environment(bytecode_dir: str | None = None) -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     env.filters.update(
-        ms=fmt_ms, time=fmt_time, bytes=fmt_bytes, flops=fmt_flops, pct=fmt_pct, num=fmt_num, signed=fmt_signed, ratio=fmt_ratio,
+        ms=fmt_ms, time=fmt_time, bytes=fmt_bytes, flops=fmt_flops, pct=fmt_pct, num=fmt_num, signed=fmt_signed,
+        ratio=fmt_ratio,
         # YAML front matter: a JSON string is a valid YAML scalar, and tojson escapes <, >, & and '.
         yaml_str=lambda s: jinja2.utils.htmlsafe_json_dumps(str(s)),
     )
