@@ -141,9 +141,10 @@ def test_trend_axes_never_use_exponent_notation(site, page):
     labels = _axis_labels(page, "[data-cbsite-chart]")
     assert "10" in labels  # the latency axis of dlrm reaches 10 ms: once "1e+1"
     assert [t for t in labels if EXPONENT.search(t)] == []
-    # The run ids of the versions table are on one line too.
-    found = page.evaluate(LINES, ["table.cbsite-versions", RUN_ID])
-    assert len(found) >= 2 and [(t, n) for t, n in found if n != 1] == []
+    assert [t for t in labels if re.fullmatch(r"0[kMGT]", t)] == []  # zero is "0", not "0M"
+    # The run ids and times of the versions table are on one line too.
+    found = page.evaluate(LINES, ["table.cbsite-versions", RUN_ID + r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"])
+    assert len(found) >= 4 and [(t, n) for t, n in found if n != 1] == []
     assert page.errors == []
 
 

@@ -63,6 +63,13 @@ def _finish(chart: alt.TopLevelMixin) -> dict[str, Any]:
 # the title. Utilisations as percentages.
 MS_FORMAT = ",.4~r"
 PERCENT_FORMAT = ".2~%"
+def value_axis(axis_format: str) -> alt.Axis:
+    """A value axis in `axis_format`; zero reads "0", not "0M" (Vega gives every SI tick the largest one's prefix)."""
+    if axis_format.endswith("s"):
+        return alt.Axis(format=axis_format, labelExpr="datum.value == 0 ? '0' : datum.label")
+    return alt.Axis(format=axis_format)
+
+
 AXIS_FORMAT = {"latency_ms": MS_FORMAT, "flops": "~s", "param_bytes": "~s", "peak_memory_bytes": "~s", "bytes_moved": "~s"}
 
 
@@ -141,7 +148,7 @@ def _trend_chart(rows: list[dict[str, Any]], versions: Sequence[str], title: str
               axis=alt.Axis(labelAngle=-30 if len(versions) > 6 else 0, labelOverlap="greedy", labelLimit=120))
     base = alt.Chart(alt.Data(values=rows)).encode(
         x=x,
-        y=alt.Y("value:Q", title=title, scale=alt.Scale(zero=True), axis=alt.Axis(format=axis_format)),
+        y=alt.Y("value:Q", title=title, scale=alt.Scale(zero=True), axis=value_axis(axis_format)),
         color=alt.Color("phase:N", title=series),
     )
     line = base.transform_filter("datum.newest").mark_line(point=True)

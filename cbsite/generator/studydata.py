@@ -27,7 +27,7 @@ import polars as pl
 
 from cbsite import study as cstudy
 from cbsite.archive import Run
-from cbsite.generator.charts import MS_FORMAT, PERCENT_FORMAT, _finish
+from cbsite.generator.charts import MS_FORMAT, PERCENT_FORMAT, _finish, value_axis
 
 METRICS = (
     ("latency_forward_ms", "Forward latency (ms)"),
@@ -227,7 +227,7 @@ def _spec(rows: list[dict[str, Any]], key: str, metric: str, title: str, numeric
     else:
         x = alt.X("x:O", title=key, sort=order)
     base = alt.Chart(alt.Data(values=rows)).mark_line(point=True).encode(
-        x=x, y=alt.Y("value:Q", title=title, scale=y_scale, axis=alt.Axis(format=_axis_format(metric))),
+        x=x, y=alt.Y("value:Q", title=title, scale=y_scale, axis=value_axis(_axis_format(metric))),
         color=alt.Color("series:N", title="series"),
         tooltip=[alt.Tooltip("label:N", title="point"), alt.Tooltip("series:N"), alt.Tooltip("value:Q", format=".4~s")],
     )
