@@ -68,6 +68,9 @@ class PhaseResult:
     counts: Counts
     peak_memory_bytes: int
     notes: list[str] = field(default_factory=list)
+    # Wall seconds of the phase's untimed passes: "counting" (FLOPs and bytes), "memory_peaks" (the
+    # allocator pass), "backward_graphs" (the forwards that build the graphs a backward is timed on).
+    untimed_s: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -432,12 +435,15 @@ class ComponentMeasurement:
         first = self.batches[0]
         first_inputs = [c.replay_inputs(with_grad=c.grad_enabled) for c in first]
         first_modes = [c.grad_enabled for c in first]
+        t0 = time.perf_counter()
         counts = count(lambda: self._run(first_inputs, first_modes))[1]  # the output (and its graph) is let go at once
+        counting_s = time.perf_counter() - t0
         # The peak of one warm call (the counting pass warmed it), then timing, warm from both.
         peak, peak_s = _timed_peak(self.cfg.device, lambda: self._run(first_inputs, first_modes))
         timing = time_fn(self.rotation("forward"), self.calls_per_batch, self.cfg, warm_s=peak_s)
         notes = ["timed with a copy of the inputs per run (in-place module)"] if self.inplace else []
-        return PhaseResult(timing, per_call(counts, self.calls_per_batch), peak, notes + timing.notes)
+        return PhaseResult(timing, per_call(counts, self.calls_per_batch), peak, notes + timing.notes,
+                           {"counting": counting_s, "memory_peaks": peak_s})
 
     def _graph(
         self, batch: list[Call], seed: int, module: nn.Module | None = None
@@ -473,14 +479,20 @@ class ComponentMeasurement:
         return (len(self.batches) - 1) * self.graph_bytes <= allowance
 
     def backward(self) -> PhaseResult:
+        t0 = time.perf_counter()
         graph = self._graph(self.batches[0], seed=0)
+        t1 = time.perf_counter()
         counts = count(lambda: _grad(graph))[1]
+        untimed = {"backward_graphs": t1 - t0, "counting": time.perf_counter() - t1}
         # The peak of one warm call (the counting pass warmed it), before timing: a graph cycle may hold
         # another batch's graph once timing ends.
         peak, peak_s = _timed_peak(self.cfg.device, lambda: _grad(graph))
+        untimed["memory_peaks"] = peak_s
         notes = []
         if self.graphs_fit():
+            t0 = time.perf_counter()
             graphs = [graph] + [self._graph(batch, seed=i) for i, batch in enumerate(self.batches[1:], 1)]
+            untimed["backward_graphs"] += time.perf_counter() - t0
             statement: Callable[[], Any] = self.rotation("backward", graphs)
             del graphs
         else:
@@ -508,7 +520,7 @@ class ComponentMeasurement:
             notes.append(
                 f"dense embedding gradient: backward writes whole tables ({rows} rows), not just the rows looked up"
             )
-        return PhaseResult(timing, per_call(counts, self.calls_per_batch), peak, notes + timing.notes)
+        return PhaseResult(timing, per_call(counts, self.calls_per_batch), peak, notes + timing.notes, untimed)
 
 
 def per_call(counts: Counts, calls: int) -> Counts:

@@ -570,6 +570,10 @@ def _profile(
     stages.done("step")
     timed_s = sum(o.result.timing.timed_s for per in outcomes.values() for o in per.values() if o.result)
     quiet_s = sum(o.result.timing.quiet_wait_s for per in outcomes.values() for o in per.values() if o.result)
+    passes_s: dict[str, float] = {}  # the untimed passes of every measured phase (counting, peaks, graphs)
+    for o in (o for per in outcomes.values() for o in per.values() if o.result):
+        for key, seconds in o.result.untimed_s.items():
+            passes_s[key] = passes_s.get(key, 0.0) + seconds
     meta = {
         "schema_version": schema.SCHEMA_VERSION,
         "run_id": run_id,
@@ -601,7 +605,7 @@ def _profile(
         # Seconds inside timed regions: what no collector can avoid; the rest is capture, warm-up,
         # counting passes and calibration.
         "timed_s": round(timed_s, 3),
-        "breakdown_s": stages.record(timed_s, sum(runner.seconds.values()), captures.seconds, quiet_s),
+        "breakdown_s": stages.record(timed_s, sum(runner.seconds.values()), captures.seconds, quiet_s, passes_s),
         "counts": counts,
         "components": len(in_run),
         "warnings": load_warnings + _load_warnings(num_threads, "after") + peak_warnings + _memory_warnings(out_of_memory, limit),
@@ -684,6 +688,9 @@ def _more_rounds(model: nn.Module, batches: Sequence[Inputs], config: CollectCon
     return samples + session.samples, record
 
 
+PASSES = ("counting", "memory_peaks", "backward_graphs")  # a phase's untimed passes (measure.PhaseResult.untimed_s)
+
+
 class _Stages:
     """Wall seconds per stage of a collection, so run.json says where the time went beside `timed_s`."""
 
@@ -699,17 +706,22 @@ class _Stages:
         if self.memory is not None:
             self.memory.done(stage)
 
-    def record(self, timed_s: float, plugins_s: float, capture_s: float = 0.0, quiet_s: float = 0.0) -> dict[str, Any]:
+    def record(self, timed_s: float, plugins_s: float, capture_s: float = 0.0, quiet_s: float = 0.0,
+               passes_s: dict[str, float] | None = None) -> dict[str, Any]:
         """The stages, with the components stage split into its timed blocks, its plugins, the captures
-        of its groups, waits for a quiet machine and the rest (warm-ups, block sizing, counting and
-        memory passes)."""
+        of its groups, waits for a quiet machine, the untimed passes (counting, memory peaks, backward
+        graphs) and the rest (block sizing, building statements, bookkeeping)."""
         out = {k: round(v, 3) for k, v in self.seconds.items()}
         components = self.seconds.get("components", 0.0)
         out["components_timed_blocks"] = round(timed_s, 3)
         out["components_plugins"] = round(plugins_s, 3)
         out["components_capture"] = round(capture_s, 3)
         out["components_quiet_waits"] = round(quiet_s, 3)
-        out["components_other"] = round(max(0.0, components - timed_s - plugins_s - capture_s - quiet_s), 3)
+        passes = {k: passes_s.get(k, 0.0) for k in PASSES} if passes_s is not None else {}
+        for key, seconds in passes.items():
+            out[f"components_{key}"] = round(seconds, 3)
+        rest = components - timed_s - plugins_s - capture_s - quiet_s - sum(passes.values())
+        out["components_other"] = round(max(0.0, rest), 3)
         return out
 
 
