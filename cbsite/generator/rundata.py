@@ -103,14 +103,30 @@ def _safe_link(run: Run, link: str | None, warnings: list[str], published: froze
     return rel.as_posix()
 
 
-def components_json(run: Run, warnings: list[str]) -> dict[str, Any]:
+def _has_values(column: pl.Series) -> bool:
+    """`any(v not in (None, []) for v in column)`, in polars: a value that is not null (nor an empty list)."""
+    if isinstance(column.dtype, pl.List):
+        return bool((column.list.len() > 0).any())
+    return column.null_count() < column.len()
+
+
+def _struct_list(dtype: Any) -> bool:
+    """A column of lists of structs (plugin_metrics), whose values to_list gives as lists of dicts."""
+    return isinstance(dtype, pl.List) and isinstance(dtype.inner, pl.Struct)
+
+
+def components_json(run: Run, warnings: list[str],
+                    publishable: tuple[list[Any], list[str]] | None = None) -> dict[str, Any]:
     """The columnar per-component data of a run: identity once, then each phase's metrics.
 
     Built from columns, not row dicts: each column is read once and compacted in one pass (`compact_column`).
+    `publishable`: artifacts.publishable of the run's folder, when the caller has it already.
     """
     rows = run.rows.sort(["order", "phase"])
-    published = frozenset(f"{archive.ARTIFACTS_DIR}/{name}" for _, name in artifacts.publishable(run.path)[0]) \
-        if run.path is not None else frozenset()
+    if publishable is None and run.path is not None:
+        publishable = artifacts.publishable(run.path)
+    published = frozenset(f"{archive.ARTIFACTS_DIR}/{name}" for _, name in publishable[0]) \
+        if publishable is not None else frozenset()
     # A path's identity comes from its first row (in order, then phase); a phase's values from its last row.
     first = rows.unique("path", keep="first", maintain_order=True)
     paths: list[str] = first.get_column("path").to_list()
@@ -145,14 +161,14 @@ def components_json(run: Run, warnings: list[str]) -> dict[str, Any]:
                 out[i] = v
             return out
 
-        raw = {c: prows.get_column(c).to_list() for c in prows.columns}
+        present = [c for c in OPTIONAL_COLUMNS if c in prows.columns and _has_values(prows.get_column(c))]
+        raw = {c: prows.get_column(c).to_list() for c in (*PHASE_COLUMNS, *present) if c in prows.columns}
         cols: dict[str, list[Any]] = {}
-        present = [c for c in OPTIONAL_COLUMNS if c in raw and any(v not in (None, []) for v in raw[c])]
         for col in (*PHASE_COLUMNS, *present):
             values = aligned(raw[col]) if col in raw else [None] * n
             if col in LINK_COLUMNS:
                 values = [_safe_link(run, v, warnings, published) if ok and v else None for v, ok in zip(values, has_row)]
-            elif any(isinstance(v, list) and v and isinstance(v[0], dict) for v in values):
+            elif col in raw and _struct_list(prows.schema[col]):
                 # plugin_metrics: [{name, value}] -> ["name=value"], as the details panel lists it
                 values = [[f"{m.get('name')}={_compact(m.get('value'))}" for m in v]
                           if isinstance(v, list) and v and isinstance(v[0], dict) else v for v in values]
@@ -290,8 +306,9 @@ def copy_artifacts(run: Run, folder: Path, warnings: list[str] | None = None) ->
 
 def run_data(run: Run, warnings: list[str]) -> tuple[RunData, dict[str, Any], dict[str, Any] | None]:
     assert run.path is not None
-    warnings.extend(f"run {run.run_id}: {p}" for p in artifacts.publishable(run.path)[1])
-    comps = components_json(run, warnings)
+    publishable = artifacts.publishable(run.path)
+    warnings.extend(f"run {run.run_id}: {p}" for p in publishable[1])
+    comps = components_json(run, warnings, publishable)
     ops = ops_json(run)
     rd = RunData(
         run=run, totals=totals(run), top=hottest(run), phases=comps["phases"], has_ops=ops is not None,
