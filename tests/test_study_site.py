@@ -65,6 +65,7 @@ def test_study_page_has_charts_per_axis_points_and_configuration(built):
     assert {"model", "SparseArch", "DenseArch", "OverArch"} <= series
     assert {r["held"] for r in spec["linear"]["data"]["values"]} == {"sparse_features=4", "sparse_features=32"}
     assert spec["log"]["spec"]["encoding"]["y"]["scale"]["type"] == "log"
+    assert spec["linear"]["facet"]["sort"] == ["sparse_features=4", "sparse_features=32"]  # the grid's order, not text order
     eps = {r["series"] for r in specs["sparse_features|examples_per_s"]["linear"]["data"]["values"]}
     assert {"model", "model (eval forward)"} <= eps
     # The table links every done point's run and says why the failed one has none.

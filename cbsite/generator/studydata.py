@@ -16,6 +16,7 @@ panel per combination of their values (held fixed within a panel). Each chart co
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import dataclass, field
@@ -204,7 +205,11 @@ def chart_specs(view: StudyView, records: list[dict[str, Any]]) -> dict[str, dic
                              "series": r["series"], "label": r["label"], "held": held})
             if not rows:
                 continue
-            panels = sorted({r["held"] for r in rows})
+            # Panels in the grid's order of the other axes' values (sparse_features=4 before 16), not as text.
+            grid = [", ".join(f"{o}={_axis_text(v)}" for o, v in zip(others, combo)) or "all points"
+                    for combo in itertools.product(*[a["values"] for a in view.axes if a["key"] != key])]
+            held = {r["held"] for r in rows}
+            panels = [h for h in grid if h in held] + sorted(held - set(grid))
             specs[f"{key}|{metric}"] = {scale: _spec(rows, key, metric, title, numeric, order, panels, scale == "log")
                                         for scale in ("linear", "log")}
     return specs
