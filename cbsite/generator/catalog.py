@@ -6,6 +6,9 @@ user's mistake in what they asked for (an unknown run in `extra_diffs`) raises C
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -51,17 +54,30 @@ class Catalog:
         return max(times) if times else None
 
 
+READ_THREADS = 4  # at most, and no more than the cores
+
+
 def _read_all(root: Path, warnings: list[str], read: Callable[[Path], Run]) -> list[Run]:
     runs: list[Run] = []
     for folder, problem in archive.invalid_folders(root):  # e.g. a version folder whose name is not UTF-8
         warnings.append(f"skipped folder {folder}: {problem}")
-    for ref in archive.list_runs(root):
+    refs = archive.list_runs(root)
+
+    def attempt(ref: archive.RunRef) -> Run | CbsiteError:
         try:
-            run = read(ref.path)
-        except CbsiteError as exc:  # a broken run is reported and skipped; the rest still builds
+            return read(ref.path)
+        except CbsiteError as exc:
+            return exc
+
+    # A few threads read runs side by side (Parquet decoding and polars release the GIL); results in order.
+    threads = min(READ_THREADS, os.cpu_count() or 1)
+    with concurrent.futures.ThreadPoolExecutor(threads) if threads > 1 and len(refs) > 1 else contextlib.nullcontext() as pool:
+        results = list(pool.map(attempt, refs)) if pool is not None else [attempt(ref) for ref in refs]
+    for ref, run in zip(refs, results):
+        if isinstance(run, CbsiteError):  # a broken run is reported and skipped; the rest still builds
             # Named relative to the archive, so the same archive builds the same page wherever it lies.
             where = f"{ref.model}/{ref.version}/{ref.run_id}"
-            warnings.append(f"skipped run {where}: {str(exc).replace(str(ref.path), where)}")
+            warnings.append(f"skipped run {where}: {str(run).replace(str(ref.path), where)}")
             continue
         if (run.model, run.version, run.run_id) != (ref.model, ref.version, ref.run_id):
             warnings.append(
