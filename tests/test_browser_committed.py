@@ -163,10 +163,11 @@ def test_study_page_labels_whole_words_and_configuration_as_key_values(site, pag
         assert title == text and (whole or overflow == "ellipsis")
     _fits_the_page(page, "table.cbsite-study-points")
     # The configuration: key = value rows, no JSON.
-    config = page.locator("#configuration ~ table.cbsite-study-config")
+    config = page.locator("#configuration ~ ul.cbsite-study-config")
     assert config.count() == 1
-    rows = dict(tuple(c.strip() for c in r) for r in page.evaluate(
-        "() => Array.from(document.querySelectorAll('table.cbsite-study-config tbody tr')).map(tr => Array.from(tr.children).map(td => td.innerText))"))
+    lines = config.locator("li").all_inner_texts()
+    assert all(" = " in t and "\n" not in t.strip() for t in lines)  # one line each: key = value
+    rows = dict(t.strip().split(" = ", 1) for t in lines)
     assert rows["grid.dense_features"] == "64, 512" and rows["grid.sparse_features"] == "4, 16"
     assert rows["provider"] == "dlrm-synthetic" and rows["settings.request.config.max_depth"] == "2"
     assert "points" not in rows and not any(k.startswith("points.") for k in rows)
