@@ -74,6 +74,7 @@ def test_home_page_run_ids_are_on_one_line_and_the_table_fits(site, page):
     found = page.evaluate(LINES, ["table.cbsite-models", RUN_ID])
     assert len(found) == len([p for p in RUNS.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))])
     assert [(t, n) for t, n in found if n != 1] == []  # once three lines: "20261130T145640Z-" / ...
+    assert [(t, n) for t, n in page.evaluate(LINES, [".md-content", RUN_ID]) if n != 1] == []  # the lists too
     # Not clipped: every cell shows all of its text.
     assert page.evaluate("() => Array.from(document.querySelectorAll('table.cbsite-models td')).every(td => td.scrollWidth <= td.clientWidth + 1)")
     _fits_the_page(page, "table.cbsite-models")
@@ -145,6 +146,7 @@ def test_trend_axes_never_use_exponent_notation(site, page):
     # The run ids and times of the versions table are on one line too.
     found = page.evaluate(LINES, ["table.cbsite-versions", RUN_ID + r"|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"])
     assert len(found) >= 4 and [(t, n) for t, n in found if n != 1] == []
+    assert [(t, n) for t, n in page.evaluate(LINES, [".md-content", RUN_ID]) if n != 1] == []  # comparisons too
     assert page.errors == []
 
 
