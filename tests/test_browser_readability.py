@@ -121,6 +121,20 @@ def test_icicle_labels_are_readable_in_every_colouring(site, page, colour):
     assert page.errors == []
 
 
+def test_icicle_labels_are_names_or_their_start(site, page):
+    """Never "t…0": a label is its node's leaf name, or the name's first 3+ characters and an ellipsis, drawn
+    inside its rectangle; a node too narrow for that has none."""
+    from tests.test_browser_committed import LABELS, _check_labels
+
+    server, built = site
+    _open(page, _run(server, built))
+    for width in (1400, 700):
+        page.set_viewport_size({"width": width, "height": 1000})
+        page.wait_for_timeout(300)  # the icicle redraws on resize
+        _check_labels(page.evaluate(LABELS))
+    assert page.errors == []
+
+
 def test_utilisations_are_on_absolute_scales_with_their_own_ramps(site, page):
     server, built = site
     _open(page, _run(server, built))
