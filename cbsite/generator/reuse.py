@@ -38,11 +38,43 @@ from cbsite.errors import CbsiteError
 from cbsite.generator import cache as bcache
 
 SEARCH_NAMES = ("search", "material/search")
-# A run page's list of every component path (run.md.j2): most of its HTML, and all raw HTML that Markdown would
-# only copy. It is held out of Markdown's parser (on_page_markdown) and put back after (on_page_content).
+# A cbsite page's body is one raw HTML block, which Markdown only copies; it is held out of Markdown's parser
+# (on_page_markdown) and put back after (on_page_content). Only where the block is plain: balanced divs, and no
+# element whose content an HTML parser reads differently (scripts, comments, preformatted text).
+PAGE_OPEN = '<div class="cbsite-page"'
+_HELD = "\ncbsite-held-body-b1e2"  # stands for the held body in the Markdown; a page that has this text keeps it
+_DIV = re.compile(r"<div\b|</div>")
+_UNPLAIN = re.compile(r"<script|<style|<pre|<textarea|<!--|<\?|<!\[|" + _HELD.strip())
+# A run page's list of every component path (run.md.j2): the search plugin reads it as plain text
 PATHS_OPEN = '<details class="cbsite-paths">'
-_HELD = "cbsite-held-paths-b1e2"  # stands for the held list in the Markdown; a page that has this text keeps its list
+_PATHS = re.compile(r'(<details class="cbsite-paths">[^\n]*\n<p>)([^\n]*)(</p>)')
 _ANCHOR = re.compile(r"<a\b[^>]*>|</a>")
+_SEARCH_ATTRS = re.compile(r"\s?data-search-\w+=\"[^\"]+\"")  # what Material's search plugin removes after indexing
+
+
+def _hold(markdown: str) -> tuple[int, int] | None:
+    """Where the body of the page's cbsite-page div lies (from the end of its opening line to the line of its
+    closing tag), or None where it is not plain enough to be left out of Markdown."""
+    open_at = 0 if markdown.startswith(PAGE_OPEN) else markdown.find("\n" + PAGE_OPEN)
+    if open_at < 0 or _HELD.strip() in markdown:
+        return None
+    start = markdown.find("\n", open_at + 1)
+    if start < 0:
+        return None
+    depth = 1
+    for m in _DIV.finditer(markdown, start):
+        depth += 1 if m.group() == "<div" else -1
+        if depth == 0:
+            end = m.start()
+            if markdown[end - 1] != "\n" or _UNPLAIN.search(markdown, start, end):
+                return None
+            return start, end - 1  # the held text runs from the newline after the opening tag to the one before </div>
+    return None
+
+
+def _light(inner: str) -> str:
+    """The body as the search plugin may read it: the path list's links as their text."""
+    return _PATHS.sub(lambda m: m.group(1) + _ANCHOR.sub("", m.group(2)) + m.group(3), inner, count=1)
 _DIRTY_WARNING = "A 'dirty' build is being performed"
 
 
@@ -144,24 +176,22 @@ class ReusePlugin(BasePlugin):
             env.bytecode_cache = jinja2.FileSystemBytecodeCache(str(self.bytecode_dir))
         return env
 
-    # -- held path lists: the same HTML and search entries at a fraction of the parsing -------------------------
+    # -- held page bodies: the same HTML and search entries at a fraction of the parsing -----------------------
     def on_page_markdown(self, markdown: str, *, page: Any, config: Any, files: Any) -> str:
-        """A run page's path list is left out of the Markdown (it sits in a raw HTML block, which Markdown
-        copies as it is): Python-Markdown's HTML parser would take more time over it than over everything else."""
-        start = markdown.find(PATHS_OPEN)
-        if start < 0 or _HELD in markdown:
+        """A cbsite page's body (the inside of its `<div class="cbsite-page">`, one raw HTML block, which
+        Markdown copies as it is) is left out of the Markdown: Python-Markdown's HTML parser would spend more
+        time finding where that block ends than on everything else of the page."""
+        held = _hold(markdown)
+        if held is None:
             return markdown
-        p = markdown.find("<p>", start)
-        q = markdown.find("</p>", p)
-        if p < 0 or q < 0 or "<" not in markdown[p + 3:q] or "\n" in markdown[p + 3:q]:
-            return markdown
-        held = markdown[p + 3:q]
-        self._held[page.file.src_uri] = (held, _ANCHOR.sub("", held))
-        return markdown[:p + 3] + _HELD + markdown[q:]
+        start, end = held
+        inner = markdown[start:end]
+        self._held[page.file.src_uri] = (inner, _light(inner))
+        return markdown[:start] + _HELD + markdown[end:]
 
     def on_page_content(self, html: str, *, page: Any, config: Any, files: Any) -> str:
-        """The held list back, as links for the page and as plain text for the search plugin's parser (its
-        entries are the same: it keeps a link's text, not the link), which runs next (on_page_context)."""
+        """The held body back; for the search plugin's parser, which runs next (on_page_context), with the
+        run page's path list as plain text (its entries are the same: it keeps a link's text, not the link)."""
         held = self._held.get(page.file.src_uri)
         if held is None:
             return html
@@ -170,19 +200,23 @@ class ReusePlugin(BasePlugin):
             page.markdown = page.markdown.replace(_HELD, held[0])
             page.render(config, files)
             return page.content
-        return html.replace(_HELD, held[1])
+        full, light = html.replace(_HELD, held[0]), html.replace(_HELD, held[1])
+        self._held[page.file.src_uri] = (full, light)
+        return light
 
     def _restore(self, page: Any) -> None:
-        """After the search plugin: the page's content with the held list's links (the search plugin may
-        have removed data-search-* attributes elsewhere in the content; the list has none)."""
+        """After the search plugin: the page's full content, changed as the search plugin changed the light one
+        (Material's drops data-search-* attributes that have a value; MkDocs' own changes nothing)."""
         held = self._held.pop(page.file.src_uri, None)
         if held is None:
             return
-        content = page.content
-        p = content.find("<p>", content.find(PATHS_OPEN))
-        if content.find(PATHS_OPEN) < 0 or not content.startswith(held[1] + "</p>", p + 3):
-            raise CbsiteError(f"cbsite: the path list of {page.file.src_uri} changed while it was indexed")
-        page.content = content[:p + 3] + held[0] + content[p + 3 + len(held[1]):]
+        full, light = held
+        if page.content == light:
+            page.content = full
+        elif page.content == _SEARCH_ATTRS.sub("", light):
+            page.content = _SEARCH_ATTRS.sub("", full)
+        else:
+            raise CbsiteError(f"cbsite: {page.file.src_uri} was changed while it was indexed; build without the cache")
 
     def on_page_context(self, context: Any, *, page: Any, config: Any, nav: Any) -> Any:
         self._restore(page)
