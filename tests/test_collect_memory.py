@@ -60,6 +60,14 @@ def test_a_collection_holds_at_most_one_and_a_half_times_what_a_plain_step_holds
     assert collected["statuses"] == ["measured"]
     assert plain > 300 * 2**20  # the model, not the interpreter, sets the scale
     assert collected["added"] <= 1.5 * plain, (collected["added"] / 2**20, plain / 2**20, collected["memory"])
+    # Which step needed the memory: the last raiser holds the run's peak (before the final stages).
+    mem = collected["memory"]
+    setter = mem["peak_set_by"]
+    assert setter["what"] in ("capture", "measurement") and setter["path"] in {"", "0", "1", "2"} | {
+        f"{b}.{i}" for b in (1, 2) for i in range(4)}
+    assert setter["peak_bytes"] <= mem["peak_rss_bytes"]
+    raised = [r["raised_bytes"] for r in mem["peak_raised_most_by"]]
+    assert raised == sorted(raised, reverse=True) and raised[-1] > 0 and len(raised) <= 5
 
 
 def test_capture_keeps_only_the_paths_asked_for_and_counts_every_module():

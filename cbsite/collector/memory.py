@@ -167,6 +167,28 @@ class StagePeaks:
         self.peaks[stage] = peak_rss_bytes()
 
 
+class PeakRaisers:
+    """Which steps of a collection raised the process's peak resident memory (ru_maxrss), and by how
+    much: `step(what, path)` after each capture and each component's measurement. The last raiser set the
+    run's peak; an expert who finds the peak too high reads here which component needed it."""
+
+    KEEP = 5
+
+    def __init__(self) -> None:
+        self.last = peak_rss_bytes()
+        self.raised: list[dict[str, Any]] = []
+
+    def step(self, what: str, path: str) -> None:
+        now = peak_rss_bytes()
+        if now > self.last:
+            self.raised.append({"what": what, "path": path, "raised_bytes": now - self.last, "peak_bytes": now})
+            self.last = now
+
+    def record(self) -> dict[str, Any]:
+        top = sorted(self.raised, key=lambda r: -r["raised_bytes"])[: self.KEEP]
+        return {"peak_set_by": self.raised[-1] if self.raised else None, "peak_raised_most_by": top}
+
+
 def available_bytes() -> int | None:
     """What the machine can still give: MemAvailable, or less where a cgroup limit says so."""
     avail = None

@@ -476,6 +476,7 @@ def _profile(
     outcomes: dict[str, dict[str, _Outcome]] = {}
     in_run: set[str] = set()
     order = breadth_first(components)
+    raisers = memory.PeakRaisers()  # which capture or measurement raised the peak (run.json memory)
     progress = _progress(config.progress, len(order))
     with progress:
         task = progress.add_task("collecting", total=len(order))
@@ -511,6 +512,7 @@ def _profile(
             progress.update(task, description=f"{escape(name)} · capturing inputs")
             try:
                 per_batch = captures.calls(comp.path, lambda: [c.path for c in order[position:] if planned(c)])
+                raisers.step("capture", comp.path)
             except _CaptureOutOfMemory as exc:
                 why = f"{memory.OOM_PREFIX}: capturing its inputs alone did not fit ({exc})"
                 outcomes[comp.path] = {p: _Outcome("failed", error=why) for p in config.phases}
@@ -522,6 +524,7 @@ def _profile(
 
             outcomes[comp.path] = _measure(modules[comp.path], per_batch, config.phases, timing, plugged, on_phase,
                                            census.saved_bytes.get(comp.path))
+            raisers.step("measurement", comp.path)
             if mem_plan.batches_for(comp.path) < len(batches):
                 for outcome in outcomes[comp.path].values():
                     outcome.notes.append(
@@ -622,6 +625,7 @@ def _profile(
             "largest_capture_bytes": captures.most_bytes,
             "peak_rss_bytes": memory.peak_rss_bytes() if stages.memory else None,
             "peak_rss_bytes_after_stage": dict(stages.memory.peaks) if stages.memory else None,
+            **(raisers.record() if stages.memory else {}),
             "peak_device_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
             "out_of_memory": out_of_memory,
         },
