@@ -210,6 +210,47 @@ def _job(task: tuple[str, Any]) -> Any:
     return _run_job(job) if kind == "run" else _diff_job(job)
 
 
+class _Pool:
+    """The build's worker processes, started when first asked for (None: in-process, with CBSITE_BUILD_JOBS=1,
+    on one core, or where the pool cannot start) and stopped with `stack`."""
+
+    def __init__(self, stack: contextlib.ExitStack) -> None:
+        self.stack, self.pool, self.failed = stack, None, _workers() <= 1
+
+    def get(self) -> concurrent.futures.ProcessPoolExecutor | None:
+        if self.pool is None and not self.failed:
+            try:
+                ctx = multiprocessing.get_context("spawn")
+                self.pool = self.stack.enter_context(concurrent.futures.ProcessPoolExecutor(
+                    max_workers=_workers(), mp_context=ctx, initializer=_worker_start))
+            except (OSError, RuntimeError):
+                self.failed = True
+        return self.pool
+
+
+def _check_job(path: Path) -> tuple[bool, Any]:
+    """The catalog's reading of one run in a worker: (True, its metadata) or (False, why it is broken)."""
+    try:
+        return True, archive.read_run(path).meta
+    except CbsiteError as exc:
+        return False, str(exc)
+
+
+def _read_checked(pool: _Pool, paths: list[Path]) -> list[Run | CbsiteError] | None:
+    """The catalog's runs read and checked by the workers (both cores while the main process waits), each a
+    LazyRun of its metadata whose rows are read again where the main process needs them; None: in-process."""
+    ex = pool.get() if len(paths) >= PARALLEL_MIN_JOBS else None
+    if ex is None:
+        return None
+    broken = (concurrent.futures.process.BrokenProcessPool, OSError, RuntimeError)
+    try:
+        checked = list(ex.map(_check_job, paths, chunksize=max(1, min(CHUNK, len(paths) // (4 * _workers())))))
+    except broken:
+        pool.failed = True
+        return None
+    return [bcache.LazyRun(value, path) if ok else CbsiteError(value) for path, (ok, value) in zip(paths, checked)]
+
+
 class _Jobs:
     """Run pages' data and diffs, computed by one pool of worker processes on every core (CBSITE_BUILD_JOBS
     overrides; 1 = in-process) while the main process waits; results come back in each group's order.
@@ -222,8 +263,9 @@ class _Jobs:
     (no guard, a main read from stdin), the jobs run in-process instead.
     """
 
-    def __init__(self, stack: contextlib.ExitStack, order: dict[str, int]) -> None:
+    def __init__(self, stack: contextlib.ExitStack, order: dict[str, int], pool: _Pool | None = None) -> None:
         self.stack, self.order = stack, order  # run path -> its place in the catalog
+        self.pool = pool or _Pool(stack)
         self.groups: list[tuple[str, list[Any], Callable[[Any], Any]]] = []
         self.results: list[list[Any]] | None = None
 
@@ -243,9 +285,9 @@ class _Jobs:
         tasks.sort()
         broken = (concurrent.futures.process.BrokenProcessPool, OSError, RuntimeError)
         try:
-            ctx = multiprocessing.get_context("spawn")
-            pool = self.stack.enter_context(concurrent.futures.ProcessPoolExecutor(
-                max_workers=workers, mp_context=ctx, initializer=_worker_start))
+            pool = self.pool.get()
+            if pool is None:
+                return
             it = pool.map(_job, [(self.groups[g][0], self.groups[g][1][i]) for _, _, g, i in tasks],
                           chunksize=max(1, min(CHUNK, len(tasks) // (4 * workers))))
         except broken:
@@ -359,13 +401,14 @@ def _run_job(job: tuple[Path, Path], run: Run | None = None) -> dict[str, Any]:
 
 
 def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
-            cache: bcache.BuildCache | None = None, writer: _Writer | None = None) -> tuple[int, list[Any]]:
+            cache: bcache.BuildCache | None = None, writer: _Writer | None = None,
+            pool: _Pool | None = None) -> tuple[int, list[Any]]:
     writer = writer or _Writer(docs, pages.environment())
     totals: dict[str, dict[str, dict[str, Any]]] = {}
     run_info: dict[str, rundata.RunData] = {}
     keys = {run.run_id: cache.key_of(run) for run in catalog.runs()} if cache is not None else None
     with contextlib.ExitStack() as stack:
-        plan = _Jobs(stack, {str(run.path): i for i, run in enumerate(catalog.runs())})
+        plan = _Jobs(stack, {str(run.path): i for i, run in enumerate(catalog.runs())}, pool)
         hits: dict[str, Any] = {}
         for run in catalog.runs():
             url = pages.run_url(run)
@@ -450,12 +493,13 @@ def _trend_specs(cache: bcache.BuildCache | None, versions: list[str], runs: lis
 
 
 def render_docs(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
-                cache: bcache.BuildCache | None = None, writer: _Writer | None = None) -> tuple[int, list[Any]]:
+                cache: bcache.BuildCache | None = None, writer: _Writer | None = None,
+                pool: _Pool | None = None) -> tuple[int, list[Any]]:
     """The one page generator: every page, its data files and the assets, into `docs` (a folder of Markdown
     pages whose links are relative to it). `cbsite build` makes it a project's docs_dir; the MkDocs plugin
     (plugin.py) puts it under a prefix of a team's own docs. With a `cache` (cache.py), runs and diffs whose
     content the cache knows are not computed again. Returns the number of pages and the nav."""
-    n_pages, nav = _render(catalog, site, docs, warnings, cache, writer)
+    n_pages, nav = _render(catalog, site, docs, warnings, cache, writer, pool)
     _write_assets(docs, cache)
     return n_pages, nav
 
@@ -525,16 +569,19 @@ def build(
         if c == out or out in c.parents or c == runs or runs in c.parents:
             raise CbsiteError(f"--cache {cache} lies in the site or the archive; choose a folder beside them, e.g. --cache .cbsite-cache")
     site = load_site_config(Path(config) if config is not None else None, perfetto_origin)
-    with sitedir.locked(out):
+    with sitedir.locked(out), contextlib.ExitStack() as workers:
         sitedir.check_out(out, runs)  # as found once the lock is held
         store = bcache.BuildCache(Path(cache).resolve()) if cache is not None else None
-        catalog = load_catalog(runs, extra_diffs, store.read_run if store is not None else archive.read_run)
+        pool = _Pool(workers)  # started by the first step that has enough to do: reading the runs, or computing
+        # Without a cache, the workers read and check the runs; with one, its memo knows most of them unread.
+        catalog = load_catalog(runs, extra_diffs, store.read_run if store is not None else archive.read_run,
+                               read_many=(lambda paths: _read_checked(pool, paths)) if store is None else None)
         if not catalog.runs() and sitedir.holds_files(out) and not allow_empty:
             raise CbsiteError(empty_archive_message(runs, out, catalog.warnings))
         with sitedir.staged(out) as stage:
             previous = out if store is not None and sitedir.marker_kind(out) == sitedir.SITE else None
             result = _build_into(catalog, site, stage, strict=strict, quiet=quiet, versioned=versioned,
-                                 project_dir=project_dir, cache=store, previous=previous)
+                                 project_dir=project_dir, cache=store, previous=previous, pool=pool)
         if store is not None:  # the new site is in place: the next build may link from it
             store.record_site(out, store.site_runs, store.site_pages, store.site_global)
             store.save_memo()
@@ -553,7 +600,7 @@ def empty_archive_message(runs: Path, out: Path, warnings: Sequence[str], flag: 
 
 def _build_into(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool, quiet: bool, versioned: bool,
                 project_dir: Path | None, cache: bcache.BuildCache | None = None,
-                previous: Path | None = None) -> BuildResult:
+                previous: Path | None = None, pool: _Pool | None = None) -> BuildResult:
     warnings = list(catalog.warnings)
     record = cache.previous_site(previous) if cache is not None and previous is not None else {}
     with contextlib.ExitStack() as stack:
@@ -573,7 +620,7 @@ def _build_into(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool, 
         can_reuse = cache is not None and stock
         env = pages.environment(str(cache.folder_for("templates")) if cache is not None else None)
         writer = _Writer(docs, env, record.get("pages", {}) if can_reuse else None)
-        n_pages, nav = render_docs(catalog, site, docs, warnings, cache, writer)
+        n_pages, nav = render_docs(catalog, site, docs, warnings, cache, writer, pool)
         cfg, notes = project_config(site, nav, versioned=versioned)
         warnings.extend(notes)
         text = dump_yaml(cfg)

@@ -105,19 +105,28 @@ def run_signature(folder: Path) -> list[Any]:
     return sig
 
 
+def _lazy(name: str) -> Any:
+    def get(self: "LazyRun") -> Any:
+        if name not in self.__dict__:
+            full = archive.read_run(self.path)  # type: ignore[arg-type]
+            self.__dict__.update(rows=full.rows, ops=full.ops, samples=full.samples, ranks=full.ranks)
+        return self.__dict__[name]
+    return property(get)
+
+
 class LazyRun(Run):
-    """A run the catalog memo knows: its metadata at once, its rows, ops and samples read from its folder when
-    first used (only pages computed again and study pages need them), so a cached build reads no Parquet."""
+    """A run whose metadata is known (the catalog memo, or a worker process that read and checked it): its rows,
+    ops, samples and ranks read from its folder when first used (only pages computed again and study pages need
+    them), so a cached build reads no Parquet. (Properties, not __getattr__: Run's fields with a default, such
+    as ops and ranks, would be found on the class and read as None.)"""
+
+    rows = _lazy("rows")
+    ops = _lazy("ops")
+    samples = _lazy("samples")
+    ranks = _lazy("ranks")
 
     def __init__(self, meta: dict[str, Any], path: Path) -> None:  # no dataclass __init__: rows are not read yet
         self.meta, self.path, self.artifacts = meta, path, None
-
-    def __getattr__(self, name: str) -> Any:
-        if name not in ("rows", "ops", "samples"):
-            raise AttributeError(name)
-        full = archive.read_run(self.path)  # type: ignore[arg-type]
-        self.rows, self.ops, self.samples = full.rows, full.ops, full.samples
-        return getattr(self, name)
 
 
 class BuildCache:

@@ -57,7 +57,8 @@ class Catalog:
 READ_THREADS = 4  # at most, and no more than the cores
 
 
-def _read_all(root: Path, warnings: list[str], read: Callable[[Path], Run]) -> list[Run]:
+def _read_all(root: Path, warnings: list[str], read: Callable[[Path], Run],
+              read_many: Callable[[list[Path]], list[Run | CbsiteError] | None] | None = None) -> list[Run]:
     runs: list[Run] = []
     for folder, problem in archive.invalid_folders(root):  # e.g. a version folder whose name is not UTF-8
         warnings.append(f"skipped folder {folder}: {problem}")
@@ -69,10 +70,13 @@ def _read_all(root: Path, warnings: list[str], read: Callable[[Path], Run]) -> l
         except CbsiteError as exc:
             return exc
 
-    # A few threads read runs side by side (Parquet decoding and polars release the GIL); results in order.
-    threads = min(READ_THREADS, os.cpu_count() or 1)
-    with concurrent.futures.ThreadPoolExecutor(threads) if threads > 1 and len(refs) > 1 else contextlib.nullcontext() as pool:
-        results = list(pool.map(attempt, refs)) if pool is not None else [attempt(ref) for ref in refs]
+    # `read_many` (build.py: worker processes) reads them all at once, or else a few threads read runs side
+    # by side (Parquet decoding and polars release the GIL); results in order.
+    results = read_many([ref.path for ref in refs]) if read_many is not None else None
+    if results is None:
+        threads = min(READ_THREADS, os.cpu_count() or 1)
+        with concurrent.futures.ThreadPoolExecutor(threads) if threads > 1 and len(refs) > 1 else contextlib.nullcontext() as pool:
+            results = list(pool.map(attempt, refs)) if pool is not None else [attempt(ref) for ref in refs]
     for ref, run in zip(refs, results):
         if isinstance(run, CbsiteError):  # a broken run is reported and skipped; the rest still builds
             # Named relative to the archive, so the same archive builds the same page wherever it lies.
@@ -90,11 +94,13 @@ def _read_all(root: Path, warnings: list[str], read: Callable[[Path], Run]) -> l
 
 
 def load_catalog(root: Path, extra_diffs: Sequence[tuple[str, str]] = (),
-                 read: Callable[[Path], Run] = archive.read_run) -> Catalog:
-    """Read every run under `root` (with `read`: a build cache passes its memo, cache.py) and decide the diff pairs."""
+                 read: Callable[[Path], Run] = archive.read_run,
+                 read_many: Callable[[list[Path]], list[Run | CbsiteError] | None] | None = None) -> Catalog:
+    """Read every run under `root` (with `read`: a build cache passes its memo, cache.py; or with `read_many`,
+    all at once, None where it cannot) and decide the diff pairs."""
     warnings: list[str] = []
     models: dict[str, ModelEntry] = {}
-    for run in sorted(_read_all(root, warnings, read), key=lambda r: (r.model, r.run_id)):
+    for run in sorted(_read_all(root, warnings, read, read_many), key=lambda r: (r.model, r.run_id)):
         entry = models.setdefault(run.model, ModelEntry(run.model))
         if run.version not in entry.runs:
             # Versions are ordered by when they were first collected: "v10" after "v9", unlike a string sort.
