@@ -41,7 +41,7 @@ def _page(built: Path, plan: str) -> Path:
 def test_run_page_has_every_rank_and_the_summary(built, plan):
     run = _run(plan)
     folder = _page(built, plan)
-    html = (folder / "index.html").read_text()
+    html = (folder / "index.html").read_text().replace("<wbr>", "")  # paths break after a dot (<wbr>)
     assert 'id="cbsite-rank"' in html
     assert "world size 2" in html and "backend gloo" in html and plan.replace("-", "_") + " × 8 table(s)" in html
     assert "most imbalanced" in html and "whole model" in html
@@ -74,7 +74,7 @@ def test_run_page_has_every_rank_and_the_summary(built, plan):
 
 def test_diff_between_the_plans_shows_communication_bytes(built):
     folder = built / "diffs" / "dlrm-sharded" / "table-wise" / "row-wise"
-    html = (folder / "index.html").read_text()
+    html = (folder / "index.html").read_text().replace("<wbr>", "")  # paths break after a dot (<wbr>)
     assert 'id="communication"' in html and 'class="cbsite-traffic"' in html
     row = next(line for line in html.splitlines() if f"<code>{OUTPUT_DIST}</code>" in line and "forward" in line)
     assert "131 kB → 262 kB <strong>2.0×</strong>" in row  # sent: all-to-all (table-wise) -> reduce-scatter (row-wise)

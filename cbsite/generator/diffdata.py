@@ -6,6 +6,10 @@ Shares are given only where they mean something: an additive metric's own change
 for a latency change within noise, or one whose verdict is unchanged or inconclusive), and never for peak
 memory, whose values are maxima: a peak's own change is the part no child explains, and such parts do not
 add up to the model's change (cbsite/diff.py), so they are shown as amounts, not as shares.
+Nor are shares given where the parts cancel out (`cancelled`): when the components' own changes move, up and
+down together, more than CANCEL times the net change, a share of the net is a large meaningless number (the
+committed dlrm-sharded diff once showed "2000000% of the change" for tables that moved from one rank to another);
+the page then gives the amounts up, down and net instead.
 Latency follows its verdicts when the diff has evidence (cbsite/generator/latencydata.py).
 """
 
@@ -28,6 +32,8 @@ TOP_N = 10
 # Metrics with a contributors chart, in the order the page shows them.
 CHART_METRICS = ("flops", "param_bytes", "peak_memory_bytes", "latency_ms")
 NO_SHARE = frozenset({"peak_memory_bytes"})  # maxima: own changes do not add up to the model's
+# Own changes up and down above CANCEL x |net change|: the parts cancel out, no shares (those kept stay within ±400%).
+CANCEL = 4.0
 
 
 UNIT = {"latency_ms": "time", "flops": "flops"}  # the one formatter's kind per metric (pages.fmt_signed); else bytes
@@ -37,6 +43,24 @@ def delta_text(metric: str, value: float | None) -> str:
     """A change as the page's formatter writes it (format.js `signed`): "+81.4 ns", "\u22121.2 GFLOP", "+12.3 MB";
     "n/a" when unknown (as cbsite.diff.format_delta, the PR comment's form)."""
     return "n/a" if value is None else pages.fmt_signed(value, UNIT.get(metric, "bytes"))
+
+
+def cancelled(rd: cdiff.RunDiff, metric: str, phase: str) -> dict[str, str] | None:
+    """When the own changes of `metric` cancel out in `phase` (up and down together more than CANCEL times the net
+    change, or a net of zero with parts that moved): the amounts up, down and net as the page writes them, else
+    None. Shares of such a net mean nothing ("2000000%"), so none are given for it."""
+    if metric in NO_SHARE or phase not in rd.totals:
+        return None
+    net = rd.totals[phase][metric].delta
+    parts = [c.self_delta[metric] for c in rd.for_phase(phase) if c.self_delta[metric] is not None]
+    up = sum(v for v in parts if v > 0)
+    down = sum(v for v in parts if v < 0)
+    if net is None or up - down == 0 or up - down <= CANCEL * abs(net):
+        return None
+    # With unknown values (failed, skipped components) the known parts need not add up to the net change.
+    known = len(parts) == len(rd.for_phase(phase)) and abs(up + down - net) <= 1e-6 * (up - down)
+    return {"up": delta_text(metric, up), "down": delta_text(metric, down), "net": delta_text(metric, net),
+            "complete": known}
 
 
 def totals_rows(rd: cdiff.RunDiff, judged: Judged | None = None) -> list[dict[str, Any]]:
@@ -91,13 +115,14 @@ def top_rows(rd: cdiff.RunDiff, model: str, judged: Judged | None = None) -> dic
     out: dict[str, list[dict[str, Any]]] = {}
     for metric in CHART_METRICS:
         rows = []
+        cancel = cancelled(rd, metric, phase)
         for c in _changes(rd, metric, phase, judged)[:TOP_N]:
             value = c.self_delta[metric]
             rows.append({
                 "path": cdiff.display_path(c.path, model), "label": cdiff.display_path(c.path, model),
                 "module_type": c.module_type, "kind": c.kind, "delta": value, "change": _change_word(c, value),
-                "share": None if metric in NO_SHARE else c.share[metric],
-                "delta_text": delta_text(metric, value),
+                "share": None if metric in NO_SHARE or cancel else c.share[metric],
+                "delta_text": delta_text(metric, value), "cancel": cancel,
             })
         if rows:
             out[metric] = rows
@@ -115,15 +140,19 @@ def ties(tops: dict[str, list[dict[str, Any]]]) -> dict[str, int]:
 
 
 def chart_specs(tops: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """The contributors charts (the rows' `cancel` note is the page's, not the chart's)."""
     return {
-        metric: charts.contributors_spec(rows, f"Own change: {cdiff.LABELS[metric]}" + (" (ms)" if metric == "latency_ms" else ""),
-                                         charts.AXIS_FORMAT[metric])
+        metric: charts.contributors_spec(
+            [{k: v for k, v in r.items() if k != "cancel"} for r in rows],
+            f"Own change: {cdiff.LABELS[metric]}" + (" (ms)" if metric == "latency_ms" else ""),
+            charts.AXIS_FORMAT[metric])
         for metric, rows in tops.items()
     }
 
 
-def _shares(comps: list[cdiff.ComponentDelta], metric: str, judged: Judged | None) -> list[float | None]:
-    if metric in NO_SHARE:
+def _shares(rd: cdiff.RunDiff, phase: str, metric: str, judged: Judged | None) -> list[float | None]:
+    comps = rd.for_phase(phase)
+    if metric in NO_SHARE or cancelled(rd, metric, phase):
         return [None] * len(comps)
     if metric == "latency_ms":
         judged = judged or Judged(None, None)
@@ -226,7 +255,7 @@ def diff_files(rd: cdiff.RunDiff, judged: Judged | None = None, head: Run | None
             cols[key] = {m: compact_column([d[m] for d in dicts]) for m in SIDE_METRICS}
         deltas = [c.delta for c in comps]
         cols["delta"] = {m: _whole(compact_column(_floats([d[m] for d in deltas]), DIGITS)) for m in cdiff.DIFF_METRICS}
-        cols["share"] = {m: compact_column(_shares(comps, m, judged), DIGITS) for m in SHARE_METRICS}
+        cols["share"] = {m: compact_column(_shares(rd, phase, m, judged), DIGITS) for m in SHARE_METRICS}
         noise = [c.noise for c in comps]
         cols["noise"] = {m: [d[m] for d in noise] for m in cdiff.DIFF_METRICS}
         latency = latency_columns(judged, comps)

@@ -1,0 +1,82 @@
+"""Issue 14 audit (no browser): the MB column's format in Python and JavaScript alike, and diff shares left out
+where the components' own changes cancel out (the committed dlrm-sharded diff once read "2000000% of the change")."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cbsite import archive
+from cbsite import diff as cdiff
+from cbsite.generator import diffdata, pages
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNS = ROOT / "runs"
+FORMAT_JS = ROOT / "cbsite" / "generator" / "templates" / "assets" / "format.js"
+MB_VALUES = [None, 0, 1, 260, 499, 500, 576, 2160, 21600, 123456, 999499, 999600, 1e6, 1.28e6, 10.3e6, 1.234e9, -576,
+             -21600, 4.9e-3, float("nan")]
+
+
+def test_mb_never_prints_a_number_with_a_run_of_zeros():
+    """The run table's "size MB" column once read 0.000576 and 0.00026 (a 576-byte module)."""
+    assert pages.fmt_mb(576) == "0.001" and pages.fmt_mb(260) == "<0.001" and pages.fmt_mb(21600) == "0.022"
+    assert pages.fmt_mb(10.3e6) == "10.3" and pages.fmt_mb(0) == "0" and pages.fmt_mb(None) == pages.DASH
+    for v in MB_VALUES:
+        text = pages.fmt_mb(v)
+        assert not text.lstrip("-").startswith("0.000"), (v, text)
+        digits = text.lstrip("<-").replace(".", "").lstrip("0")
+        assert len(digits) <= 4, (v, text)
+
+
+def test_mb_is_the_same_in_javascript():
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    values = [v for v in MB_VALUES if v is None or v == v]  # JSON has no NaN
+    script = ("const F = require(process.argv[1]); const v = JSON.parse(process.argv[2]);"
+              "process.stdout.write(JSON.stringify(v.map(x => F.mb(x))))")
+    out = subprocess.run([node, "-e", script, str(FORMAT_JS), json.dumps(values)],
+                         capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == [pages.fmt_mb(v) for v in values]
+
+
+def _newest(folder: Path) -> archive.Run:
+    return archive.read_run(sorted(p for p in folder.iterdir() if p.is_dir())[-1])
+
+
+needs_runs = pytest.mark.skipif(not (RUNS / "dlrm-sharded").is_dir() or not (RUNS / "dlrm").is_dir(),
+                                reason="the committed runs are absent")
+
+
+@needs_runs
+def test_no_shares_where_the_parts_cancel_out():
+    """Tables moved from one rank to another: +2.56 MB here, -2.56 MB there, -32 B net. A share of -32 B is
+    2000000%, so the page gives the amounts and no shares (table column, contributors, their note)."""
+    rd = cdiff.diff_runs(_newest(RUNS / "dlrm-sharded" / "table-wise"), _newest(RUNS / "dlrm-sharded" / "row-wise"))
+    cancel = diffdata.cancelled(rd, "param_bytes", "forward")
+    assert cancel is not None and cancel["net"] == "\u221232 B" and cancel["up"] == "+2.56 MB"
+    assert cancel["down"] == "\u22122.56 MB"  # (some tables have no value on a side: not "complete")
+    tops = diffdata.top_rows(rd, "dlrm-sharded")
+    assert tops["param_bytes"] and all(r["share"] is None and r["cancel"] == cancel for r in tops["param_bytes"])
+    files = diffdata.diff_files(rd)
+    for phase in rd.phases:
+        assert set(files[f"diff.{phase}.json"]["share"]["param_bytes"]) == {None}
+    # Every share still given on this page is a number a person can read as a share.
+    for rows in tops.values():
+        assert all(r["share"] is None or abs(r["share"]) <= diffdata.CANCEL for r in rows)
+    # The charts' data is unchanged: the note is the page's.
+    assert all("cancel" not in v for spec in diffdata.chart_specs(tops).values() for v in spec["data"]["values"])
+
+
+@needs_runs
+def test_shares_stay_where_the_parts_add_up():
+    """dlrm v1 -> v2: every own change of FLOPs and parameters is a growth, so the shares stay (12.3% each)."""
+    rd = cdiff.diff_runs(_newest(RUNS / "dlrm" / "v1"), _newest(RUNS / "dlrm" / "v2"))
+    for metric in ("flops", "param_bytes", "latency_ms"):
+        assert diffdata.cancelled(rd, metric, "forward") is None
+    tops = diffdata.top_rows(rd, "dlrm")
+    assert tops["param_bytes"][0]["share"] == pytest.approx(0.1228, abs=1e-3) and tops["flops"][0]["cancel"] is None
