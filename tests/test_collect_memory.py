@@ -190,6 +190,17 @@ def test_the_plan_groups_captures_within_the_allowance_and_rotates_only_what_fit
     assert plan.group(["b", "c"]) == ["b"]
     assert plan.group(["d"]) == ["d"]  # one component always makes a group
     assert plan.record()["batch0_only"] == ["a", "d"]
+    # Outputs past the cache too (a language model's head: 12 MB in, 0.8 GB of logits out).
+    with_outputs = memory.plan(sizes, 100 * 2**20, 300 * 2**20, 3, 32 * 2**20, output_bytes={"c": 800 * 2**20})
+    assert with_outputs.batches_for("c") == 1 and with_outputs.record()["batch0_only"] == ["a", "c", "d"]
+
+
+def test_a_graph_holds_what_autograd_saved_and_the_outputs_with_their_gradients():
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 512))
+    cap = capture(model, (torch.randn(3, 4),), {}, grad=True)
+    assert cap.output_bytes["2"] == 3 * 512 * 4 and cap.output_bytes[""] == 3 * 512 * 4
+    assert cap.graph_bytes("2") == cap.saved_bytes["2"] + 2 * 3 * 512 * 4  # the head's logits dominate
+    assert cap.graph_bytes("no.such") is None
 
 
 @pytest.mark.parametrize("text,expected", [("24GB", 24 * 10**9), ("1.5GiB", int(1.5 * 2**30)), ("800mb", 800 * 10**6),

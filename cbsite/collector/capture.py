@@ -99,11 +99,20 @@ class Capture:
     counts: dict[str, int] = field(default_factory=dict)
     input_bytes: dict[str, int] = field(default_factory=dict)
     saved_bytes: dict[str, int] = field(default_factory=dict)
+    output_bytes: dict[str, int] = field(default_factory=dict)  # distinct output tensors of all its calls
     # False when a `keep_bytes` cap stopped the cloning: then `calls` is empty, only the census counts.
     complete: bool = True
 
     def call_count(self, path: str) -> int:
         return self.counts.get(path, len(self.calls.get(path, ())))
+
+    def graph_bytes(self, path: str) -> int | None:
+        """What one backward graph of `path` holds for one batch: the tensors autograd saved while it ran,
+        its outputs (the roots a backward starts from) and as many bytes of gradients for them. A language
+        model's head saves 12 MB of inputs but holds 0.8 GB of logits and their gradient per graph."""
+        if path not in self.saved_bytes and path not in self.output_bytes:
+            return None
+        return self.saved_bytes.get(path, 0) + 2 * self.output_bytes.get(path, 0)
 
     def kept_bytes(self) -> int:
         """Bytes of the cloned inputs this capture holds (a tensor shared by several calls once)."""
@@ -228,6 +237,8 @@ def capture(
         def hook(module: nn.Module, hook_args: Any, output: Any) -> None:
             if stack:
                 stack.pop()
+            outs = {id(t): t.numel() * t.element_size() for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor)}
+            result.output_bytes[path] = result.output_bytes.get(path, 0) + sum(outs.values())
             running = pending.get(path)
             watched = running.pop() if running else None
             if watched is not None:

@@ -10,11 +10,13 @@ batch 2 x 128). The plan here bounds both by the model's own footprint:
   bytes autograd saves in one forward of the whole model); each group is captured, measured and freed
   before the next. One extra forward per group and batch is the price.
 * **Rotation where it matters**: batches rotate so that ids and activations of one batch do not stay hot
-  in cache. A component whose inputs of one batch exceed the last-level cache streams them from memory
-  on every call anyway, so it is replayed on batch 0 only (its row says so) and its other batches are
-  never captured.
+  in cache. A component whose inputs or outputs of one batch exceed the last-level cache streams them
+  through memory on every call anyway (an output that large evicts whatever an earlier call left), so it
+  is replayed on batch 0 only (its row says so) and its other batches are never captured.
 * **Graphs**: a component may hold the backward graphs of all its batches only if the extra ones fit the
-  same allowance; otherwise they are built one at a time (measure.GraphCycle).
+  same allowance; otherwise they are built one at a time (measure.GraphCycle). A graph's size is what
+  autograd saved plus the outputs and their gradients (capture.Capture.graph_bytes): a language model's
+  head saves 12 MB but holds 0.8 GB of logits and as much gradient per batch at GPT-2 small, 8 x 512.
 
 **Out of memory is a result** (`MemoryLimit`): on CPU the collecting process's data segment is capped
 with `RLIMIT_DATA` (`--memory-limit`, by default what the machine has available), so an allocation
@@ -28,7 +30,7 @@ from __future__ import annotations
 import os
 import re
 import resource
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
@@ -87,10 +89,12 @@ class Plan:
     cache_bytes: int  # inputs above this per batch: replayed on batch 0 only
     batches: int  # batches captured for the run
     input_bytes: dict[str, int]  # per component, its inputs in one forward (all calls)
+    output_bytes: dict[str, int] = field(default_factory=dict)  # per component, its outputs in one forward
 
     def batches_for(self, path: str) -> int:
-        """Batches a component rotates through: all, or batch 0 alone when its inputs outgrow the cache."""
-        return 1 if self.input_bytes.get(path, 0) > self.cache_bytes else self.batches
+        """Batches a component rotates through: all, or batch 0 alone when its inputs or outputs outgrow the cache."""
+        big = max(self.input_bytes.get(path, 0), self.output_bytes.get(path, 0)) > self.cache_bytes
+        return 1 if big else self.batches
 
     def group(self, candidates: Sequence[str]) -> list[str]:
         """The next capture group: `candidates` in order while their inputs fit the allowance (at least one)."""
@@ -118,11 +122,12 @@ def provisional_allowance(model_bytes: int) -> int:
     return max(MIN_ALLOWANCE, int(EXTRA_FRACTION * model_bytes))
 
 
-def plan(input_bytes: dict[str, int], model_bytes: int, saved_bytes: int, batches: int, cache: int) -> Plan:
+def plan(input_bytes: dict[str, int], model_bytes: int, saved_bytes: int, batches: int, cache: int,
+         output_bytes: dict[str, int] | None = None) -> Plan:
     """The plan of a collection from batch 0's census (capture.Capture) and the model's static size."""
     footprint = model_bytes + saved_bytes
     allowance = max(MIN_ALLOWANCE, int(EXTRA_FRACTION * footprint))
-    return Plan(footprint, allowance, cache, batches, dict(input_bytes))
+    return Plan(footprint, allowance, cache, batches, dict(input_bytes), dict(output_bytes or {}))
 
 
 def is_out_of_memory(exc: BaseException) -> bool:

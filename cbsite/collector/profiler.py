@@ -386,7 +386,7 @@ def planned_captures(model: nn.Module, batches: Sequence[Inputs], grad: bool, de
     census = _captured(model, *batches[0], grad, 0,
                        keep_bytes=None if everything else memory.provisional_allowance(model_bytes))
     mem_plan = memory.plan(census.input_bytes, model_bytes, census.saved_bytes.get("", 0), len(batches),
-                           memory.cache_bytes(device))
+                           memory.cache_bytes(device), census.output_bytes)
     return census, mem_plan, GroupedCaptures(model, batches, grad, mem_plan, census, everything=everything)
 
 
@@ -523,14 +523,16 @@ def _profile(
                 progress.update(task, description=f"{escape(name)} · {phase}")
 
             outcomes[comp.path] = _measure(modules[comp.path], per_batch, config.phases, timing, plugged, on_phase,
-                                           census.saved_bytes.get(comp.path))
+                                           census.graph_bytes(comp.path))
             raisers.step("measurement", comp.path)
             if mem_plan.batches_for(comp.path) < len(batches):
+                ins, outs = census.input_bytes.get(comp.path, 0), census.output_bytes.get(comp.path, 0)
+                which = (f"its inputs ({ins / 2**20:,.0f} MiB)" if ins > mem_plan.cache_bytes
+                         else f"its outputs ({outs / 2**20:,.0f} MiB)")
                 for outcome in outcomes[comp.path].values():
                     outcome.notes.append(
-                        f"replayed on batch 0 only: its inputs ({census.input_bytes.get(comp.path, 0) / 2**20:,.0f} MiB) "
-                        f"exceed the last-level cache ({mem_plan.cache_bytes / 2**20:,.0f} MiB), so rotating batches would "
-                        "not change what is cached; the other batches were not captured")
+                        f"replayed on batch 0 only: {which} exceed the last-level cache ({mem_plan.cache_bytes / 2**20:,.0f} "
+                        "MiB), so rotating batches would not change what is cached; the other batches were not captured")
             for outcome in outcomes[comp.path].values():
                 outcome.measurement = None  # its captured inputs go with the group; rebuilt on demand below
     stages.done("components")
@@ -884,7 +886,7 @@ class _Remeasure:
         at = self.measured.index(path)
         try:
             calls = self.captures.calls(path, lambda: self.measured[at:])
-            built = ComponentMeasurement(self.modules[path], calls, self.timing, self.census.saved_bytes.get(path))
+            built = ComponentMeasurement(self.modules[path], calls, self.timing, self.census.graph_bytes(path))
         except (_CaptureOutOfMemory, MemoryError, CbsiteError):  # a model that no longer runs: nothing re-measured
             return None
         except Exception as exc:  # noqa: BLE001 - measured once already; an allocation failure now is memory
