@@ -390,19 +390,34 @@ def _run_files(run: Run, folder: Path, warnings: list[str]) -> rundata.RunData:
     return rd
 
 
-def _run_job(job: tuple[Path, Path], run: Run | None = None) -> dict[str, Any]:
+@dataclass
+class _Early:
+    """Artifacts published by the run jobs (in the workers, beside the rest of a run's work) into `root`, a
+    folder beside the site, and moved into the site once MkDocs has built it (a build without a cache);
+    `found`: run id -> what publishing it reported."""
+
+    root: Path
+    found: dict[str, list[str]] = field(default_factory=dict)
+
+
+def _run_job(job: tuple[Path, Path, Path | None], run: Run | None = None) -> dict[str, Any]:
     """One run page's data, computed and written into its folder; runs in a worker process beside the diffs
     (in-process: with the catalog's `run`). Returns what the cache keeps of it (the RunData without its Run,
-    and the warnings)."""
-    path, folder = job
+    and the warnings); with a third path, also publishes the run's artifacts there (`published`: its warnings)."""
+    path, folder, publish_to = job
     found: list[str] = []
-    rd = _run_files(run if run is not None else _read(path), folder, found)
-    return bcache.run_value(rd, found)
+    run = run if run is not None else _read(path)
+    rd = _run_files(run, folder, found)
+    value = bcache.run_value(rd, found)
+    if publish_to is not None:
+        value["published"] = []
+        rundata.copy_artifacts(run, publish_to, value["published"])
+    return value
 
 
 def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
             cache: bcache.BuildCache | None = None, writer: _Writer | None = None,
-            pool: _Pool | None = None) -> tuple[int, list[Any]]:
+            pool: _Pool | None = None, early: _Early | None = None) -> tuple[int, list[Any]]:
     writer = writer or _Writer(docs, pages.environment())
     totals: dict[str, dict[str, dict[str, Any]]] = {}
     run_info: dict[str, rundata.RunData] = {}
@@ -421,13 +436,16 @@ def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
         for run in todo:
             assert run.path is not None
         by_path = {str(run.path): run for run in todo}
-        computed = plan.add("run", [(run.path, docs / pages.run_url(run)) for run in todo],
+        computed = plan.add("run", [(run.path, docs / pages.run_url(run),
+                                     early.root / pages.run_url(run) if early is not None else None) for run in todo],
                             lambda job: _run_job(job, by_path[str(job[0])]))
         entries, diff_results = _start_diffs(catalog, docs, plan, cache, keys)
         plan.start()  # the workers compute; this process waits for them
         fresh = dict(zip((run.run_id for run in todo), computed()))
         for run in catalog.runs():  # in the catalog's order, whichever process computed what
             value = hits.get(run.run_id) or fresh[run.run_id]
+            if early is not None and "published" in value:
+                early.found[run.run_id] = value.pop("published")
             rd = dataclasses.replace(value["rd"], run=run)
             warnings.extend(value["warnings"])
             if run.run_id in fresh and cache is not None and keys is not None:
@@ -494,12 +512,12 @@ def _trend_specs(cache: bcache.BuildCache | None, versions: list[str], runs: lis
 
 def render_docs(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
                 cache: bcache.BuildCache | None = None, writer: _Writer | None = None,
-                pool: _Pool | None = None) -> tuple[int, list[Any]]:
+                pool: _Pool | None = None, early: _Early | None = None) -> tuple[int, list[Any]]:
     """The one page generator: every page, its data files and the assets, into `docs` (a folder of Markdown
     pages whose links are relative to it). `cbsite build` makes it a project's docs_dir; the MkDocs plugin
     (plugin.py) puts it under a prefix of a team's own docs. With a `cache` (cache.py), runs and diffs whose
     content the cache knows are not computed again. Returns the number of pages and the nav."""
-    n_pages, nav = _render(catalog, site, docs, warnings, cache, writer, pool)
+    n_pages, nav = _render(catalog, site, docs, warnings, cache, writer, pool, early)
     _write_assets(docs, cache)
     return n_pages, nav
 
@@ -601,6 +619,20 @@ def empty_archive_message(runs: Path, out: Path, warnings: Sequence[str], flag: 
 def _build_into(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool, quiet: bool, versioned: bool,
                 project_dir: Path | None, cache: bcache.BuildCache | None = None,
                 previous: Path | None = None, pool: _Pool | None = None) -> BuildResult:
+    # Without a cache, the run jobs publish the artifacts too (beside the site: the same file system, so they
+    # are moved in, not copied); with one, unchanged runs' artifacts are linked from the previous site instead.
+    early = _Early(Path(tempfile.mkdtemp(dir=out.parent, prefix=".cbsite-artifacts-"))) if cache is None else None
+    try:
+        return _build_stage(catalog, site, out, strict=strict, quiet=quiet, versioned=versioned,
+                            project_dir=project_dir, cache=cache, previous=previous, pool=pool, early=early)
+    finally:
+        if early is not None:
+            sitedir.remove_tree(early.root)
+
+
+def _build_stage(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool, quiet: bool, versioned: bool,
+                 project_dir: Path | None, cache: bcache.BuildCache | None, previous: Path | None,
+                 pool: _Pool | None, early: _Early | None) -> BuildResult:
     warnings = list(catalog.warnings)
     record = cache.previous_site(previous) if cache is not None and previous is not None else {}
     with contextlib.ExitStack() as stack:
@@ -620,7 +652,7 @@ def _build_into(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool, 
         can_reuse = cache is not None and stock
         env = pages.environment(str(cache.folder_for("templates")) if cache is not None else None)
         writer = _Writer(docs, env, record.get("pages", {}) if can_reuse else None)
-        n_pages, nav = render_docs(catalog, site, docs, warnings, cache, writer, pool)
+        n_pages, nav = render_docs(catalog, site, docs, warnings, cache, writer, pool, early)
         cfg, notes = project_config(site, nav, versioned=versioned)
         warnings.extend(notes)
         text = dump_yaml(cfg)
@@ -641,6 +673,14 @@ def _build_into(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool, 
 
     def publish(run: Run) -> list[str]:
         found: list[str] = []
+        if early is not None and run.run_id in early.found:  # published by its run job: moved in
+            src, dest = early.root / pages.run_url(run) / archive.ARTIFACTS_DIR, out / pages.run_url(run) / archive.ARTIFACTS_DIR
+            if src.is_dir():
+                try:
+                    os.rename(src, dest)
+                except OSError:
+                    shutil.copytree(src, dest, dirs_exist_ok=True)
+            return list(early.found[run.run_id])
         if cache is None:
             rundata.copy_artifacts(run, out / pages.run_url(run), found)
             return found
