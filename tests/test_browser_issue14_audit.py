@@ -142,3 +142,27 @@ def test_no_share_of_a_change_that_cancels_out(site, page):
             "() => Array.from(document.querySelectorAll('#cbsite-difftable th')).map(th => th.textContent)")
         assert "own share" in header and "share" not in header
     assert "The own changes cancel out: +2.56 MB up and \u22122.56 MB down" in page.inner_text("#contributors")
+
+
+def test_contributors_charts_are_readable(site, page):
+    """The charts under "Top contributors": once every bar label a whole dotted path (two thirds of a 400 px chart),
+    the axis title cut to "Own change: parameter mem" and axes reading "0M". Now the labels are the paths' last
+    segments, the axis names its unit, zero reads 0 and no text leaves its chart."""
+    server, _ = site
+    _open(page, server.url + DIFFS[0] + "#contributors", "#cbsite-diff[data-ready='1']")
+    page.wait_for_selector(".cbsite-chart svg .mark-rect path", state="attached", timeout=20000)
+    page.wait_for_timeout(500)
+    charts = page.evaluate("""() => Array.from(document.querySelectorAll('.cbsite-chart svg')).map(svg => {
+        const box = svg.getBoundingClientRect();
+        const texts = Array.from(svg.querySelectorAll('text')).map(t => { const r = t.getBoundingClientRect();
+          return [t.textContent, r.left >= box.left - 1 && r.right <= box.right + 1]; });
+        const bars = Array.from(svg.querySelectorAll('.mark-rect path')).map(p => p.getBoundingClientRect());
+        const left = Math.min(...bars.map(r => r.left)), right = Math.max(...bars.map(r => r.right));
+        return { width: box.width, texts: texts, barShare: (right - left) / box.width }; })""")
+    assert len(charts) == 4
+    for chart in charts:
+        assert [t for t, inside in chart["texts"] if not inside] == []
+        words = [t for t, _ in chart["texts"]]
+        assert "0" in words and not any(re.fullmatch(r"0[kMG]", w) for w in words)
+        assert any(w in ("FLOP", "bytes", "ms") for w in words)
+        assert chart["barShare"] > 0.4, chart  # once about a quarter: the labels took the rest

@@ -139,15 +139,52 @@ def ties(tops: dict[str, list[dict[str, Any]]]) -> dict[str, int]:
     return out
 
 
+# The x axis of a contributors chart names the unit only: its title says what is drawn (a title repeated on the
+# axis was cut to "Own change: parameter mem" in a third of the page).
+AXIS_UNIT = {"flops": "FLOP", "param_bytes": "bytes", "peak_memory_bytes": "bytes", "latency_ms": "ms",
+             "bytes_moved": "bytes"}
+LABEL_LIMIT = 220  # px for a bar's label; the bars keep the rest of the chart's width
+
+
+def short_labels(paths: list[str]) -> list[str]:
+    """Each dotted path's last segments, as few as keep the labels distinct, after "…" where cut:
+    "…embedding_bags.t_cat_0", "…_mlp.1._linear" (the whole path is in the tooltip)."""
+    parts = [p.split(".") for p in paths]
+    keep = [1] * len(paths)
+    while True:
+        labels = [".".join(ps[-k:]) for ps, k in zip(parts, keep)]
+        seen: dict[str, list[int]] = {}
+        for i, label in enumerate(labels):
+            seen.setdefault(label, []).append(i)
+        clash = [i for ids in seen.values() if len(ids) > 1 for i in ids if keep[i] < len(parts[i])]
+        if not clash:
+            break
+        for i in clash:
+            keep[i] += 1
+    # A parent's segment too where the last one alone says little ("…_mlp.1._linear", not "…_linear"), and never
+    # starting at a list index ("…_mlp.0._linear", not "…0._linear").
+    keep = [max(k, min(2, len(ps))) for ps, k in zip(parts, keep)]
+    for i, ps in enumerate(parts):
+        while keep[i] < len(ps) and ps[-keep[i]].isdigit():
+            keep[i] += 1
+    return [("\u2026" if k < len(ps) else "") + ".".join(ps[-k:]) for ps, k in zip(parts, keep)]
+
+
 def chart_specs(tops: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """The contributors charts (the rows' `cancel` note is the page's, not the chart's)."""
-    return {
-        metric: charts.contributors_spec(
-            [{k: v for k, v in r.items() if k != "cancel"} for r in rows],
-            f"Own change: {cdiff.LABELS[metric]}" + (" (ms)" if metric == "latency_ms" else ""),
+    """The contributors charts: bars labelled by the paths' last segments (whole paths in the tooltip), the x axis
+    named by its unit and reading 0 at zero (never "0M"). The rows' `cancel` note is the page's, not the chart's."""
+    out = {}
+    for metric, rows in tops.items():
+        labels = short_labels([r["path"] for r in rows])
+        data = [{**{k: v for k, v in r.items() if k != "cancel"}, "label": label} for r, label in zip(rows, labels)]
+        spec = charts.contributors_spec(
+            data, f"Own change: {cdiff.LABELS[metric]}" + (" (ms)" if metric == "latency_ms" else ""),
             charts.AXIS_FORMAT[metric])
-        for metric, rows in tops.items()
-    }
+        spec["encoding"]["x"]["title"] = AXIS_UNIT.get(metric, "")
+        spec["encoding"]["x"]["axis"]["labelExpr"] = "datum.value == 0 ? '0' : datum.label"
+        spec["encoding"]["y"]["axis"]["labelLimit"] = LABEL_LIMIT
+        out[metric] = spec
+    return out
 
 
 def _shares(rd: cdiff.RunDiff, phase: str, metric: str, judged: Judged | None) -> list[float | None]:
