@@ -140,7 +140,7 @@ def test_no_share_of_a_change_that_cancels_out(site, page):
         assert shares or "sharded" in url  # dlrm v1 -> v2 keeps its shares (12.3% each for the tables)
         header = page.evaluate(
             "() => Array.from(document.querySelectorAll('#cbsite-difftable th')).map(th => th.textContent)")
-        assert "own share" in header and "share" not in header
+        assert "own %" in header and "share" not in header  # "own share" of the change: its title says so
     assert "The own changes cancel out: +2.56 MB up and \u22122.56 MB down" in page.inner_text("#contributors")
 
 

@@ -86,7 +86,7 @@
           td.textContent = deltaText(v, spec.fmt, noise);
           if (typeof v === "number" && v !== 0 && !noise) td.classList.add(v > 0 ? "up" : "down"); } });
       if (m === "peak_memory_bytes") return;  // maxima: own changes do not add up, so no share
-      columns.push({ key: "s_" + m, label: "own share", numeric: true,
+      columns.push({ key: "s_" + m, label: "own %", numeric: true,
         title: "this component's own change of " + spec.label + " (its change minus its children's) as a share of the " +
           "whole model's change; a container whose children explain its change has 0 %" +
           (m === "latency_ms" ? "; only where the latency changed" : "") + "; none where the own changes cancel out",
