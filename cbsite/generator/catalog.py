@@ -71,10 +71,11 @@ def _read_all(root: Path, warnings: list[str], read: Callable[[Path], Run],
             return exc
 
     # `read_many` (build.py: worker processes) reads them all at once, or else a few threads read runs side
-    # by side (Parquet decoding and polars release the GIL); results in order.
+    # by side (Parquet decoding and polars release the GIL; not a cache's memo, whose known runs are only
+    # a few file system calls each); results in order.
     results = read_many([ref.path for ref in refs]) if read_many is not None else None
     if results is None:
-        threads = min(READ_THREADS, os.cpu_count() or 1)
+        threads = min(READ_THREADS, os.cpu_count() or 1) if read is archive.read_run else 1
         with concurrent.futures.ThreadPoolExecutor(threads) if threads > 1 and len(refs) > 1 else contextlib.nullcontext() as pool:
             results = list(pool.map(attempt, refs)) if pool is not None else [attempt(ref) for ref in refs]
     for ref, run in zip(refs, results):
