@@ -89,3 +89,19 @@ def test_chart_labels_are_short_distinct_and_never_start_at_an_index():
     assert labels == ["\u2026model.0._mlp.1._linear", "\u2026_mlp.0._linear", "\u2026model._mlp.1._linear", "inter_arch",
                       "\u2026embedding_bags.t_cat_0", "dlrm"]
     assert len(set(labels)) == len(labels)
+
+
+def test_rate_is_one_format_in_python_and_javascript():
+    """Examples per second: the run page wrote "49080 examples/s" and "442200 examples/s", the model page
+    "168.3/s", the diff summary "49.1k"; `rate` is the one form, "49.1k", in both languages."""
+    values = [None, 0, 7, 168.3, 999.6, 9381, 49080, 442200, 999600, 1.2e6, -49080]
+    assert [pages.fmt_rate(v) for v in values] == [pages.DASH, "0", "7", "168", "1k", "9.38k", "49.1k", "442k", "1M",
+                                                  "1.2M", "-49.1k"]
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    script = ("const F = require(process.argv[1]); const v = JSON.parse(process.argv[2]);"
+              "process.stdout.write(JSON.stringify(v.map(x => F.rate(x))))")
+    out = subprocess.run([node, "-e", script, str(FORMAT_JS), json.dumps(values)],
+                         capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == [pages.fmt_rate(v) for v in values]

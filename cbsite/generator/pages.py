@@ -116,6 +116,15 @@ def fmt_mb(value: float | None) -> str:
     return "<0.001" if t == 0 else ("-" if x < 0 else "") + _sig(float(t))
 
 
+def fmt_rate(value: float | None) -> str:
+    """A rate such as examples per second, 3 significant digits and a decimal prefix written onto the number
+    ("49.1k", "442k", "1.2M", "168"; the prefix chosen after rounding: 999.6 is "1k", never "1e+03"), for
+    "{{ v|rate }} examples/s" (format.js `rate` is the same rule)."""
+    if not _finite(value):
+        return DASH
+    return _si(value, "").replace(" ", "")
+
+
 def fmt_pct(value: float | None) -> str:
     return f"{_sig(value * 100)}%" if _finite(value) else DASH
 
@@ -175,7 +184,7 @@ def environment(bytecode_dir: str | None = None) -> jinja2.Environment:
     )
     env.filters.update(
         ms=fmt_ms, time=fmt_time, bytes=fmt_bytes, flops=fmt_flops, pct=fmt_pct, num=fmt_num, signed=fmt_signed,
-        ratio=fmt_ratio, mb=fmt_mb,
+        ratio=fmt_ratio, mb=fmt_mb, rate=fmt_rate,
         # YAML front matter: a JSON string is a valid YAML scalar, and tojson escapes <, >, & and '.
         yaml_str=lambda s: jinja2.utils.htmlsafe_json_dumps(str(s)),
     )

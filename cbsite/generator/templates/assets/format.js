@@ -45,6 +45,8 @@
       return t === 0 ? "<0.001" : (x < 0 ? "-" : "") + sig(t, 3);
     },
     flops: function (v) { return si(v, "FLOP"); },
+    /* A rate (examples per second): 3 significant digits and a prefix on the number, "49.1k" (pages.py fmt_rate). */
+    rate: function (v) { return isNum(v) ? si(v, "").replace(" ", "") : DASH; },
     pct: function (v) { return isNum(v) ? sig(v * 100, 3) + "%" : DASH; },
     /* A plain number: whole below a million as it is, from a million up 4 digits and a prefix (pages.py fmt_num). */
     num: function (v) {
