@@ -84,10 +84,11 @@ def test_shares_stay_where_the_parts_add_up():
 
 def test_chart_labels_are_short_distinct_and_never_start_at_an_index():
     paths = ["over_arch.model.0._mlp.1._linear", "over_arch.model.0._mlp.0._linear",
-             "dense_arch.model._mlp.1._linear", "inter_arch", "sparse_arch.embedding_bag_collection.embedding_bags.t_cat_0", "dlrm"]
+             "dense_arch.model._mlp.1._linear", "inter_arch",
+             "sparse_arch.embedding_bag_collection.embedding_bags.t_cat_0", "dlrm"]
     labels = diffdata.short_labels(paths)
-    assert labels == ["\u2026model.0._mlp.1._linear", "\u2026_mlp.0._linear", "\u2026model._mlp.1._linear", "inter_arch",
-                      "\u2026embedding_bags.t_cat_0", "dlrm"]
+    assert labels == ["\u2026model.0._mlp.1._linear", "\u2026_mlp.0._linear", "\u2026model._mlp.1._linear",
+                      "inter_arch", "\u2026embedding_bags.t_cat_0", "dlrm"]
     assert len(set(labels)) == len(labels)
 
 
