@@ -5,6 +5,7 @@ configuration is a key = value table, not raw JSON."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -187,4 +188,50 @@ def test_study_page_labels_whole_words_and_configuration_as_key_values(site, pag
     page.wait_for_function(f"document.querySelectorAll('[data-cbsite-study-chart] svg .mark-line').length >= {n}", timeout=30000)
     logs = _axis_labels(page, "[data-cbsite-study-chart]")
     assert [t for t in logs if EXPONENT.search(t)] == []
+    assert page.errors == []
+
+
+def _search(page, query: str) -> list[str]:
+    """Type `query` into Material's search box; the pages of its results, best first (each page's first link)."""
+    page.click(".md-search__input")
+    page.keyboard.type(query)  # Material searches on key events; fill() would not trigger it
+    page.wait_for_selector(".md-search-result__item", timeout=15000)
+    page.wait_for_timeout(500)  # the worker answers the whole query after the first keys' results
+    return page.evaluate("""() => Array.from(document.querySelectorAll('.md-search-result__list > .md-search-result__item'))
+        .map(li => new URL(li.querySelector('a.md-search-result__link').getAttribute('href'), location.href).pathname)""")
+
+
+def test_search_for_a_full_path_finds_a_run_that_has_it(site, page):
+    """Issue 14 audit: `over_arch.model.0._mlp.1._linear` listed nanogpt, then dlrm-sharded, then dlrm v1 (the
+    query's "0" and "1" matched the start of run ids' tails in page titles). Now the path is one search term: the
+    first result is a run page that has the component, and following it opens that component."""
+    server, built = site
+    target = "over_arch.model.0._mlp.1._linear"
+    page.goto(server.url)
+    found = _search(page, target)
+    first = found[0]
+    assert first.startswith("/runs/"), found
+    model = first.split("/")[2]
+    assert model not in ("nanogpt", "deepfm"), found
+    assert target in json.loads((built / first.lstrip("/") / "components.json").read_text())["path"], found
+    # Every run page listed has it (no page is found by a part of the path).
+    runs = [p for p in found if p.startswith("/runs/")]
+    assert all(target in json.loads((built / p.lstrip("/") / "components.json").read_text())["path"] for p in runs), found
+    page.locator(".md-search-result__link").first.click()
+    page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=20000)
+    page.wait_for_function("!document.getElementById('cbsite-details').hidden", timeout=5000)
+    assert page.inner_text("#cbsite-details h3") == target
+    assert page.errors == []
+
+
+def test_search_for_a_last_name_and_a_word(site, page):
+    server, built = site
+    page.goto(server.url)
+    found = _search(page, "t_cat_0")  # a component's own name, the last part of its path
+    assert found[0].startswith("/runs/") and found[0].split("/")[2] in ("dlrm", "dlrm-sharded", "deepfm"), found
+    paths = json.loads((built / found[0].lstrip("/") / "components.json").read_text())["path"]
+    assert any(p.rsplit(".", 1)[-1] == "t_cat_0" for p in paths)
+    page.fill(".md-search__input", "")
+    found = _search(page, "latency")  # a plain word
+    assert len(found) >= 3 and found[0].startswith("/models/"), found
     assert page.errors == []

@@ -109,7 +109,9 @@ def test_offline_no_external_resources(built):
 def test_search_splits_paths_and_skips_tables(built):
     site, _ = built
     index = json.loads((site / "search/search_index.json").read_text())
-    assert "." in index["config"]["separator"] and "\\." in index["config"]["separator"]
+    # A path is one search term (its parts "0", "1" would match every run id's tail); a sentence's dot splits.
+    words = [w for w in re.split(index["config"]["separator"], "over_arch.model.0._mlp.1._linear took 0.05 ms. Then") if w]
+    assert words == ["over_arch.model.0._mlp.1._linear", "took", "0.05", "ms", "Then"]
     texts = " ".join(d["text"] for d in index["docs"])
     assert "embedding.tables.t_cat_0" in texts  # the hottest paths are in the run page's text
     assert "cbsite-table" not in texts and "Device, provider" not in texts

@@ -19,9 +19,12 @@ from cbsite.errors import CbsiteError
 DEFAULT_PERFETTO_ORIGIN = "https://ui.perfetto.dev"
 DEFAULTS_FILE = Path(__file__).resolve().parent / "templates" / "mkdocs.defaults.yml"
 CBSITE_KEYS = {"perfetto_origin"}
-# Material's default separator plus '.', so `sparse_arch.ebc.t_cat_0` is found by its dotted parts and by the
-# whole path; not '_', which would split `t_cat_0` into `t`, `cat`, `0` and match every page with a "0".
-SEARCH_SEPARATOR = r"[\s\-\.]+"
+# Words split on white space, hyphens and punctuation, but a component path is one word: `.` splits only at the
+# end of a sentence, `_` never. Split into its parts, `over_arch.model.0._mlp.1._linear` searched for `over_arch`,
+# `model`, `0`, `_mlp`, `1`, `_linear`, each a prefix: "0" and "1" matched the start of every run id's tail
+# ("20261130T150038Z-067f0d") in the boosted page titles, and another model's run page came first. A run page's
+# path list (run.md.j2) gives each path whole and its last name, so both `t_cat_0` and the full path find it.
+SEARCH_SEPARATOR = r"[\s\-,:;!=\[\]()\"/]+|\.(?=[\s,;:)]|$)|&[lg]t;"
 CSS = "assets/cbsite/cbsite.css"
 SITE_JS = "assets/cbsite/site.js"  # on every page: search results carry the query; a file:// page says why it fails
 ORIGIN_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:\d{1,5})?$")
