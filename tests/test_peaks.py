@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -174,7 +175,9 @@ def test_a_kept_worker_serves_every_clean_job_of_its_block_and_is_gone_after(tmp
     assert first == second != os.getpid() and method == "clean worker (spawn)"
     assert not device._kept and len(processes) == 1
     processes[0].join(timeout=10)
-    assert not processes[0].is_alive()
+    status = Path(f"/proc/{processes[0].pid}/status")
+    # Gone, or a zombie not yet reaped (the executor's own thread may reap it and leave is_alive() unsure).
+    assert not status.exists() or "\nState:\tZ" in status.read_text()
     assert device.in_clean_worker(os.getpid)[0] not in (first, os.getpid())  # outside a block: a fresh one
 
 
