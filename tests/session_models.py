@@ -39,3 +39,31 @@ def mlp(repeat: int = 0, width: int = 256, batch: int = 128, seed: int = 0):
     """A `Net` and one batch (a `package.module:function` provider)."""
     torch.manual_seed(seed)
     return Net(repeat, width), (torch.randn(batch, width),)
+
+
+class Greedy(nn.Module):
+    """Cheap on its first call (the census), then asks for 1.5 GB on every later call (its measurement)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls > 1:
+            torch.empty(3 * 2**27, dtype=torch.float32)  # 1.5 GB, never touched: only the data segment grows
+        return x * 2
+
+
+def greedy():
+    """A Linear and a `Greedy` (a provider for the worker memory-limit test)."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 8), Greedy()), (torch.randn(4, 8),)
+
+
+def killed():
+    """A provider whose process is killed as the kernel's OOM killer would (SIGKILL) while it builds."""
+    import os
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -67,6 +67,30 @@ def test_a_session_worker_holds_one_capture_group_at_a_time(monkeypatch):
     assert 0 < result.largest_capture_bytes <= 2 * 4 * 32 * 4  # one component's input, two batches
 
 
+def test_a_task_past_the_worker_memory_limit_is_out_of_memory_and_the_worker_goes_on():
+    """Issue 13: in a worker process (spawned by the session scheduler) an allocation past the job's memory
+    limit fails that task with "out of memory"; the other tasks of the worker are measured."""
+    from cbsite.collector.session.scheduler import run_jobs
+    from cbsite.collector.session.spec import ArmSpec, ProcessJob, Task
+
+    request = CollectRequest(provider="tests.session_models:greedy", options={}, model_name="g", version="a",
+                             batches=1, config=_config())
+    tasks = tuple(Task(key=p, phase="forward", paths=(("a", p),)) for p in ("0", "1"))
+    job = ProcessJob(session_id="s", process=1, arms=(ArmSpec(arm="a", request=request),), tasks=tasks, pairs=2,
+                     block_s=0.001, memory_limit=2**30)
+    session = run_jobs([job])
+    assert not session.died, session.died
+    (result,) = session.results
+    assert set(result.errors) == {("1", "forward")} and result.errors[("1", "forward")].startswith("out of memory")
+    assert {s["key"] for s in result.samples} == {"0"}
+
+    # A worker the kernel kills (SIGKILL, as the OOM killer does) is a recorded death that says so.
+    dying = CollectRequest(provider="tests.session_models:killed", options={}, model_name="k", version="a",
+                           batches=1, config=_config())
+    session = run_jobs([ProcessJob(session_id="s", process=1, arms=(ArmSpec(arm="a", request=dying),), tasks=tasks)])
+    assert not session.results and "SIGKILL" in session.died[1] and "OOM killer" in session.died[1]
+
+
 def test_planted_slowdown_is_regressed_and_untouched_components_are_not(planted_comparison):
     result, _ = planted_comparison
     v = result.verdicts

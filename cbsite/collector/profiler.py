@@ -677,7 +677,7 @@ def _more_rounds(model: nn.Module, batches: Sequence[Inputs], config: CollectCon
         # Each worker round times the blocks round 0 timed: budget/20 long, 20 of them, under the same cap.
         template = ProcessJob(session_id=run_id, process=0, arms=(), tasks=(), threads=timing.num_threads,
                               pairs=BLOCKS_PER_BUDGET, block_s=timing.block_s(), warmup=timing.warmup,
-                              max_task_s=timing.cap_s())
+                              max_task_s=timing.cap_s(), memory_limit=config.memory_limit)
         jobs = plan_jobs(run_id, [arm], tasks, config.rounds - 1, "interleaved", template)
         progress = _progress(config.progress, len(jobs))
         with progress:

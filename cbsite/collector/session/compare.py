@@ -124,7 +124,8 @@ def compare(
     ]
     template = ProcessJob(session_id=session_id, process=0, arms=(), tasks=(), threads=threads, pairs=cfg.pairs,
                           block_s=cfg.block_s, warmup=head_request.config.warmup, share_inputs=cfg.share_inputs,
-                          max_task_s=max(5.0, 40 * cfg.pairs * cfg.block_s))
+                          max_task_s=max(5.0, 40 * cfg.pairs * cfg.block_s),
+                          memory_limit=head_request.config.memory_limit)
     jobs = plan_jobs(session_id, arms, tasks, cfg.processes, layout, template)
     say(f"timing {len(tasks)} component phases in {len(jobs)} fresh processes ({layout}, {threads} thread"
         f"{'s' * (threads != 1)}, {cfg.pairs} pairs of ~{cfg.block_s * 1e3:.0f} ms blocks each) ...")

@@ -16,6 +16,7 @@ Two layouts of arms over processes:
 from __future__ import annotations
 
 import multiprocessing
+import signal
 import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -77,6 +78,19 @@ def plan_jobs(
     return jobs
 
 
+def _death(workers: list) -> str:
+    """Why a worker died without a Python error, from its exit code where the pool let us see it."""
+    for process in workers:
+        process.join(timeout=5)
+        code = process.exitcode
+        if code == -signal.SIGKILL:
+            return ("the worker process was killed (SIGKILL): most likely the kernel's OOM killer, as the memory "
+                    "limit did not stop it first; give a smaller batch or a lower --memory-limit")
+        if code is not None and code < 0:
+            return f"the worker process died of signal {signal.Signals(-code).name} (a crash in native code)"
+    return "the worker process died without a Python error (killed: out of memory, or a crash in native code)"
+
+
 def run_jobs(
     jobs: Sequence[ProcessJob],
     layout: str = "interleaved",
@@ -88,13 +102,14 @@ def run_jobs(
     context = multiprocessing.get_context("spawn")
     for done, job in enumerate(jobs, 1):
         session.arm_of_process[job.process] = tuple(a.arm for a in job.arms)
+        workers: list = []
         try:
             with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-                session.results.append(pool.submit(run_process, job).result())
+                future = pool.submit(run_process, job)
+                workers = list((getattr(pool, "_processes", None) or {}).values())  # to read how one died
+                session.results.append(future.result())
         except BrokenProcessPool:
-            session.died[job.process] = (
-                "the worker process died without a Python error (killed: out of memory, or a crash in native code)"
-            )
+            session.died[job.process] = _death(workers)
         except Exception as exc:  # noqa: BLE001 - building the arms failed in the worker: record it
             session.died[job.process] = f"{type(exc).__name__}: {exc}"
         on_done(done, len(jobs), time.perf_counter() - started)

@@ -59,3 +59,6 @@ class ProcessJob:
     seed: int = 0
     share_inputs: bool = True  # time both arms on the base arm's captured inputs where their shapes agree
     max_task_s: float = 30.0  # per task, contended pairs included
+    # The worker's data segment cap (memory.MemoryLimit; None: 90 % of what is available when it starts):
+    # a task that allocates past it fails with "out of memory" instead of the kernel killing the worker.
+    memory_limit: int | None = None

@@ -57,12 +57,24 @@ def _load_arm(spec: ArmSpec) -> tuple[Any, list[tuple[tuple[Any, ...], dict[str,
 
 
 def run_process(job: ProcessJob) -> ProcessResult:
-    """The worker's entry point (picklable, top level): build, capture, then time every task."""
+    """The worker's entry point (picklable, top level): build, capture, then time every task, under the
+    job's memory limit (memory.MemoryLimit), so a task past it is an "out of memory" error, not a killed worker."""
+    import torch
+
+    from cbsite.collector.memory import MemoryLimit
+
+    device = torch.device(job.arms[0].device) if job.arms else torch.device("cpu")
+    with MemoryLimit(job.memory_limit, device):
+        return _run(job)
+
+
+def _run(job: ProcessJob) -> ProcessResult:
     import torch
 
     from cbsite.collector.capture import describe, moved
     from cbsite.collector.contention import WaitProbe
     from cbsite.collector.measure import ComponentMeasurement, NothingToDifferentiate, TimingConfig, block_size, timed_block
+    from cbsite.collector.memory import OOM_PREFIX, is_out_of_memory
     from cbsite.collector.profiler import DTYPES, planned_captures
     from torch.utils.benchmark import Timer
 
@@ -140,7 +152,8 @@ def run_process(job: ProcessJob) -> ProcessResult:
             result.errors[where] = f"backward not applicable: {exc}"
         except Exception as exc:  # noqa: BLE001 - one task failing never ends the process's other tasks
             last = traceback.extract_tb(exc.__traceback__)[-1:]
-            result.errors[where] = f"{type(exc).__name__}: {exc}" + (f" (at {last[0].name})" if last else "")
+            oom = f"{OOM_PREFIX}: " if is_out_of_memory(exc) or type(exc).__name__ == "_CaptureOutOfMemory" else ""
+            result.errors[where] = f"{oom}{type(exc).__name__}: {exc}" + (f" (at {last[0].name})" if last else "")
     result.seconds["timing"] = time.perf_counter() - t_timing
     result.capture_groups = sum(state["captures"].groups for state in arms.values())
     result.largest_capture_bytes = max((state["captures"].most_bytes for state in arms.values()), default=0)
