@@ -89,6 +89,7 @@ def test_sigkill_mid_build_leaves_the_old_site_whole(tmp_path, monkeypatch):
     # The next build removes what the killed one left beside the site and swaps in the new site.
     assert main(["build", "--runs", str(new_runs), "--out", "site"]) == 0
     assert not _staging(site)
+    assert not [p.name for p in tmp_path.iterdir() if "artifacts" in p.name]  # the early-published artifacts too
     assert (site / "models" / "big" / "index.html").is_file() and not (site / "models" / "old").exists()
 
 

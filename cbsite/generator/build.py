@@ -621,7 +621,9 @@ def _build_into(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool, 
                 previous: Path | None = None, pool: _Pool | None = None) -> BuildResult:
     # Without a cache, the run jobs publish the artifacts too (beside the site: the same file system, so they
     # are moved in, not copied); with one, unchanged runs' artifacts are linked from the previous site instead.
-    early = _Early(Path(tempfile.mkdtemp(dir=out.parent, prefix=".cbsite-artifacts-"))) if cache is None else None
+    # Named after the stage folder (`.<site>.cbsite-build-…-artifacts-…`), so a build killed before its `finally`
+    # leaves nothing the next build's sitedir.recover does not remove with the stage folder.
+    early = _Early(Path(tempfile.mkdtemp(dir=out.parent, prefix=f"{out.name}-artifacts-"))) if cache is None else None
     try:
         return _build_stage(catalog, site, out, strict=strict, quiet=quiet, versioned=versioned,
                             project_dir=project_dir, cache=cache, previous=previous, pool=pool, early=early)
