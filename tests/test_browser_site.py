@@ -6,6 +6,7 @@ hands the trace to a stub Perfetto UI on another local port after the PING/PONG 
 from __future__ import annotations
 
 import contextlib
+import shutil
 
 import threading
 from pathlib import Path
@@ -254,6 +255,54 @@ def test_version_selector_lists_published_versions(site, browser, tmp_path):
         pg.wait_for_selector(".md-version__list .md-version__item", state="attached", timeout=10000)
         items = pg.locator(".md-version__list .md-version__link").all_text_contents()
         assert any("1.0" in i for i in items) and any("2.0" in i for i in items)
+        assert _outside(requests, {server.port}) == []
+        context.close()
+    finally:
+        server.close()
+
+
+def _switch_version(pg, version: str) -> None:
+    """Pick `version` in Material's version selector (its list opens on hover)."""
+    pg.wait_for_selector(".md-version__list .md-version__item", state="attached", timeout=10000)
+    pg.hover(".md-version")
+    pg.locator(".md-version__link", has_text=version).first.click()
+
+
+def test_version_switch_from_a_run_page_keeps_the_page(site, browser, tmp_path):
+    """Issue 14 audit: from a run page, another version in the selector opened that version's home (its
+    sitemap listed no page, so Material's selector could not find the same page). Now it opens the same run
+    page in that version, and that version's home where it has no such page."""
+    _, _, runs = site
+    older = tmp_path / "older"
+    shutil.copytree(runs, older)
+    shutil.rmtree(older / "toy" / "v2")  # version 1.0 of the site has no toy v2 run
+    out = tmp_path / "published"
+    publish_site(older, out, "1.0", quiet=True)
+    v2 = publish_site(runs, out, "2.0", aliases=["latest"], set_default=True, quiet=True)
+    assert "<loc>" in (out / "1.0" / "sitemap.xml").read_text()
+    server = Server(out)
+    try:
+        context = browser.new_context()
+        pg = context.new_page()
+        requests: list[str] = []
+        context.on("request", lambda r: requests.append(r.url))
+        kept = f"runs/toy/v1/{next((v2 / 'runs' / 'toy' / 'v1').iterdir()).name}/"
+        assert (out / "1.0" / kept / "index.html").is_file()
+        pg.goto(server.url + "2.0/" + kept)
+        _switch_version(pg, "1.0")
+        pg.wait_for_url(server.url + "1.0/" + kept, timeout=10000)
+        pg.wait_for_selector("#cbsite-run[data-ready='1']", timeout=15000)
+        # From the alias too, and back: the same page in 2.0.
+        pg.goto(server.url + "latest/" + kept)
+        _switch_version(pg, "1.0")
+        pg.wait_for_url(server.url + "1.0/" + kept, timeout=10000)
+        _switch_version(pg, "2.0")
+        pg.wait_for_url(server.url + "2.0/" + kept, timeout=10000)
+        # A page the other version does not have: that version's home.
+        gone = f"runs/toy/v2/{next((v2 / 'runs' / 'toy' / 'v2').iterdir()).name}/"
+        pg.goto(server.url + "2.0/" + gone)
+        _switch_version(pg, "1.0")
+        pg.wait_for_url(server.url + "1.0/", timeout=10000)
         assert _outside(requests, {server.port}) == []
         context.close()
     finally:

@@ -2,6 +2,7 @@
 
     DIR/versions.json      mike's format: [{"version", "title", "aliases"}], newest version first
     DIR/<version>/         the site built with Material's version selector (extra.version.provider: mike)
+                           its sitemap.xml lists its pages, so the selector switches to the same page
     DIR/<alias>/           a copy of the version it points to (works on any static host, no redirects)
     DIR/index.html         a redirect to the default alias or version
 
@@ -13,12 +14,15 @@ marker (sitedir.py) and a publish holds its lock; each folder is swapped in whol
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Sequence
+from xml.sax.saxutils import escape
 
 from mike.versions import Versions
 
@@ -27,6 +31,11 @@ from cbsite.errors import CbsiteError
 from cbsite.generator import build, pages, sitedir
 
 VERSIONS_JSON = "versions.json"
+# Where a version's sitemap says its pages are when the configuration has no site_url (MkDocs then lists none).
+# Material's version selector only needs the list: it takes the path of the current page relative to the
+# current version, looks for that path in the chosen version's sitemap (relative to the sitemap's own
+# common prefix, host ignored) and opens it in the chosen version's folder, else that version's home.
+SITEMAP_HOST = "https://cbsite.invalid/"
 
 
 def _load_versions(out: Path) -> Versions:
@@ -55,6 +64,31 @@ def _replace_dir(src: Path, dest: Path) -> None:
     sitedir.check_out(dest, None, flag="version folder")
     with sitedir.staged(dest) as stage:
         shutil.copytree(src, stage, dirs_exist_ok=True)
+
+
+def _fill_sitemap(site: Path, site_version: str) -> None:
+    """List the version's pages in its sitemap.xml (and .gz) where MkDocs listed none (no site_url), so that
+    switching version from a page opens the same page in the other version. A page is an HTML file outside
+    assets/ and search/ (a folder's index.html is the folder's URL); the gzip keeps MkDocs' header time."""
+    sitemap = site / "sitemap.xml"
+    if not sitemap.is_file() or "<url>" in sitemap.read_text():
+        return
+    urls = set()
+    for page in site.rglob("*.html"):
+        rel = page.relative_to(site).as_posix()
+        if rel == "404.html" or rel.split("/", 1)[0] in ("assets", "search"):
+            continue
+        urls.add(rel[: -len("index.html")] if rel == "index.html" or rel.endswith("/index.html") else rel)
+    base = f"{SITEMAP_HOST}{site_version}/"
+    text = ('<?xml version="1.0" encoding="UTF-8"?>\n<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">\n'
+            + "".join(f"    <url><loc>{escape(base + u)}</loc></url>\n" for u in sorted(urls)) + "</urlset>\n")
+    sitemap.write_text(text)
+    packed = site / "sitemap.xml.gz"
+    mtime = int.from_bytes(packed.read_bytes()[4:8], "little") if packed.is_file() else 0
+    buf = io.BytesIO()
+    with gzip.GzipFile(filename="sitemap.xml.gz", fileobj=buf, mode="wb", mtime=mtime) as gz:
+        gz.write(text.encode())
+    packed.write_bytes(buf.getvalue())
 
 
 def _write(path: Path, text: str) -> None:
@@ -102,6 +136,7 @@ def publish(
             replaced = [out / n for n in (site_version, *aliases) if (out / n).exists()]
             if not result.runs and replaced and not allow_empty:
                 raise CbsiteError(build.empty_archive_message(runs, replaced[0], result.warnings))
+            _fill_sitemap(site, site_version)
             _replace_dir(site, out / site_version)
         for alias in aliases:
             _replace_dir(out / site_version, out / alias)
