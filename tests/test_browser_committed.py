@@ -235,3 +235,60 @@ def test_search_for_a_last_name_and_a_word(site, page):
     found = _search(page, "latency")  # a plain word
     assert len(found) >= 3 and found[0].startswith("/models/"), found
     assert page.errors == []
+
+
+def _run_page(page, server, built, model: str) -> None:
+    run = sorted((built / "runs" / model).glob("*/*"))[-1]
+    page.goto(f"{server.url}{run.relative_to(built).as_posix()}/")
+    page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=20000)
+
+
+TABLE = """() => { const w = document.querySelector('#cbsite-table .cbsite-table-wrap'), t = w.querySelector('table'),
+    all = Array.from(t.querySelectorAll('thead th')).map(th => th.textContent),
+    head = Array.from(t.querySelectorAll('thead th')).filter(th => th.getClientRects().length).map(th => th.textContent);
+    return { width: t.scrollWidth, room: w.clientWidth, right: t.getBoundingClientRect().right,
+      content: t.closest('.md-content__inner').getBoundingClientRect().right, head: head,
+      size: Array.from(t.querySelectorAll('tbody tr')).map(tr => tr.children[all.indexOf('size')].innerText),
+      paths: Array.from(t.querySelectorAll('tbody td.path')).map(td => { const a = td.querySelector('a'), r = a.getBoundingClientRect();
+        return { shown: Array.from(a.children).filter(e => e.getBoundingClientRect().width > 2).map(e => e.textContent).join(''),
+          text: td.innerText, title: a.title, lines: Math.round(r.height / parseFloat(getComputedStyle(a).lineHeight)),
+          indent: parseFloat(getComputedStyle(td).paddingLeft), index: +td.parentElement.dataset.index }; }) }; }"""
+
+
+@pytest.mark.parametrize("model", ["dlrm", "dlrm-sharded"])
+def test_run_table_fits_with_sizes_in_bytes_and_last_segments(site, page, model):
+    """Issue 14 audit: "size MB" read 0.000576; path cells repeated the whole path in grey over 2-3 lines; the sharded
+    run's table was 1,940 px wide in a 1,368 px box. Now sizes read "576 B" / "20.5 MB" under "size", a path cell
+    shows its last segment indented by depth (the full path in its title, and in its text for find-in-page), and
+    the default table fits the content width: a sharded run's communication columns are behind a column choice."""
+    from tests.test_browser_issue14_audit import NUMBERS, _readable
+
+    server, built = site
+    _run_page(page, server, built, model)
+    page.select_option("#cbsite-table select.cbsite-depth", "")
+    t = page.evaluate(TABLE)
+    assert t["width"] <= t["room"] and t["right"] <= t["content"] + 0.5, t["width"]
+    assert "size" in t["head"] and "size MB" not in t["head"]
+    assert all(re.fullmatch(r"\d+(\.\d+)? [kMG]?B|\u2013", s) for s in t["size"]), t["size"]
+    assert _readable(page.evaluate(NUMBERS, "#cbsite-table")) == []  # 4 significant digits at most
+    d = page.evaluate("(() => { const d = window.cbsiteRun.data; return [d.path, d.depth, d.model]; })()")
+    for p in t["paths"]:
+        path, depth = d[0][p["index"]], d[1][p["index"]]
+        if path == "":
+            continue
+        assert p["shown"] == path.rsplit(".", 1)[-1], p  # the last segment only is drawn
+        assert p["title"] == path and p["text"].replace("\n", "") == path, p  # the full path: title, text
+        assert p["lines"] == 1, p
+    indents = {d[1][p["index"]]: p["indent"] for p in t["paths"]}
+    assert all(indents[k] < indents[k + 1] for k in range(max(indents)) if k in indents and k + 1 in indents)
+    page.fill("#cbsite-table input.cbsite-filter", "embedding_bags.t_cat")  # still found by its full path
+    assert page.locator("#cbsite-table tbody tr").count() == 8
+    if model == "dlrm-sharded":
+        assert not any(h in t["head"] for h in ("sent", "received", "comm GB/s", "collectives"))
+        page.select_option("#cbsite-table select.cbsite-table-group", "communication")
+        page.fill("#cbsite-table input.cbsite-filter", "")
+        t = page.evaluate(TABLE)
+        assert {"kind", "sent", "received", "comm GB/s", "collectives"} <= set(t["head"])
+        assert "MFU" not in t["head"] and t["width"] <= t["room"]
+        assert "c10d::" in page.inner_text("#cbsite-table")
+    assert page.errors == []

@@ -64,6 +64,8 @@ def test_rank_selector_and_communication_colour(site):
         page.locator("#cbsite-icicle g.cbsite-node[data-index='0']").first.hover()
         tip = page.locator(".cbsite-tip").inner_text()
         assert "bytes sent" in tip and "collectives" in tip and "c10d::" in tip
+        # (The kind and the collectives' traffic are the table's communication columns, behind its column choice.)
+        page.select_option("#cbsite-table select.cbsite-table-group", "communication")
         assert page.locator("#cbsite-table span.cbsite-kind.kind-communication").count() >= 5
         assert "c10d::_reduce_scatter_base_" in page.inner_text("#cbsite-table")
 

@@ -122,9 +122,14 @@
 
   function text(td, s, title) { td.textContent = s; if (title) td.title = title; }
 
-  /* A path as the table shows it: the parent part muted, the name bold, a line break allowed only after a
-     dot (never inside a name). */
-  function pathInto(el, d, i) { pathText(el, d.path[i], d.model); }
+  /* A path as the run table shows it: its last segment, indented by depth (the cell's padding), the parent part
+     kept in the text for find-in-page, the filter and copying, but visually hidden; the full path in the title. */
+  function pathInto(el, d, i) {
+    if (d.path[i] === "") { span(el, "name", d.model); span(el, "parent", " (root)"); return; }
+    var cut = d.path[i].lastIndexOf(".");
+    if (cut >= 0) span(el, "parent cbsite-hidden-text", d.path[i].slice(0, cut + 1));
+    span(el, "name", d.path[i].slice(cut + 1));
+  }
 
   function pathText(el, path, model) {
     if (path === "") { span(el, "name", model); span(el, "parent", " (root)"); return; }
@@ -356,19 +361,19 @@
   function shardedColumns(d, ph) {
     var v = function (key) { return function (i) { return col(d, ph(), key, i); }; };
     return [
-      { key: "kind", label: "kind", title: "compute, or communication (issues collectives)", value: v("kind"),
+      { key: "kind", group: "communication", label: "kind", title: "compute, or communication (issues collectives)", value: v("kind"),
         cell: function (i, td) { kindCell(d, ph(), i, td); } },
       { key: "rank", label: "rank", title: "the rank whose row this is (in the all-ranks view: the slowest)", numeric: true,
         value: v("rank"), cell: function (i, td) { var r = col(d, ph(), "rank", i); text(td, F.isNum(r) ? String(r) : F.DASH); } },
-      { key: "imbalance", label: "imbalance", title: "slowest rank / mean over the ranks", numeric: true, value: v("imbalance"),
+      { key: "imbalance", label: "imbal\u00adance", title: "slowest rank / mean over the ranks", numeric: true, value: v("imbalance"),
         cell: function (i, td) { var x = col(d, ph(), "imbalance", i); text(td, F.isNum(x) ? F.num(x) + "\u00d7" : F.DASH); } },
-      { key: "comm_bytes_sent", label: "sent", title: "bytes this rank hands its collectives, per call", numeric: true,
+      { key: "comm_bytes_sent", group: "communication", label: "sent", title: "bytes this rank hands its collectives, per call", numeric: true,
         value: v("comm_bytes_sent"), cell: function (i, td) { text(td, F.bytes(col(d, ph(), "comm_bytes_sent", i))); } },
-      { key: "comm_bytes_received", label: "received", title: "bytes its collectives fill, per call", numeric: true,
+      { key: "comm_bytes_received", group: "communication", label: "received", title: "bytes its collectives fill, per call", numeric: true,
         value: v("comm_bytes_received"), cell: function (i, td) { text(td, F.bytes(col(d, ph(), "comm_bytes_received", i))); } },
-      { key: "comm_gbps", label: "comm GB/s", title: "collective traffic (sent + received) over the latency", numeric: true,
+      { key: "comm_gbps", group: "communication", label: "comm GB/s", title: "collective traffic (sent + received) over the latency", numeric: true,
         value: v("comm_gbps"), cell: function (i, td) { text(td, gbps(col(d, ph(), "comm_gbps", i))); } },
-      { key: "collectives", label: "collectives", title: "c10d ops of one call with their counts",
+      { key: "collectives", group: "communication", label: "collectives", title: "c10d ops of one call with their counts",
         value: function (i) { return (col(d, ph(), "collectives", i) || []).join(" "); },
         cell: function (i, td) { var c = col(d, ph(), "collectives", i); text(td, c && c.length ? c.join(", ") : F.DASH); } }
     ];
@@ -452,7 +457,7 @@
           td.className = "path";
           td.style.paddingLeft = (0.3 + 0.6 * d.depth[i]) + "em";
           var a = document.createElement("a");
-          a.href = "#component=" + encodeURIComponent(d.path[i]); a.title = "details of " + fullPath(d, i);
+          a.href = "#component=" + encodeURIComponent(d.path[i]); a.title = fullPath(d, i);
           pathInto(a, d, i);
           a.addEventListener("click", function (e) {
             e.preventDefault();
@@ -465,8 +470,8 @@
         cell: function (i, td) { td.className = "type"; text(td, d.module_type[i].split(".").pop(), d.module_type[i]); } },
       num("latency_ms", F.ms, "fwd latency", "forward latency per forward of the model (median x calls)", "forward"),
       num("latency_ms", F.ms, "bwd latency", "backward latency per forward of the model (median x calls)", "backward"),
-      { key: "param_bytes", label: "size MB", title: "static size: parameters and buffers of the subtree", numeric: true,
-        value: function (i) { return d.param_bytes[i]; }, cell: function (i, td) { text(td, F.mb(d.param_bytes[i])); } },
+      { key: "param_bytes", label: "size", title: "static size: parameters and buffers of the subtree", numeric: true,
+        value: function (i) { return d.param_bytes[i]; }, cell: function (i, td) { text(td, F.bytes(d.param_bytes[i])); } },
       num("tflops_per_s", function (v) { return F.isNum(v) ? F.flops(v * 1e12) + "/s" : F.DASH; }, "FLOP/s", "achieved FLOP/s per call (selected phase)"),
       { key: "mfu", label: "MFU", title: "model FLOPs utilisation against the peak in the summary (\u26a0 above 100 %: suspect)", numeric: true,
         value: function (i) { return metric(d, ph(), "mfu", i); }, cell: function (i, td) { utilCell(d, ph(), "mfu", i, td); } },
@@ -498,8 +503,14 @@
           artifacts(root, d, i, td, ops && ops.components, showDetails);
         } } : null
     ]).filter(Boolean);  // a column no row has a value for (GPU time on a CPU, artifacts) is left out
+    // A sharded run's table would not fit the page with both: its compute metrics by default, the collectives'
+    // traffic (bytes sent and received, GB/s, c10d ops) behind the column choice.
+    var COMPUTE = ["tflops_per_s", "mfu", "cpu_time_ms", "device_time_ms", "bandwidth_gbps", "bandwidth_util", "bound"];
+    if (d.sharded) columns.forEach(function (c) { if (COMPUTE.indexOf(c.key) >= 0) c.group = "compute"; });
+    state.group = "compute";
     var t = new window.CbsiteTable(document.getElementById("cbsite-table"), {
       columns: columns, count: d.path.length, pageSize: 100,
+      visible: function (c) { return !c.group || c.group === state.group; },
       text: function (i) { return d.path[i] === "" ? d.model : d.path[i]; },
       depth: function (i) { return d.depth[i]; },
       extraControls: function (bar) {
@@ -510,6 +521,16 @@
         d.phases.forEach(function (p) { var o = document.createElement("option"); o.value = p; o.textContent = p + " columns"; s.appendChild(o); });
         s.addEventListener("change", function () { state.phase = s.value; t.refresh(); });
         bar.appendChild(s);
+      },
+      groupControls: function (bar) {
+        if (!d.sharded) return;
+        var g = document.createElement("select");
+        g.className = "cbsite-table-group";
+        g.setAttribute("aria-label", "which columns: compute metrics or the collectives' traffic");
+        [["compute", "compute columns"], ["communication", "communication columns (kind, bytes sent, received, GB/s, c10d ops)"]].forEach(function (o) {
+          var e = document.createElement("option"); e.value = o[0]; e.textContent = o[1]; g.appendChild(e); });
+        g.addEventListener("change", function () { state.group = g.value; t.setVisible(); });
+        bar.appendChild(g);
       }
     });
     return t;

@@ -3,7 +3,7 @@
 (function (global) {
   "use strict";
 
-  /* spec: { columns: [{key, label, title, numeric, value(i), cell(i, td)}], count,
+  /* spec: { columns: [{key, label, title, numeric, value(i), cell(i, td)}], count, visible(column) -> shown?,
              text(i) -> string to filter on, depth(i) -> int, sort: {key, desc}, pageSize, onRow(i) } */
   function Table(container, spec) {
     this.c = container;
@@ -46,6 +46,7 @@
     sel.addEventListener("change", function () { self.maxDepth = sel.value === "" ? null : Number(sel.value); self.page = 0; self.refresh(); });
     bar.appendChild(sel);
     if (spec.extraControls) spec.extraControls(bar);
+    if (spec.groupControls) spec.groupControls(bar);
     this.info = document.createElement("span");
     this.info.className = "cbsite-table-info";
     bar.appendChild(this.info);
@@ -76,6 +77,7 @@
         th.addEventListener("keydown", function (e) { if (e.key === "Enter") go(); });
       }
       self.headers[col.key] = th;
+      th.hidden = !self._shows(col);
       tr.appendChild(th);
     });
     thead.appendChild(tr);
@@ -96,6 +98,16 @@
     this.pageInfo = document.createElement("span");
     pager.appendChild(this.prev); pager.appendChild(this.pageInfo); pager.appendChild(this.next);
     this.c.appendChild(pager);
+  };
+
+  /* Whether a column is shown (spec.visible: a choice of columns, such as a sharded run's communication ones). */
+  Table.prototype._shows = function (col) { return !this.spec.visible || this.spec.visible(col); };
+
+  /* Show the columns spec.visible now picks (after the choice behind it changed) and redraw the rows. */
+  Table.prototype.setVisible = function () {
+    var self = this;
+    this.spec.columns.forEach(function (col) { self.headers[col.key].hidden = !self._shows(col); });
+    this.refresh();
   };
 
   Table.prototype.rows = function () {
@@ -137,6 +149,8 @@
       spec.columns.forEach(function (col) {
         var td = document.createElement("td");
         if (col.numeric) td.className = "num";
+        // A column not chosen keeps its (hidden, empty) cell: the n-th cell is the n-th header's.
+        if (!self._shows(col)) { td.hidden = true; tr.appendChild(td); return; }
         col.cell(i, td);
         tr.appendChild(td);
       });
