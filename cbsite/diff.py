@@ -29,6 +29,10 @@ The rules
   ancestors that merely inherit it get 0 (with self_delta = delta every ancestor would tie with the
   leaf and crowd `top()`). `share = self_delta / root delta`; these shares do not sum to 1 and may
   exceed 1, since any one of several components can explain the same peak.
+* **Shares in words** (`summary`). A share is written only where it means something: never for peak
+  memory (NO_SHARE), never where the own changes cancel out (`RunDiff.cancelled`: up and down together
+  above CANCEL x |net|; the diff page uses the same rule), and only between 0 % and 100 %; otherwise the
+  amounts. A clause never starts with a path, so no path is ever capitalised.
 * **Missing values.** A value that is missing (None: failed or skipped component, metric not
   measured) on a side where the component exists is never read as 0: the delta is None, the metric is
   listed in `ComponentDelta.missing`, and the own share of its parent on that side is unknown too
@@ -76,6 +80,12 @@ LABELS = {
 # Singular form used in "the FLOP growth".
 _GROWTH_LABELS = {**LABELS, "flops": "FLOP"}
 MINUS = "\u2212"  # typographic minus, as in "−12%"
+# Peak memory is a maximum: own changes do not add up to the model's, so no share of it is ever given.
+NO_SHARE = frozenset({"peak_memory_bytes"})
+# Own changes up and down above CANCEL x |net change|: the parts cancel out and no share of the net is given (a
+# share of -32 B net read "2000000%" on the committed dlrm-sharded diff). The one definition, for the summary and
+# for the diff page (cbsite/generator/diffdata.py).
+CANCEL = 4.0
 
 
 @dataclass(frozen=True)
@@ -115,6 +125,17 @@ class ComponentDelta:
     def flagged(self) -> bool:
         """True when some delta is unknown because a value is missing (failed or skipped component)."""
         return bool(self.missing)
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """Own changes of one metric in one phase that cancel out: the sums up (>= 0), down (<= 0) and the net.
+    `complete` is False when some component's own change is unknown, so up + down need not equal net."""
+
+    up: float
+    down: float
+    net: float
+    complete: bool
 
 
 @dataclass
@@ -160,6 +181,24 @@ class RunDiff:
         ]
         rows.sort(key=lambda ic: (-abs(ic[1].self_delta[metric]), -ic[1].depth, ic[0]))
         return [c for _, c in rows[:n]]
+
+    def cancelled(self, metric: str, phase: str = "forward") -> Cancelled | None:
+        """The own changes of `metric` in `phase` when they cancel out (up and down together more than CANCEL
+        times the net change, or a net of zero with parts that moved), else None. Shares of such a net mean
+        nothing ("2000000%"), so none are given for it. Peak memory (NO_SHARE) never cancels: it has no shares."""
+        _check_metric(metric)
+        if metric in NO_SHARE or phase not in self.totals:
+            return None
+        net = self.totals[phase][metric].delta
+        comps = self.for_phase(phase)
+        parts = [c.self_delta[metric] for c in comps if c.self_delta[metric] is not None]
+        up = sum(v for v in parts if v > 0)
+        down = sum(v for v in parts if v < 0)
+        if net is None or up - down == 0 or up - down <= CANCEL * abs(net):
+            return None
+        # With unknown values (failed, skipped components) the known parts need not add up to the net change.
+        complete = len(parts) == len(comps) and abs(up + down - net) <= 1e-6 * (up - down)
+        return Cancelled(up=up, down=down, net=net, complete=complete)
 
     def counts(self, phase: str = "forward") -> dict[str, int]:
         """How many components of each kind (every kind present, in KINDS order) in `phase`."""
@@ -235,32 +274,10 @@ class RunDiff:
                 verdict = (latency or {}).get(main)
                 if verdict not in ("regressed", "improved") if verdict is not None else total.noise:
                     continue
-            # The largest own change in the direction of the total: a component that moved the other
-            # way is an offset, not where the growth is.
-            growing = total.delta > 0
-            best = [c for c in self.top(metric, main, len(self.components)) if (c.self_delta[metric] > 0) == growing]
-            if not best or best[0].share[metric] is None:
-                continue
-            c, share = best[0], best[0].share[metric]
-            name = display_path(c.path, model) + (" (own)" if c.path == "" else "")
-            what = f"{_GROWTH_LABELS[metric]} {'growth' if total.delta > 0 else 'reduction'}"
-            tied = [t for t in best if t.self_delta[metric] == c.self_delta[metric]]
-            if len(tied) > 1:
-                names = [display_path(t.path, model) for t in tied]
-                shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-                each = (f"{format_delta(metric, c.self_delta[metric])} each" if metric == "peak_memory_bytes"
-                        else f"{_pct(share)} each, {_pct(share * len(tied))} together")
-                where.append(f"{len(tied)} components tie for the largest part of the {what} ({each}): {shown}")
-            elif metric == "peak_memory_bytes" and not 0.5 <= share <= 1 + REL_TOL:
-                # Peaks are maxima: beyond "this component's own change is the model's", a share means nothing.
-                where.append(f"the largest own {what} is in {name} ({format_delta(metric, c.self_delta[metric])})")
-            elif 0.5 <= share <= 1 + REL_TOL:
-                where.append(f"most of the {what} ({_pct(share)}) is in {name} ({_short_type(c.module_type)})")
-            elif share > 1:
-                where.append(f"{name} accounts for {_pct(share)} of the {what}, partly offset elsewhere")
-            else:
-                where.append(f"the largest part of the {what} ({_pct(share)}) is in {name}")
+            if (clause := self._where(metric, main, total, model)) is not None:
+                where.append(clause)
         if where:
+            # Every clause starts with a word of ours, never a path: a path is never capitalised.
             sentences.append(_capitalise("; ".join(where)) + ".")
 
         counts = self.counts(main)
@@ -280,6 +297,47 @@ class RunDiff:
             sentences.append(step)
         sentences.extend(_capitalise(w) + "." for w in self.warnings)
         return " ".join(sentences)
+
+    def _where(self, metric: str, phase: str, total: Total, model: str) -> str | None:
+        """Where a total's change is, in one clause that starts with a word, never with a path.
+
+        Shares are given only where they mean something: between 0 and 100 %, never for peak memory (a
+        maximum, see NO_SHARE) and never where the own changes cancel out (`cancelled`); otherwise amounts."""
+        label = _GROWTH_LABELS[metric]
+        what = f"{label} {'growth' if total.delta > 0 else 'reduction'}"
+        if (cancel := self.cancelled(metric, phase)) is not None:
+            return (f"{LABELS[metric]}: own changes cancel out ({format_delta(metric, cancel.up)} up, "
+                    f"{format_delta(metric, cancel.down)} down, {format_delta(metric, cancel.net)} net"
+                    + ("" if cancel.complete else "; some own changes unknown") + ")")
+        # The largest own change in the direction of the total: a component that moved the other way is an
+        # offset, not where the growth is.
+        growing = total.delta > 0
+        best = [c for c in self.top(metric, phase, len(self.components)) if (c.self_delta[metric] > 0) == growing]
+        if not best:
+            return None
+        c, own = best[0], best[0].self_delta[metric]
+        name = display_path(c.path, model) + (" (own)" if c.path == "" else "")
+        tied = [t for t in best if t.self_delta[metric] == own]
+        share = None if metric in NO_SHARE else c.share[metric]
+        if len(tied) > 1:
+            names = [display_path(t.path, model) for t in tied]
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            if share is not None and _pct_fits(share * len(tied)):
+                each = f"{_pct(share)} each, {_pct(share * len(tied))} together"
+            else:
+                each = f"{format_delta(metric, own)} each"
+            if share is None:
+                return f"{len(tied)} components tie for the largest own {what} ({each}): {shown}"
+            return f"{len(tied)} components tie for the largest part of the {what} ({each}): {shown}"
+        if share is None:
+            # Peaks are maxima: say whose own peak moved most, with its amount and no percentage.
+            return f"the largest own {what} is in {name} ({_short_type(c.module_type)}, {format_delta(metric, own)})"
+        if not _pct_fits(share):
+            return (f"the largest own {what} is in {name} ({format_delta(metric, own)}, more than the whole "
+                    f"model's {format_delta(metric, total.delta)}: partly offset elsewhere)")
+        if share >= 0.5:
+            return f"most of the {what} ({_pct(share)}) is in {name} ({_short_type(c.module_type)})"
+        return f"the largest part of the {what} ({_pct(share)}) is in {name}"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-serialisable dict with a stable key order (insertion order; no NaN or infinity)."""
@@ -820,6 +878,11 @@ def _sig3(value: float) -> str:
 
 def _pct(fraction: float) -> str:
     return f"{fraction * 100:.0f}%"
+
+
+def _pct_fits(fraction: float) -> bool:
+    """True when `_pct` writes the fraction as a share a person can read: 0 % to 100 % once rounded."""
+    return 0 <= round(fraction * 100) <= 100
 
 
 def _signed_pct(change: float) -> str:

@@ -31,9 +31,9 @@ from cbsite.generator.rundata import compact_column
 TOP_N = 10
 # Metrics with a contributors chart, in the order the page shows them.
 CHART_METRICS = ("flops", "param_bytes", "peak_memory_bytes", "latency_ms")
-NO_SHARE = frozenset({"peak_memory_bytes"})  # maxima: own changes do not add up to the model's
-# Own changes up and down above CANCEL x |net change|: the parts cancel out, no shares (those kept stay within ±400%).
-CANCEL = 4.0
+# Maxima (no shares) and the cancel-out rule: one definition in cbsite.diff, for this page and the summary alike.
+NO_SHARE = cdiff.NO_SHARE
+CANCEL = cdiff.CANCEL  # shares kept stay within ±400%
 
 
 UNIT = {"latency_ms": "time", "flops": "flops"}  # the one formatter's kind per metric (pages.fmt_signed); else bytes
@@ -49,18 +49,11 @@ def cancelled(rd: cdiff.RunDiff, metric: str, phase: str) -> dict[str, str] | No
     """When the own changes of `metric` cancel out in `phase` (up and down together more than CANCEL times the net
     change, or a net of zero with parts that moved): the amounts up, down and net as the page writes them, else
     None. Shares of such a net mean nothing ("2000000%"), so none are given for it."""
-    if metric in NO_SHARE or phase not in rd.totals:
+    cancel = rd.cancelled(metric, phase)
+    if cancel is None:
         return None
-    net = rd.totals[phase][metric].delta
-    parts = [c.self_delta[metric] for c in rd.for_phase(phase) if c.self_delta[metric] is not None]
-    up = sum(v for v in parts if v > 0)
-    down = sum(v for v in parts if v < 0)
-    if net is None or up - down == 0 or up - down <= CANCEL * abs(net):
-        return None
-    # With unknown values (failed, skipped components) the known parts need not add up to the net change.
-    known = len(parts) == len(rd.for_phase(phase)) and abs(up + down - net) <= 1e-6 * (up - down)
-    return {"up": delta_text(metric, up), "down": delta_text(metric, down), "net": delta_text(metric, net),
-            "complete": known}
+    return {"up": delta_text(metric, cancel.up), "down": delta_text(metric, cancel.down),
+            "net": delta_text(metric, cancel.net), "complete": cancel.complete}
 
 
 def totals_rows(rd: cdiff.RunDiff, judged: Judged | None = None) -> list[dict[str, Any]]:
