@@ -82,24 +82,36 @@ def test_home_page_run_ids_are_on_one_line_and_the_table_fits(site, page):
     assert page.errors == []
 
 
-# Every label the icicle draws: its text, the node's leaf name (what the table calls it), the text's drawn width
-# and the width of its rectangle.
+# Every label the icicle draws: its text, the node's leaf name (what the table calls it), the text's drawn width,
+# the width of its rectangle, its font size (px) and the names of its siblings (the node's too).
 LABELS = """() => { const d = window.cbsiteRun.data, out = [];
   document.querySelectorAll('#cbsite-icicle g.cbsite-node').forEach(g => {
     const t = g.querySelector('text'); if (!t) return;
     const i = +g.dataset.index, name = i < 0 ? 'self' : (d.path[i] === '' ? d.model : d.name[i]);
-    out.push([t.textContent, name, t.getBBox().x + t.getBBox().width, +g.querySelector('rect').getAttribute('width')]);
+    const siblings = i < 0 || d.parent[i] < 0 ? [] : d.name.filter((n, j) => d.parent[j] === d.parent[i]);
+    out.push([t.textContent, name, t.getBBox().x + t.getBBox().width, +g.querySelector('rect').getAttribute('width'),
+              parseFloat(getComputedStyle(t).fontSize), siblings]);
   });
   return out; }"""
 
 
 def _check_labels(labels) -> None:
+    """A label is the node's name, its start (3+ characters) and an ellipsis, or, where its siblings' names share
+    a start, an ellipsis and the suffix that tells it apart ("\u2026_7" of t_cat_0 ... t_cat_7); at 10 px or more,
+    inside its rectangle."""
     assert labels
-    for text, name, right, width in labels:
+    for text, name, right, width, font, siblings in labels:
         label = re.sub("^[\u2715\u2248] ", "", text)  # a failed / estimated node's marker
-        if label != name:
+        if label.startswith("\u2026") and label != name:  # a distinguishing suffix
+            suffix = label[1:]
+            assert name.endswith(suffix) and len(suffix) < len(name), (text, name)
+            shared = name[: len(name) - len(suffix)]
+            assert len(siblings) >= 2 and all(s.startswith(shared) for s in siblings), (text, name, siblings)
+            assert len({s[len(shared):] for s in siblings}) == len(siblings), (text, siblings)  # tells them apart
+        elif label != name:
             assert label.endswith("\u2026"), (text, name)
             assert name.startswith(label[:-1]) and len(label) - 1 >= 3, (text, name)  # its start, 3+ characters
+        assert font >= 10, (text, font)
         assert right <= width, (text, right, width)  # drawn inside its rectangle
 
 
@@ -291,4 +303,43 @@ def test_run_table_fits_with_sizes_in_bytes_and_last_segments(site, page, model)
         assert {"kind", "sent", "received", "comm GB/s", "collectives"} <= set(t["head"])
         assert "MFU" not in t["head"] and t["width"] <= t["room"]
         assert "c10d::" in page.inner_text("#cbsite-table")
+    assert page.errors == []
+
+
+def test_icicle_tells_siblings_apart(site, page):
+    """Issue 14 audit: the eight embedding tables of dlrm all read "t_ca\u2026" and nanogpt's four c_attn "c_at\u2026".
+    Now siblings that share a start and do not fit whole are labelled by the suffix that tells them apart
+    ("\u2026_0" ... "\u2026_7"), and a name is drawn in a smaller font (10 px at least) before it is cut."""
+    server, built = site
+    _run_page(page, server, built, "dlrm")
+    labels = page.evaluate(LABELS)
+    _check_labels(labels)
+    tables = sorted(t for t, name, *_ in labels if name.startswith("t_cat_"))
+    assert len(tables) == 8 and len(set(tables)) == 8, tables  # eight labels, all different
+    assert not any(t.startswith("t_ca\u2026") for t in tables)
+    _run_page(page, server, built, "nanogpt")
+    labels = page.evaluate(LABELS)
+    _check_labels(labels)
+    assert not any(t.endswith("\u2026") and name == "c_attn" for t, name, *_ in labels), labels
+    assert page.errors == []
+
+
+def test_diff_icicle_has_no_white_boxes_in_dark_mode(site, page):
+    """The diverging scale's centre (no change) was #f7f7f7: white boxes on the dark page. In the dark scheme it is
+    a neutral grey, and the labels keep 4.5:1."""
+    from tests.test_browser_readability import CONTRASTS
+
+    server, _ = site
+    page.goto(server.url + "diffs/dlrm/v1/v2/")
+    page.wait_for_selector("#cbsite-icicle g.cbsite-node", timeout=20000)
+    page.evaluate("document.body.setAttribute('data-md-color-scheme', 'slate')")
+    page.wait_for_timeout(300)
+    fills = page.evaluate("""() => { const probe = document.createElement('span'); document.body.appendChild(probe);
+        const out = Array.from(document.querySelectorAll('#cbsite-icicle g.cbsite-node:not(.self):not(.ancestor) > rect:first-child'))
+          .map(r => { probe.style.color = r.getAttribute('fill'); return getComputedStyle(probe).color.match(/\\d+/g).slice(0, 3).map(Number); });
+        probe.remove(); return out; }""")
+    assert len(fills) > 10
+    assert [f for f in fills if min(f) > 200] == []  # no white or near-white box
+    assert page.evaluate("window.CbsiteIcicle.scale([-1, 0, 1], 'diverging').colour(0)") == "rgb(110,110,110)"
+    assert [c for c in page.evaluate(CONTRASTS) if c[1] < 4.5] == []
     assert page.errors == []

@@ -77,6 +77,12 @@
   /* Named ramps, so that two metrics never share one (MFU green, bandwidth purple). */
   var RAMPS = { green: SEQ, purple: ["#fcfbfd", "#dadaeb", "#bcbddc", "#9e9ac8", "#6a51a3", "#3f007d"], diverging: DIV };
   var NONE = "#cccccc";
+  /* In Material's dark scheme ("slate") the diverging scale's centre (no change) is a neutral grey, not the
+     near-white #f7f7f7 that drew unchanged leaves as white boxes on the dark page. */
+  var DIV_DARK = ["#2166ac", "#67a9cf", "#9fb4c0", "#6e6e6e", "#c4a497", "#ef8a62", "#b2182b"];
+  function dark() {
+    return typeof document !== "undefined" && !!document.body && document.body.getAttribute("data-md-color-scheme") === "slate";
+  }
 
   function rgb(colour) {
     if (colour.charAt(0) === "#") {
@@ -109,6 +115,32 @@
     if (text.length <= max) return text;
     if (max - 1 >= MIN_CHARS) return text.slice(0, max - 1) + "\u2026";
     return "";
+  }
+
+  /* What siblings' names share, cut after its last separator ("t_cat_" of t_cat_0 ... t_cat_7): the suffixes
+     after it tell the siblings apart ("_0", "_7"). name -> suffix (separator included), for siblings whose names
+     are distinct and share a start; {} where they share none. */
+  function siblingSuffixes(names) {
+    var out = {};
+    if (names.length < 2) return out;
+    var seen = {};
+    for (var i = 0; i < names.length; i++) { if (seen[names[i]]) return out; seen[names[i]] = true; }
+    var prefix = names[0];
+    names.forEach(function (n) { var k = 0; while (k < prefix.length && k < n.length && prefix[k] === n[k]) k++; prefix = prefix.slice(0, k); });
+    var cut = Math.max(prefix.lastIndexOf("_"), prefix.lastIndexOf("."), prefix.lastIndexOf("-"));
+    if (cut < 1) return out;  // no shared word: nothing to drop
+    names.forEach(function (n) { if (n.length > cut) out[n] = n.slice(cut); });
+    return out;
+  }
+
+  var FONTS = [12, 11, 10];  // px: a smaller font before a shorter label, never below 10 px
+  /* The labels a node may get, best first, each [text, font size in px]: its whole name at 12, 11 or 10 px; then,
+     where its siblings share the start of their names, "…" and the suffix that tells it apart ("…_7"); then
+     the start of its name and an ellipsis (shorten). */
+  function labelChoices(name, marker, suffix) {
+    var out = FONTS.map(function (f) { return [(marker || "") + name, f]; });
+    if (suffix) FONTS.forEach(function (f) { out.push([(marker || "") + "…" + suffix, f]); });
+    return out;
   }
 
   function mix(stops, t) {
@@ -147,9 +179,9 @@
     }
     if (!(hi > -Infinity)) return { colour: function () { return NONE; }, lo: null, hi: null, kind: kind, stops: stops };
     if (kind === "diverging") {
-      var m = hi || 1;
-      return { lo: -m, hi: m, kind: kind, stops: DIV, colour: function (v) {
-        return typeof v === "number" && isFinite(v) ? mix(DIV, 0.5 + v / (2 * m)) : NONE; } };
+      var m = hi || 1, div = dark() ? DIV_DARK : DIV;
+      return { lo: -m, hi: m, kind: kind, stops: div, colour: function (v) {
+        return typeof v === "number" && isFinite(v) ? mix(div, 0.5 + v / (2 * m)) : NONE; } };
     }
     if (kind === "log") {
       var l0 = Math.log(lo), l1 = Math.log(hi);
@@ -184,6 +216,19 @@
     }
     over.forEach(function (e) {
       var t = e[0], name = t.getAttribute("data-name"), marker = t.getAttribute("data-marker") || "";
+      var choices = labelChoices(name, marker, t.getAttribute("data-suffix") || ""), at = -1;
+      for (var c = 0; c < choices.length; c++) if (choices[c][0] === t.textContent && choices[c][1] === (parseFloat(t.style.fontSize) || 12)) at = c;
+      if (at >= 0) {  // the estimate picked one of the choices: try the rest, measured
+        for (c = at + 1; c < choices.length; c++) {
+          t.textContent = choices[c][0]; t.style.fontSize = choices[c][1] === 12 ? "" : choices[c][1] + "px";
+          if (t.getComputedTextLength() <= e[1]) return;
+        }
+        t.style.fontSize = "";
+        t.textContent = shorten(name, Math.floor(e[1] / CHAR), marker);
+        if (!t.textContent) { t.remove(); return; }
+        if (t.getComputedTextLength() <= e[1]) return;
+        e[2] = t.getComputedTextLength();
+      }
       var max = Math.floor(t.textContent.length * e[1] / e[2]);
       for (; max >= 0; max--) {
         var label = shorten(name, max, marker);
@@ -209,6 +254,11 @@
     this.tip.hidden = true;
     document.body.appendChild(this.tip);
     var self = this;
+    if (typeof MutationObserver !== "undefined" && document.body) {  // the palette toggle: redraw in the new scheme
+      var wasDark = dark();
+      new MutationObserver(function () { if (dark() !== wasDark) { wasDark = dark(); self.render(); } })
+        .observe(document.body, { attributes: true, attributeFilter: ["data-md-color-scheme"] });
+    }
     if (typeof ResizeObserver !== "undefined") {
       var lastWidth = 0;
       new ResizeObserver(function () {
@@ -249,6 +299,13 @@
     el("rect", { width: 6, height: 6, fill: "#ffffff", "fill-opacity": "0" }, hatch);
     el("line", { x1: 0, y1: 0, x2: 0, y2: 6, stroke: "#555", "stroke-width": 1.5, "stroke-opacity": 0.45 }, hatch);
     var self = this;
+    var kids = {};
+    L.nodes.forEach(function (k) { if (k !== self.zoom && parent[k] >= 0) (kids[parent[k]] = kids[parent[k]] || []).push(k); });
+    var suffixes = {};
+    Object.keys(kids).forEach(function (p) {
+      var names = kids[p].map(function (k) { return o.label(k); }), sx = siblingSuffixes(names);
+      kids[p].forEach(function (k, j) { if (sx[names[j]]) suffixes[k] = sx[names[j]]; });
+    });
     var draw = function (k, x, w, row, cls, fill) {
       var g = el("g", { "class": "cbsite-node " + cls, "data-index": k, transform: "translate(" + x + "," + row * ROW + ")" }, svg);
       el("rect", { width: Math.max(w - 1, 0.5), height: ROW - 2, fill: fill, rx: 2 }, g);
@@ -261,10 +318,17 @@
         g.setAttribute("aria-label", o.label(k));
       }
       var marker = cls.indexOf("failed") >= 0 ? "\u2715 " : cls.indexOf("estimated") >= 0 ? "\u2248 " : "";
-      var name = k < 0 ? "self" : o.label(k), label = shorten(name, Math.floor((w - 8) / CHAR), marker);
+      var name = k < 0 ? "self" : o.label(k), suffix = k >= 0 && suffixes[k] ? suffixes[k] : "";
+      var label = null, font = 12;
+      labelChoices(name, marker, suffix).some(function (c) {
+        if (c[0].length * CHAR * c[1] / 12 <= w - 8) { label = c[0]; font = c[1]; return true; }
+        return false;
+      });
+      if (label === null) label = shorten(name, Math.floor((w - 8) / CHAR), marker);
       if (label) {
         var t = el("text", { x: 4, y: ROW - 8, fill: textOn(fill), "data-name": name, "data-marker": marker,
-                             "data-room": Math.max(w - 8, 0) }, g);
+                             "data-suffix": suffix, "data-room": Math.max(w - 8, 0) }, g);
+        if (font !== 12) t.style.fontSize = font + "px";
         t.textContent = label;
       }
       return g;
@@ -363,8 +427,8 @@
     g.addEventListener("mouseleave", function () { self.tip.hidden = true; });
   };
 
-  var api = { layout: layout, ancestors: ancestors, scale: scale, Icicle: Icicle, RAMPS: RAMPS, NONE: NONE,
-              contrast: contrast, textOn: textOn, shorten: shorten, mix: mix };
+  var api = { layout: layout, ancestors: ancestors, scale: scale, Icicle: Icicle, RAMPS: RAMPS, NONE: NONE, DIV_DARK: DIV_DARK,
+              contrast: contrast, textOn: textOn, shorten: shorten, mix: mix, siblingSuffixes: siblingSuffixes };
   global.CbsiteIcicle = api;
   if (typeof module !== "undefined" && module.exports) module.exports = api;
 })(typeof window !== "undefined" ? window : globalThis);
