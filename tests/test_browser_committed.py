@@ -343,3 +343,39 @@ def test_diff_icicle_has_no_white_boxes_in_dark_mode(site, page):
     assert page.evaluate("window.CbsiteIcicle.scale([-1, 0, 1], 'diverging').colour(0)") == "rgb(110,110,110)"
     assert [c for c in page.evaluate(CONTRASTS) if c[1] < 4.5] == []
     assert page.errors == []
+
+
+def test_dark_charts_grid_under_the_data_plain_intensity_ticks_and_line_legends(site, page):
+    """Issue 14 audit, dark scheme: the roofline's grid (Vega's dark theme) was brighter than its #555 roofs, its
+    x ticks read "10m" and "200m", and the trend charts' legends drew the p25-p75 band's near-invisible swatches.
+    Now the grid is dimmer than the roofs and ridge, FLOP per byte reads "0.01", "0.2", and the legends are the
+    lines' (opaque swatches)."""
+    server, built = site
+    _run_page(page, server, built, "dlrm")
+    page.evaluate("document.body.setAttribute('data-md-color-scheme', 'slate')")
+    page.wait_for_function("document.querySelector('.cbsite-roofline svg') && document.querySelector('.cbsite-roofline svg').style.backgroundColor === 'transparent'", timeout=20000)
+    page.wait_for_timeout(300)
+    lum = """(c) => { const v = c.match(/\\d+(\\.\\d+)?/g).slice(0, 3).map(Number);
+        return (0.2126 * v[0] + 0.7152 * v[1] + 0.0722 * v[2]) / 255; }"""
+    seen = page.evaluate("""(lum) => { lum = eval(lum); const s = document.querySelector('.cbsite-roofline svg');
+        const grid = Array.from(s.querySelectorAll('.role-axis-grid line')).map(l => lum(getComputedStyle(l).stroke));
+        const roofs = Array.from(s.querySelectorAll('.mark-line path, .mark-rule line'))
+          .filter(l => !l.closest('.role-axis, .role-axis-grid, .role-axis-tick, .role-axis-domain')).map(l => lum(getComputedStyle(l).stroke));
+        const x = Array.from(s.querySelectorAll('.role-axis')).filter(a => a.getAttribute('aria-label') && a.getAttribute('aria-label').startsWith('X-axis'))
+          .flatMap(a => Array.from(a.querySelectorAll('.role-axis-label text')).map(t => t.textContent));
+        return [grid, roofs, x]; }""", lum)
+    grid, roofs, xticks = seen
+    assert grid and roofs and max(grid) < min(roofs), (grid, roofs)
+    assert "0.2" in xticks or "0.1" in xticks, xticks
+    assert [t for t in xticks if re.search(r"\d[munkMG]$", t)] == [], xticks  # no "10m", "200m"
+    page.goto(server.url + "models/dlrm/")
+    page.evaluate("document.body.setAttribute('data-md-color-scheme', 'slate')")
+    page.wait_for_function("document.querySelectorAll('[data-cbsite-chart] svg').length >= 4", timeout=30000)
+    page.wait_for_timeout(800)
+    swatches = page.evaluate("""() => Array.from(document.querySelectorAll('[data-cbsite-chart] svg .role-legend-symbol path'))
+        .map(p => [parseFloat(getComputedStyle(p).opacity), parseFloat(p.getAttribute('fill-opacity') || getComputedStyle(p).fillOpacity),
+                   getComputedStyle(p).stroke, getComputedStyle(p).fill])""")
+    assert swatches
+    # every swatch is drawn solid: neither the band's 18 % fill nor a see-through symbol
+    assert [s for s in swatches if s[0] < 0.9 or (s[1] < 0.5 and s[2] in ("none", "transparent"))] == [], swatches
+    assert page.errors == []

@@ -153,6 +153,7 @@ def _trend_chart(rows: list[dict[str, Any]], versions: Sequence[str], title: str
     )
     line = base.transform_filter("datum.newest").mark_line(point=True)
     points = base.mark_point(opacity=0.5, size=30).encode(
+        color=alt.Color("phase:N", title=series, legend=None),  # the legend is the line layer's
         tooltip=[alt.Tooltip("version:N"), alt.Tooltip("run_id:N", title="run"),
                  alt.Tooltip("phase:N", title=series) if series != "phase" else alt.Tooltip("phase:N"),
                  alt.Tooltip("value:Q", format=".4~s")]
@@ -160,12 +161,14 @@ def _trend_chart(rows: list[dict[str, Any]], versions: Sequence[str], title: str
     layers = [line, points]
     if any("lo" in r for r in rows):
         band = alt.Chart(alt.Data(values=rows)).transform_filter("datum.newest && isValid(datum.lo)").mark_area(
-            # The same colour encoding as the lines (no `legend=None`: in a layer it would hide the shared legend).
-            opacity=0.18).encode(x=x, y=alt.Y("lo:Q"), y2=alt.Y2("hi:Q"), color=alt.Color("phase:N", title=series))
+            # The lines' colour scale (shared), but no legend of its own: its 18 % swatches were near-invisible in
+            # the dark scheme; the legend is the line layer's (legends resolved per layer, below).
+            opacity=0.18).encode(x=x, y=alt.Y("lo:Q"), y2=alt.Y2("hi:Q"), color=alt.Color("phase:N", title=series, legend=None))
         layers.insert(0, band)
     title_params = alt.TitleParams(title + (" (band: p25-p75 of the newest run)" if len(layers) == 3 else ""),
                                    anchor="start", limit=0, fontSize=12)
-    return _finish(alt.layer(*layers).properties(width="container", height=180, title=title_params))
+    return _finish(alt.layer(*layers).resolve_legend(color="independent")
+                   .properties(width="container", height=180, title=title_params))
 
 
 def _contributors_chart(rows: list[dict[str, Any]], title: str, axis_format: str = "~s") -> dict[str, Any]:
@@ -217,8 +220,9 @@ def _roofline_chart() -> dict[str, Any]:
     ridge = alt.Chart(alt.Data(values=[])).mark_rule(color="#555555", strokeDash=[2, 2]).encode(
         x=alt.X("ai:Q", scale=log), tooltip=[alt.Tooltip("label:N", title="ridge")])
     points = alt.Chart(alt.Data(values=[])).mark_point(filled=True, size=60, opacity=0.85, cursor="pointer").encode(
+        # Plain decimals for FLOP per byte ("0.01", "0.2", "20"): SI prefixes read "10m" and "200m" here.
         x=alt.X("ai:Q", title="arithmetic intensity (FLOP per byte moved)", scale=alt.Scale(type="log"),
-                axis=alt.Axis(format="~s")),
+                axis=alt.Axis(format="~r")),
         y=alt.Y("flops_s:Q", title="achieved FLOP/s (per call)", scale=alt.Scale(type="log"), axis=alt.Axis(format="~s")),
         color=alt.Color("bound:N", title="bound by", scale=alt.Scale(domain=list(BOUND_COLOURS), range=list(BOUND_COLOURS.values()))),
         shape=alt.Shape("phase:N", title="phase"),

@@ -15,6 +15,24 @@
     var scheme = document.body && document.body.getAttribute("data-md-color-scheme");
     return scheme === "slate";
   }
+  /* The dark scheme: a transparent background, grid lines dimmer than the data (Vega's dark grid is brighter than
+     the roofline's #555 roofs), the roofs and ridge light grey, and the compute blue lighter (charts.py BOUND_COLOURS). */
+  var DARK_INK = { "#555555": "#c8c8c8", "#1f6fb4": "#4a9bd9" };
+  function darken(spec) {
+    spec.config = Object.assign({}, spec.config, { background: "transparent" });
+    spec.config.axis = Object.assign({ gridColor: "#3a3f4b", gridOpacity: 1, domainColor: "#8a8f99", tickColor: "#8a8f99" }, spec.config.axis);
+    (function walk(node) {
+      if (Array.isArray(node)) { node.forEach(function (v, k) { if (typeof v === "string" && DARK_INK[v]) node[k] = DARK_INK[v]; else walk(v); }); return; }
+      if (!node || typeof node !== "object") return;
+      Object.keys(node).forEach(function (k) {
+        if (k === "data") return;  // values are data, not colours
+        var v = node[k];
+        if (typeof v === "string" && DARK_INK[v] && (k === "color" || k === "stroke" || k === "fill" || k === "value")) node[k] = DARK_INK[v];
+        else walk(v);
+      });
+    })(spec);
+    return spec;
+  }
   function renderAll() {
     var els = document.querySelectorAll("[data-cbsite-chart]");
     Array.prototype.forEach.call(els, function (el) {
@@ -24,8 +42,7 @@
         var opts = { actions: false, renderer: "svg" };
         if (dark()) {
           opts.theme = "dark";
-          spec = JSON.parse(JSON.stringify(spec));
-          spec.config = Object.assign({}, spec.config, { background: "transparent" });
+          spec = darken(JSON.parse(JSON.stringify(spec)));
         }
         return window.cbsiteVegaEmbed(el, spec, opts);
       }).catch(function (err) {
