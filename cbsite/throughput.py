@@ -23,6 +23,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from cbsite import format as cfmt
 from cbsite import stats
 
 MODES = ("train", "eval")
@@ -46,13 +47,11 @@ def mode_of(meta: Mapping[str, Any], mode: str) -> dict[str, Any] | None:
 
 
 def format_rate(value: float | None) -> str:
-    """Examples per second with a decimal SI prefix: "6.52k examples/s"."""
+    """Examples per second as the site writes them (the one formatter, cbsite.format.rate): "49.1k examples/s",
+    "1M examples/s" at 999,600 (never "1e+03k"); "n/a" when unknown."""
     if value is None or not math.isfinite(value):
         return "n/a"
-    for prefix, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g}{prefix} examples/s"
-    return f"{value:.3g} examples/s"
+    return f"{cfmt.rate(value)} examples/s"
 
 
 def _ms(value: float | None) -> str:

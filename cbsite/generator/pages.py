@@ -15,6 +15,7 @@ from typing import Any
 
 import jinja2
 
+from cbsite import format as cfmt
 from cbsite.archive import Run
 
 # Shipped inside the package (package data), so an installed wheel builds sites with no source tree.
@@ -43,38 +44,13 @@ def root_of(url: str) -> str:
 
 
 # Plain-text number formats for templates; None (not measured) is an en dash everywhere.
-DASH = "\u2013"
+DASH = cfmt.DASH
 
 
-def _sig(value: float, digits: int = 3) -> str:
-    """`digits` significant digits written as JavaScript writes `Number(v.toPrecision(digits))`: halves
-    rounded away from zero, no trailing zeros, no exponent between 1e-7 and 1e21. format.js `sig` is the
-    same rule; tests/test_site_readability.py ties the two on many values."""
-    d = decimal.Decimal(value)  # the float's exact value
-    if d == 0:
-        return "0"
-    q = d.quantize(decimal.Decimal(1).scaleb(d.adjusted() - digits + 1), rounding=decimal.ROUND_HALF_UP)
-    x = float(q)
-    if 1e-7 <= abs(x) < 1e21:
-        return format(decimal.Decimal(repr(x)).normalize(), "f")
-    return repr(x).replace("e-0", "e-").replace("e+0", "e+")
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _si(value: float | None, unit: str, base: float = 1000.0) -> str:
-    """3 significant digits and a decimal prefix; the prefix is chosen after rounding, so 999.6 FLOP is
-    "1 kFLOP" (as cbsite.diff.format_amount writes it), never "1e+03 FLOP" or "1000 FLOP"."""
-    if not _finite(value):
-        return DASH
-    prefixes = ["", "k", "M", "G", "T", "P", "E"]
-    v, i = float(value), 0
-    while abs(float(_sig(v))) >= base and i < len(prefixes) - 1:
-        v /= base
-        i += 1
-    return f"{_sig(v)} {prefixes[i]}{unit}"
+# The core of the one formatter lives in cbsite.format (core modules such as cbsite.throughput use it too).
+_sig = cfmt.sig
+_finite = cfmt.finite
+_si = cfmt.si
 
 
 def fmt_ms(value: float | None) -> str:
@@ -117,12 +93,30 @@ def fmt_mb(value: float | None) -> str:
 
 
 def fmt_rate(value: float | None) -> str:
-    """A rate such as examples per second, 3 significant digits and a decimal prefix written onto the number
-    ("49.1k", "442k", "1.2M", "168"; the prefix chosen after rounding: 999.6 is "1k", never "1e+03"), for
-    "{{ v|rate }} examples/s" (format.js `rate` is the same rule)."""
-    if not _finite(value):
+    """A rate such as examples per second: "49.1k", "442k", "1M" (cbsite.format.rate; format.js `rate` is the
+    same rule), for "{{ v|rate }} examples/s"."""
+    return cfmt.rate(value)
+
+
+def fmt_ms_range(lo: float | None, hi: float | None) -> str:
+    """A range of durations in ms written once with its unit where both ends share it ("4.24–6.06 ms", as `ms`
+    writes each end; "950 ms–1.2 s" across units; DASH when an end is unknown)."""
+    if not _finite(lo) or not _finite(hi):
         return DASH
-    return _si(value, "").replace(" ", "")
+    a, b = fmt_ms(lo), fmt_ms(hi)
+    if a.rsplit(" ", 1)[-1] == b.rsplit(" ", 1)[-1]:
+        a = a.rsplit(" ", 1)[0]
+    return f"{a}\u2013{b}"
+
+
+def fmt_speedup(value: float | None) -> str:
+    """A torch.compile speed-up (eager ms / compiled ms), 3 significant digits with its direction stated:
+    "1.29× (faster)", "0.773× (slower)", "1× (no change)" where it rounds to 1; DASH when unknown or not > 0."""
+    if not _finite(value) or value <= 0:
+        return DASH
+    text = _sig(value)
+    word = "no change" if float(text) == 1 else ("faster" if value > 1 else "slower")
+    return f"{text}\u00d7 ({word})"
 
 
 def fmt_pct(value: float | None) -> str:
@@ -184,7 +178,7 @@ def environment(bytecode_dir: str | None = None) -> jinja2.Environment:
     )
     env.filters.update(
         ms=fmt_ms, time=fmt_time, bytes=fmt_bytes, flops=fmt_flops, pct=fmt_pct, num=fmt_num, signed=fmt_signed,
-        ratio=fmt_ratio, mb=fmt_mb, rate=fmt_rate,
+        ratio=fmt_ratio, mb=fmt_mb, rate=fmt_rate, ms_range=fmt_ms_range, speedup=fmt_speedup,
         # YAML front matter: a JSON string is a valid YAML scalar, and tojson escapes <, >, & and '.
         yaml_str=lambda s: jinja2.utils.htmlsafe_json_dumps(str(s)),
     )
