@@ -4,6 +4,7 @@ deterministic in what they assert (never a wall-clock figure)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,40 @@ def fast_config():
     from cbsite.collector import CollectConfig
 
     return CollectConfig(min_run_time=0.005, warmup=1, calibrate=False, peak_flops=1e11, peak_bandwidth=1e10, progress=False)
+
+
+# Browser tests (the helpers live in tests/test_browser_site.py): one chromium per module, and a page at the
+# module's VIEWPORT (1400 x 1000 unless the module says otherwise), recording requests and console errors.
+@pytest.fixture(scope="module")
+def browser():
+    from tests.test_browser_site import launched_browser
+
+    with launched_browser() as b:
+        yield b
+
+
+@pytest.fixture
+def page(browser, request):
+    from tests.test_browser_site import recording_page
+
+    with recording_page(browser, getattr(request.module, "VIEWPORT", {"width": 1400, "height": 1000})) as pg:
+        yield pg
+
+
+COMMITTED_RUNS = Path(__file__).resolve().parent.parent / "runs"
+
+
+@pytest.fixture(scope="session")
+def committed_site(tmp_path_factory):
+    """The committed archive (runs/) built once for every browser module that reads it, served over HTTP:
+    (server, site folder). Tests only read it."""
+    from cbsite.generator import build_site
+    from tests.test_browser_site import Server
+
+    built = build_site(COMMITTED_RUNS, tmp_path_factory.mktemp("committed") / "site", quiet=True)
+    server = Server(built)
+    yield server, built
+    server.close()
 
 
 def pytest_collection_modifyitems(config, items):

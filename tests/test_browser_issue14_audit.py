@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cbsite.generator import build_site, diffdata
-from tests.test_browser_site import CHROMIUM, Server, launched_browser, recording_page
+from cbsite.generator import diffdata
+from tests.test_browser_site import CHROMIUM
 
 RUNS = Path(__file__).resolve().parent.parent / "runs"
 VIEWPORT = {"width": 1400, "height": 1000}
@@ -25,23 +25,8 @@ DIFFS = ["diffs/dlrm/v1/v2/", "diffs/dlrm-sharded/table-wise/row-wise/"]
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    built = build_site(RUNS, tmp_path_factory.mktemp("audit") / "site", quiet=True)
-    server = Server(built)
-    yield server, built
-    server.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with launched_browser() as b:
-        yield b
-
-
-@pytest.fixture
-def page(browser):
-    with recording_page(browser, VIEWPORT) as pg:
-        yield pg
+def site(committed_site):
+    return committed_site
 
 
 def _run_pages(built: Path) -> list[str]:

@@ -7,7 +7,7 @@ import pytest
 
 from cbsite.generator import build_site
 from tests.latency_archive import COMPARISON_ID, IDS, write_latency_archive
-from tests.test_browser_site import CHROMIUM, Server, _outside, launched_browser, recording_page
+from tests.test_browser_site import CHROMIUM, Server, _outside
 
 pytestmark = [
     pytest.mark.browser,
@@ -24,18 +24,6 @@ def site(tmp_path_factory):
     server = Server(built)
     yield server, built
     server.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with launched_browser() as b:
-        yield b
-
-
-@pytest.fixture
-def page(browser):
-    with recording_page(browser, {"width": 1400, "height": 1000}) as pg:
-        yield pg
 
 
 def _cell(page, path: str, header: str):

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from cbsite.generator import build_site
-from tests.test_browser_site import CHROMIUM, Server, _outside, launched_browser, recording_page
+from tests.test_browser_site import CHROMIUM, Server, _outside
 from tests.test_site_readability import readable_archive
 
 pytestmark = [
@@ -58,18 +58,6 @@ def site(tmp_path_factory):
     server = Server(built)
     yield server, built
     server.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with launched_browser() as b:
-        yield b
-
-
-@pytest.fixture
-def page(browser):
-    with recording_page(browser, VIEWPORT) as pg:
-        yield pg
 
 
 def _run(server, built, version="v2") -> str:

@@ -87,6 +87,9 @@ def launched_browser():
             b.close()
 
 
+VIEWPORT = {"width": 1300, "height": 900}  # the page fixture's (tests/conftest.py)
+
+
 @contextlib.contextmanager
 def recording_page(browser, viewport: dict):
     """A page that records every request (`page.requests`) and every console error (`page.errors`)."""
@@ -100,18 +103,6 @@ def recording_page(browser, viewport: dict):
         yield pg
     finally:
         context.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with launched_browser() as b:
-        yield b
-
-
-@pytest.fixture
-def page(browser):
-    with recording_page(browser, {"width": 1300, "height": 900}) as pg:
-        yield pg
 
 
 def _outside(requests: list[str], allowed_ports: set[int]) -> list[str]:
