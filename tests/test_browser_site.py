@@ -235,19 +235,20 @@ def test_version_selector_lists_published_versions(site, browser, tmp_path):
     out = tmp_path / "published"
     publish_site(runs, out, "1.0", quiet=True)
     publish_site(runs, out, "2.0", aliases=["latest"], set_default=True, quiet=True)
-    server = Server(out)
-    try:
-        context = browser.new_context()
-        pg = context.new_page()
-        requests: list[str] = []
-        context.on("request", lambda r: requests.append(r.url))
+    with _served(out) as server, recording_page(browser, VIEWPORT) as pg:
         pg.goto(server.url)  # the root redirects to the default alias
         pg.wait_for_url("**/latest/", timeout=10000)
         pg.wait_for_selector(".md-version__list .md-version__item", state="attached", timeout=10000)
         items = pg.locator(".md-version__list .md-version__link").all_text_contents()
         assert any("1.0" in i for i in items) and any("2.0" in i for i in items)
-        assert _outside(requests, {server.port}) == []
-        context.close()
+        assert _outside(pg.requests, {server.port}) == []
+
+
+@contextlib.contextmanager
+def _served(folder: Path):
+    server = Server(folder)
+    try:
+        yield server
     finally:
         server.close()
 
@@ -271,12 +272,7 @@ def test_version_switch_from_a_run_page_keeps_the_page(site, browser, tmp_path):
     publish_site(older, out, "1.0", quiet=True)
     v2 = publish_site(runs, out, "2.0", aliases=["latest"], set_default=True, quiet=True)
     assert "<loc>" in (out / "1.0" / "sitemap.xml").read_text()
-    server = Server(out)
-    try:
-        context = browser.new_context()
-        pg = context.new_page()
-        requests: list[str] = []
-        context.on("request", lambda r: requests.append(r.url))
+    with _served(out) as server, recording_page(browser, VIEWPORT) as pg:
         kept = f"runs/toy/v1/{next((v2 / 'runs' / 'toy' / 'v1').iterdir()).name}/"
         assert (out / "1.0" / kept / "index.html").is_file()
         pg.goto(server.url + "2.0/" + kept)
@@ -294,10 +290,7 @@ def test_version_switch_from_a_run_page_keeps_the_page(site, browser, tmp_path):
         pg.goto(server.url + "2.0/" + gone)
         _switch_version(pg, "1.0")
         pg.wait_for_url(server.url + "1.0/", timeout=10000)
-        assert _outside(requests, {server.port}) == []
-        context.close()
-    finally:
-        server.close()
+        assert _outside(pg.requests, {server.port}) == []
 
 
 def check_short_lazy_diff_page(page, server_url: str, url: str) -> int:
