@@ -99,7 +99,7 @@ class Capture:
     counts: dict[str, int] = field(default_factory=dict)
     input_bytes: dict[str, int] = field(default_factory=dict)
     saved_bytes: dict[str, int] = field(default_factory=dict)
-    output_bytes: dict[str, int] = field(default_factory=dict)  # distinct output tensors of all its calls
+    output_bytes: dict[str, int] = field(default_factory=dict)  # distinct output tensors of all its calls (census)
     # False when a `keep_bytes` cap stopped the cloning: then `calls` is empty, only the census counts.
     complete: bool = True
 
@@ -237,8 +237,9 @@ def capture(
         def hook(module: nn.Module, hook_args: Any, output: Any) -> None:
             if stack:
                 stack.pop()
-            outs = {id(t): t.numel() * t.element_size() for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor)}
-            result.output_bytes[path] = result.output_bytes.get(path, 0) + sum(outs.values())
+            if census:  # the plan reads it from the census; group captures skip the walk over every output
+                outs = {id(t): t.numel() * t.element_size() for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor)}
+                result.output_bytes[path] = result.output_bytes.get(path, 0) + sum(outs.values())
             running = pending.get(path)
             watched = running.pop() if running else None
             if watched is not None:

@@ -129,10 +129,10 @@ def _spawn_pool() -> ProcessPoolExecutor:
 def kept_worker(start_now: bool = False):
     """One clean worker for every `in_clean_worker` job inside the block (the start and end calibrations,
     re-calibrations on component shapes), instead of a fresh process each: its interpreter and torch import
-    (1.5-2.5 s on the 2-core machine) are paid once per collection. It runs nothing but calibration jobs,
-    so it stays as clean as a fresh one; between jobs it sleeps on a pipe. With `start_now` it starts at
-    once, so its start overlaps the caller's own setup (building the model). A nested block shares the
-    outer block's worker."""
+    are paid once per collection (the two calibrations took about 10 s before, 6 s after, in
+    benchmarks/collect_scale.py). It runs nothing but calibration jobs, so it stays as clean as a fresh one;
+    between jobs it sleeps on a pipe. With `start_now` it starts at once, so its start overlaps the caller's
+    own setup (building the model). A nested block shares the outer block's worker."""
     if _kept:
         yield
         return

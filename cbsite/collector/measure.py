@@ -206,9 +206,10 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_
     started = time.perf_counter()
     # `warm_s`: how long the untimed run just before took. The counting and peak passes have just run the
     # statement's work twice on the same inputs, but under a dispatch mode and the profiler: the plain path
-    # still needs one call (without it a quarter of first blocks were over 5 % slower than the rest, measured
-    # on dlrm medium; 4 % with it). A component whose passes took the budget needs none; more calls were up
-    # to a budget of untimed work per component and phase (a third of a GPT-2 collection's untimed rest).
+    # still needs one call (on dlrm medium, first blocks over 5 % slower than the rest of theirs: 25 % without
+    # it, 19 % with it, 17 % with the old budget-bounded warm-up). A component whose passes took the budget needs
+    # none; more calls were up to a budget of untimed work per component and phase (14.6 of the 37 s untimed
+    # rest of a GPT-2 small 2 x 128 collection).
     if warm_s is None:
         last_warm = warm_up(fn, cfg)
     elif warm_s >= cfg.min_run_time or cfg.warmup == 0:

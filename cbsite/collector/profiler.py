@@ -309,8 +309,7 @@ class GroupedCaptures:
                  everything: bool = False) -> None:
         self.model, self.batches, self.grad, self.plan = model, batches, grad, plan
         self.everything = everything  # one group of every module, captured once (CollectConfig.capture_all_at_once)
-        self.all_paths = list(census.counts)
-        self.counts = dict(census.counts)  # calls per forward, where a group's capture may stop
+        self.counts = dict(census.counts)  # every module's calls per forward (where a group's capture may stop)
         # Batch 0's inputs of every module when the census could keep them within the allowance (small
         # models): then groups need no forward of batch 0, and a model captures in as many forwards as
         # it has batches, as before the plan.
@@ -348,7 +347,7 @@ class GroupedCaptures:
         self.groups += 1
         held_bytes = 0
         for i, (args, kwargs) in enumerate(self.batches):
-            wanted = self.all_paths if group is None else [p for p in group if i < self.plan.batches_for(p)]
+            wanted = list(self.counts) if group is None else [p for p in group if i < self.plan.batches_for(p)]
             if group is not None and not wanted:
                 continue
             if i == 0 and self.batch0 is not None:

@@ -352,8 +352,7 @@ def _render_diffs(entries: list[_DiffEntry], results: list[Any], writer: _Writer
             warnings.append(f"diff {entry.base.model}@{entry.base.version} .. {entry.head.model}@{entry.head.version}: {entry.error}")
         else:
             entry.summary = result["summary"]
-            entry.context = {**result, "labels": cdiff.LABELS,
-                             "head_data": pages.root_of(entry.url) + pages.run_url(entry.head) + "components.json"}
+            entry.context = {**result, "labels": cdiff.LABELS}
         # Its inputs: the diff (its key covers both runs and the comparison record) and where the page lies.
         key = _page_key("diff", entry.key, entry.url, pages.run_url(entry.head)) if entry.key else None
         writer.page(entry.url, "pages/diff.md.j2", key, base=entry.base, head=entry.head, entry=entry, **entry.context)
