@@ -75,6 +75,9 @@ def _add_collect_args(p: argparse.ArgumentParser) -> None:
                         "children are measured and it is estimated from them")
     p.add_argument("--no-step", action="store_true",
                    help="skip the whole model's training step and eval forward (step throughput in run.json)")
+    p.add_argument("--count-every-twin", action="store_true",
+                   help="count FLOPs, bytes and peak memory of every component, also of twins (identical modules on "
+                        "inputs of the same shapes, e.g. GPT-2's 12 blocks), which by default take the first one's counts")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--plugin", action="append", default=[],
                    help="profiler/preprocessor/reporter plugin by name, e.g. trace, ops, log, compile; repeatable "
@@ -123,6 +126,7 @@ def _collect_config(args: argparse.Namespace, plugins: tuple[tuple[str, ...], di
         peak_bandwidth=args.peak_bandwidth,
         num_threads=args.threads,
         step=not args.no_step,
+        count_twins_once=not getattr(args, "count_every_twin", False),
         rounds=args.rounds,
         max_component_s=args.max_component_s,
         memory_limit=None if getattr(args, "memory_limit", None) is None else parse_size(args.memory_limit),

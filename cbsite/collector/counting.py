@@ -24,6 +24,8 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
+from cbsite.collector.twins import value_dependent
+
 aten = torch.ops.aten
 
 
@@ -126,6 +128,7 @@ class Census:
     bytes_moved: int = 0
     unsupported: set[str] = field(default_factory=set)
     ops: dict[str, int] = field(default_factory=dict)  # op name -> calls
+    value_dependent: bool = False  # an op whose work or output shape may depend on values (twins.py)
 
 
 class _CensusMode(TorchDispatchMode):
@@ -141,6 +144,8 @@ class _CensusMode(TorchDispatchMode):
         out = func(*args, **kwargs)
         name = op_name(func)
         self.census.ops[name] = self.census.ops.get(name, 0) + 1
+        if not self.census.value_dependent and value_dependent(func):
+            self.census.value_dependent = True
         packet = func.overloadpacket
         if not (
             packet in self.formulas
@@ -170,6 +175,9 @@ class Counts:
     unsupported_ops: list[str]
     flops_by_op: dict[str, int]
     op_calls: dict[str, int]
+    # Whether the pass met an op whose work may depend on tensor values: such counts are never reused
+    # for an identical component (twins.py).
+    value_dependent: bool = False
 
 
 def count(fn: Callable[[], Any]) -> tuple[Any, Counts]:
@@ -186,4 +194,5 @@ def count(fn: Callable[[], Any]) -> tuple[Any, Counts]:
         unsupported_ops=sorted(census.unsupported),
         flops_by_op=by_op,
         op_calls=dict(sorted(census.ops.items())),
+        value_dependent=census.value_dependent,
     )

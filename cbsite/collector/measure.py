@@ -321,6 +321,25 @@ def _mutated_inputs(module: nn.Module, call: Call) -> bool:
 Graph = tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]  # (roots, grad_outputs, wrt)
 
 
+@dataclass(frozen=True)
+class Known:
+    """What an identical component's counting and peak passes found (twins.py): they stand for this one's."""
+
+    counts: Counts  # per call
+    peak: int
+    source: str  # the twin's path
+
+    def note(self) -> str:
+        return (f"FLOPs, bytes moved and peak memory counted on its twin {self.source or '<root>'} (same modules, "
+                "parameters and input shapes, no value-dependent op); timed on its own inputs")
+
+
+def _warm_twin(statement: Callable[[], Any], cfg: TimingConfig) -> float:
+    """The warm-up of a twin, whose counting and peak passes (which warm a component) are not run: one plain
+    call here, and time_fn adds one more unless this one took the budget. Returns its seconds."""
+    return warm_up(statement, dataclasses.replace(cfg, warmup=1)) if cfg.warmup else 0.0
+
+
 def _grad(graph: Graph) -> Any:
     roots, grads, wrt = graph
     return torch.autograd.grad(roots, wrt, grads, retain_graph=True, allow_unused=True)
@@ -439,17 +458,23 @@ class ComponentMeasurement:
 
         return backward_fn
 
-    def forward(self) -> PhaseResult:
+    def forward(self, known: Known | None = None) -> PhaseResult:
+        """Count, take the allocator peak, then time. `known`: an identical component's counts and peak
+        (twins.py), which stand for this one's; its passes are then replaced by plain warm-up calls."""
         first = self.batches[0]
         first_inputs = [c.replay_inputs(with_grad=c.grad_enabled) for c in first]
         first_modes = [c.grad_enabled for c in first]
+        statement = self.rotation("forward")
+        notes = ["timed with a copy of the inputs per run (in-place module)"] if self.inplace else []
+        if known is not None:
+            timing = time_fn(statement, self.calls_per_batch, self.cfg, warm_s=_warm_twin(statement, self.cfg))
+            return PhaseResult(timing, known.counts, known.peak, notes + [known.note()] + timing.notes, {})
         t0 = time.perf_counter()
         counts = count(lambda: self._run(first_inputs, first_modes))[1]  # the output (and its graph) is let go at once
         counting_s = time.perf_counter() - t0
         # The peak of one warm call (the counting pass warmed it), then timing, warm from both.
         peak, peak_s = _timed_peak(self.cfg.device, lambda: self._run(first_inputs, first_modes))
-        timing = time_fn(self.rotation("forward"), self.calls_per_batch, self.cfg, warm_s=peak_s)
-        notes = ["timed with a copy of the inputs per run (in-place module)"] if self.inplace else []
+        timing = time_fn(statement, self.calls_per_batch, self.cfg, warm_s=peak_s)
         return PhaseResult(timing, per_call(counts, self.calls_per_batch), peak, notes + timing.notes,
                            {"counting": counting_s, "memory_peaks": peak_s})
 
@@ -486,17 +511,22 @@ class ComponentMeasurement:
             return True
         return (len(self.batches) - 1) * self.graph_bytes <= allowance
 
-    def backward(self) -> PhaseResult:
+    def backward(self, known: Known | None = None) -> PhaseResult:
+        """As `forward`, on graphs built from the captured inputs (one per batch, or one at a time)."""
         t0 = time.perf_counter()
         graph = self._graph(self.batches[0], seed=0)
         t1 = time.perf_counter()
-        counts = count(lambda: _grad(graph))[1]
-        untimed = {"backward_graphs": t1 - t0, "counting": time.perf_counter() - t1}
-        # The peak of one warm call (the counting pass warmed it), before timing: a graph cycle may hold
-        # another batch's graph once timing ends.
-        peak, peak_s = _timed_peak(self.cfg.device, lambda: _grad(graph))
-        untimed["memory_peaks"] = peak_s
-        notes = []
+        untimed = {"backward_graphs": t1 - t0}
+        if known is None:
+            counts = per_call(count(lambda: _grad(graph))[1], self.calls_per_batch)
+            untimed["counting"] = time.perf_counter() - t1
+            # The peak of one warm call (the counting pass warmed it), before timing: a graph cycle may hold
+            # another batch's graph once timing ends.
+            peak, peak_s = _timed_peak(self.cfg.device, lambda: _grad(graph))
+            untimed["memory_peaks"] = peak_s
+            notes = []
+        else:
+            counts, peak, peak_s, notes = known.counts, known.peak, None, [known.note()]
         if self.graphs_fit():
             t0 = time.perf_counter()
             graphs = [graph] + [self._graph(batch, seed=i) for i, batch in enumerate(self.batches[1:], 1)]
@@ -511,6 +541,8 @@ class ComponentMeasurement:
                 f"at once, past the collection's allowance of {self.cfg.graph_allowance_bytes / 2**20:,.0f} MiB"
             )
         del graph
+        if known is not None:
+            peak_s = _warm_twin(statement, self.cfg)
         timing = time_fn(statement, self.calls_per_batch, self.cfg, warm_s=peak_s)
         del statement
         live = sum(c.grad_enabled for c in self.batches[0])
@@ -528,7 +560,7 @@ class ComponentMeasurement:
             notes.append(
                 f"dense embedding gradient: backward writes whole tables ({rows} rows), not just the rows looked up"
             )
-        return PhaseResult(timing, per_call(counts, self.calls_per_batch), peak, notes + timing.notes, untimed)
+        return PhaseResult(timing, counts, peak, notes + timing.notes, untimed)
 
 
 def per_call(counts: Counts, calls: int) -> Counts:
@@ -541,4 +573,5 @@ def per_call(counts: Counts, calls: int) -> Counts:
         unsupported_ops=counts.unsupported_ops,
         flops_by_op={k: v // calls for k, v in counts.flops_by_op.items()},
         op_calls=counts.op_calls,
+        value_dependent=counts.value_dependent,
     )

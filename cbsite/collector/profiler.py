@@ -30,7 +30,8 @@ from cbsite.collector.capture import Capture, capture, moved, refuse_iterators
 from cbsite.collector import hierarchy, memory
 from cbsite.collector.session import rounds
 from cbsite.collector.device import describe_device, kept_worker
-from cbsite.collector.measure import BLOCKS_PER_BUDGET, ComponentMeasurement, NothingToDifferentiate, PhaseResult, TimingConfig
+from cbsite.collector.measure import (BLOCKS_PER_BUDGET, ComponentMeasurement, Known, NothingToDifferentiate, PhaseResult,
+                                      TimingConfig)
 from cbsite.collector.peaks import check_peaks
 from cbsite.collector.preprocess import batch_size_of
 from cbsite.collector.restore import preserved
@@ -40,6 +41,7 @@ from cbsite.collector.plan import Component, PlanConfig, breadth_first, componen
 from cbsite.collector.plugins import registry
 from cbsite.collector.plugins.base import PhaseContext, RunContext
 from cbsite.collector.plugins.runner import PluginRunner, RowPatch, label, slug, staging_folder
+from cbsite.collector.twins import TWINS_RULE, Twins, signature
 from cbsite.errors import CbsiteError, user_code_error
 from cbsite.provenance import git_state, package_versions
 
@@ -75,6 +77,9 @@ class CollectConfig:
     max_component_s: float | None = None
     # The whole model's training step and inference forward, timed besides the components (step.py).
     step: bool = True
+    # Identical components (same modules, parameter and input shapes, no value-dependent op) counted once:
+    # the others take the first one's FLOPs, bytes and peak memory, and are still timed (twins.py).
+    count_twins_once: bool = True
     # Bytes the collecting process's data segment may reach (CPU; None: 90 % of what is available at the
     # start). An allocation past it fails the component that made it: `failed: out of memory` (memory.py).
     memory_limit: int | None = None
@@ -190,12 +195,16 @@ def _measure(
     plugged: _Plugged | None = None,
     on_phase: Callable[[str], None] = lambda phase: None,
     graph_bytes: int | None = None,
+    twins: Twins | None = None,
+    path: str = "",
 ) -> dict[str, _Outcome]:
     outcomes: dict[str, _Outcome] = {}
     measurement = None
+    sig = None
     try:
         measurement = ComponentMeasurement(module, batches, cfg, graph_bytes)
         shapes = measurement.input_shapes()
+        sig = signature(module, measurement.batches[0]) if twins is not None else None
     except Exception as exc:  # noqa: BLE001 - any failure of user code is recorded, never fatal
         outcomes = {p: _Outcome("failed", error=_error_text(exc), traceback=_traceback_text(exc)) for p in phases}
         measurement = None
@@ -210,8 +219,18 @@ def _measure(
         else:
             patch = RowPatch()
             watch = plugged.runner.watching(_bare_context(plugged, module, phase, cfg), patch) if plugged else contextlib.nullcontext()
+            source = twins.source(sig) if twins is not None else None
+            known = None
+            if source is not None and phase in source.counts:
+                known = Known(source.counts[phase], source.peaks[phase], source.path)
             with watch:
-                outcomes[phase] = _measure_phase(measurement, phase, shapes, cfg)
+                outcomes[phase] = _measure_phase(measurement, phase, shapes, cfg, known)
+            result = outcomes[phase].result
+            if twins is not None and result is not None:
+                if known is None:
+                    twins.offer(sig, path, phase, result.counts, result.peak_memory_bytes)
+                else:
+                    twins.reused += 1
             outcomes[phase].patch = patch
             if phase == "forward" and outcomes[phase].status == "failed":
                 forward_failed = outcomes[phase]
@@ -224,9 +243,10 @@ def _measure(
     return outcomes
 
 
-def _measure_phase(measurement: ComponentMeasurement, phase: str, shapes: str | None, cfg: TimingConfig) -> _Outcome:
+def _measure_phase(measurement: ComponentMeasurement, phase: str, shapes: str | None, cfg: TimingConfig,
+                   known: Known | None = None) -> _Outcome:
     try:
-        result = measurement.forward() if phase == "forward" else measurement.backward()
+        result = measurement.forward(known) if phase == "forward" else measurement.backward(known)
         return _Outcome("measured", result=result, input_shapes=shapes, notes=result.notes)
     except NothingToDifferentiate as exc:
         return _Outcome("skipped", error=f"backward not applicable: {exc}", input_shapes=shapes)
@@ -476,6 +496,7 @@ def _profile(
     in_run: set[str] = set()
     order = breadth_first(components)
     raisers = memory.PeakRaisers()  # which capture or measurement raised the peak (run.json memory)
+    twins = Twins() if config.count_twins_once else None  # identical components counted once (twins.py)
     progress = _progress(config.progress, len(order))
     with progress:
         task = progress.add_task("collecting", total=len(order))
@@ -522,7 +543,7 @@ def _profile(
                 progress.update(task, description=f"{escape(name)} · {phase}")
 
             outcomes[comp.path] = _measure(modules[comp.path], per_batch, config.phases, timing, plugged, on_phase,
-                                           census.graph_bytes(comp.path))
+                                           census.graph_bytes(comp.path), twins, comp.path)
             raisers.step("measurement", comp.path)
             if mem_plan.batches_for(comp.path) < len(batches):
                 ins, outs = census.input_bytes.get(comp.path, 0), census.output_bytes.get(comp.path, 0)
@@ -620,6 +641,9 @@ def _profile(
         "samples": {"file": archive.SAMPLES_FILE, "rows": len(samples)} if samples else None,
         "session": session_record,
         "hierarchy": hierarchy_record,
+        # Phases whose FLOPs, bytes and peak memory were taken from an identical component (twins.py).
+        "twins": {"phases_counted_on_a_twin": twins.reused if twins is not None else 0,
+                  "enabled": twins is not None, "rule": TWINS_RULE},
         "memory": {
             **(limit.record() if limit else {}), **mem_plan.record(),
             "capture_groups": captures.groups, "capture_forwards": captures.forwards + 1,  # + the census

@@ -1,0 +1,146 @@
+"""Identical components counted once: the 12 blocks of GPT-2 small, and every sublayer inside them,
+do the same work on inputs of the same shapes, so their FLOPs, bytes moved and allocator peak are the
+same numbers. Counting and peak passes are a third of a large model's untimed work (README: Memory and
+scale); a twin takes the first one's counts instead of running them again. Each is still timed on its
+own inputs.
+
+Two components are twins when everything that decides which ops run, on which shapes, is equal:
+- the module tree: every submodule's class and its plain attributes (sizes, flags, `training`, ...),
+  every parameter's and buffer's shape, dtype, stride, device and requires_grad;
+- the captured calls of batch 0: per call the pytree of inputs (each tensor's shape, dtype, stride,
+  device and requires_grad; every other leaf by value), grad mode and whether it wrote into its inputs.
+
+What could still differ is work decided by tensor *values*: a branch on `.item()`, a boolean mask,
+`nonzero`, `unique`. Every such aten op carries the tag `data_dependent_output` or
+`dynamic_output_shape`; the counting pass records whether it met one (or any op outside aten and
+prims, whose tags we cannot trust: fbgemm's jagged ops), and a component that did is never a source of
+counts. Anything the signature cannot describe by value (an object attribute, a hook, an input that is
+not a pytree of tensors and plain values) makes the component count for itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import types
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+_PLAIN = (int, float, bool, str, bytes, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout)
+_MODULE_STATE = {"_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"}
+
+
+TWINS_RULE = ("a component identical to one measured before it (same module classes, attributes, parameter and buffer "
+              "shapes, and inputs of the same shapes, dtypes and grad flags), whose counting pass met no op that "
+              "depends on tensor values, takes that one's FLOPs, bytes moved and peak memory; it is timed on its own "
+              "inputs (--count-every-twin counts every component)")
+
+
+class _Unknown(Exception):
+    """A part the signature cannot describe by value: no twin for this component."""
+
+
+def _tensor(t: torch.Tensor) -> tuple[Any, ...]:
+    return ("T", tuple(t.shape), str(t.dtype), tuple(t.stride()) if t.layout == torch.strided else str(t.layout),
+            str(t.device), bool(t.requires_grad))
+
+
+def _value(v: Any, depth: int = 0) -> Any:
+    if isinstance(v, torch.Tensor):
+        return _tensor(v)
+    if isinstance(v, _PLAIN):
+        return (type(v).__name__, repr(v))
+    if depth > 4:
+        raise _Unknown("nested too deep")
+    if isinstance(v, (tuple, list)):
+        return (type(v).__name__, tuple(_value(x, depth + 1) for x in v))
+    if isinstance(v, dict):
+        return ("dict", tuple((repr(k), _value(x, depth + 1)) for k, x in v.items()))
+    if isinstance(v, (set, frozenset)):
+        return ("set", tuple(sorted(repr(_value(x, depth + 1)) for x in v)))
+    if isinstance(v, (types.FunctionType, types.BuiltinFunctionType)):
+        return ("fn", getattr(v, "__module__", None), v.__qualname__)
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return (type(v).__qualname__, tuple((f.name, _value(getattr(v, f.name), depth + 1)) for f in dataclasses.fields(v)))
+    raise _Unknown(type(v).__qualname__)
+
+
+def _hooks_set(m: nn.Module) -> bool:
+    return any(isinstance(d, dict) and d for k, d in vars(m).items() if k.startswith("_") and "hook" in k)
+
+
+def _module(module: nn.Module) -> tuple[Any, ...]:
+    parts = []
+    for name, m in module.named_modules(remove_duplicate=False):
+        if _hooks_set(m) or "forward" in vars(m):
+            raise _Unknown("hooks or a patched forward")
+        attrs = tuple((k, _value(v)) for k, v in sorted(vars(m).items())
+                      if k not in _MODULE_STATE and not (k.startswith("_") and "hook" in k))
+        params = tuple((k, _tensor(p)) for k, p in m._parameters.items() if p is not None)
+        buffers = tuple((k, _tensor(b)) for k, b in m._buffers.items() if b is not None)
+        parts.append((name, type(m).__module__, type(m).__qualname__, attrs, params, buffers))
+    return tuple(parts)
+
+
+def _calls(calls: Sequence[Any]) -> tuple[Any, ...]:
+    out = []
+    for c in calls:
+        leaves, spec = pytree.tree_flatten((c.args, c.kwargs))
+        flat = tuple(_value(x) if isinstance(x, (torch.Tensor,) + _PLAIN) else _refuse(x) for x in leaves)
+        out.append((str(spec), flat, tuple(c.requires_grad), c.grad_enabled, c.mutates_inputs))
+    return tuple(out)
+
+
+def _refuse(x: Any) -> Any:
+    raise _Unknown(type(x).__qualname__)
+
+
+def signature(module: nn.Module, calls: Sequence[Any]) -> str | None:
+    """A digest equal for twins (module docstring), or None when the component cannot be described."""
+    try:
+        described = (_module(module), _calls(calls))
+    except _Unknown:
+        return None
+    return hashlib.sha256(repr(described).encode()).hexdigest()
+
+
+def value_dependent(func: Any) -> bool:
+    """Could this op's work or output shape depend on tensor values (or do we not know)?"""
+    namespace = getattr(func, "namespace", "aten")
+    if namespace not in ("aten", "prims"):
+        return True
+    tags = func.tags
+    return torch.Tag.data_dependent_output in tags or torch.Tag.dynamic_output_shape in tags
+
+
+@dataclasses.dataclass
+class Source:
+    """The first of a set of twins: its path and, per phase, what its passes found."""
+
+    path: str
+    counts: dict[str, Any] = dataclasses.field(default_factory=dict)  # phase -> Counts
+    peaks: dict[str, int] = dataclasses.field(default_factory=dict)  # phase -> peak bytes
+
+
+class Twins:
+    """Sources by signature, filled as components are measured (breadth-first: the first of each set
+    is measured in full, the others take its counts)."""
+
+    def __init__(self) -> None:
+        self._by_sig: dict[str, Source] = {}
+        self.reused = 0  # phases that took a twin's counts
+
+    def source(self, sig: str | None) -> Source | None:
+        return self._by_sig.get(sig) if sig is not None else None
+
+    def offer(self, sig: str | None, path: str, phase: str, counts: Any, peak: int) -> None:
+        """Keep a measured phase's counts for the twins to come, unless its ops depended on values."""
+        if sig is None or counts.value_dependent:
+            return
+        src = self._by_sig.setdefault(sig, Source(path))
+        if src.path == path:
+            src.counts[phase] = counts
+            src.peaks[phase] = peak

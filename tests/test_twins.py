@@ -1,0 +1,112 @@
+"""Identical components counted once (issue 13: the counting and peak passes of GPT-2's 12 blocks were a third
+of the untimed work): a twin's FLOPs, bytes and peak memory are exactly those of counting it on its own, and
+a component whose work depends on tensor values never lends its counts."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from cbsite.cli import build_parser
+from cbsite.collector.capture import Call
+from cbsite.collector.profiler import CollectConfig, profile_model
+from cbsite.collector.providers import provide
+from cbsite.collector.twins import signature
+
+COUNTED = ["flops", "bytes_moved", "arithmetic_intensity", "peak_memory_bytes", "unsupported_ops", "status", "error"]
+
+
+def _collect(model: nn.Module, batches: list, once: bool):
+    config = CollectConfig(min_run_time=0.005, calibrate=False, step=False, progress=False, count_twins_once=once)
+    return profile_model(model, batches, config)
+
+
+def _rows(run) -> dict[tuple[str, str], dict]:
+    return {(r["path"], r["phase"]): r for r in run.rows.to_dicts()}
+
+
+def _twin_note(row: dict) -> str | None:
+    return next((n for n in row["notes"] or [] if "counted on its twin" in n), None)
+
+
+def test_twins_take_exactly_the_counts_that_counting_each_gives():
+    provided = provide("nanogpt", {"size": "tiny"}, batches=2)
+    batches = [(i.args, i.kwargs) for i in provided.inputs]
+    shared = _rows(_collect(provided.model, batches, once=True))
+    each_run = _collect(provide("nanogpt", {"size": "tiny"}, batches=2).model, batches, once=False)
+    each = _rows(each_run)
+    assert shared.keys() == each.keys()
+    for key in each:
+        assert {c: shared[key][c] for c in COUNTED} == {c: each[key][c] for c in COUNTED}, key
+    # The second block and everything in it take the first's counts, both phases; the first counts for itself.
+    assert _twin_note(shared[("blocks.1", "forward")]) and "blocks.0" in _twin_note(shared[("blocks.1", "forward")])
+    assert _twin_note(shared[("blocks.1.attn.c_attn", "backward")])
+    assert _twin_note(shared[("blocks.0", "forward")]) is None and _twin_note(shared[("", "forward")]) is None
+    assert not any(_twin_note(r) for r in each.values())
+    assert each_run.meta["twins"]["phases_counted_on_a_twin"] == 0
+
+
+class Gate(nn.Module):
+    """Work decided by a value: the linear layer runs only for inputs that sum above zero."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x) if x.sum() > 0 else x * 2
+
+
+class Masked(nn.Module):
+    """Output shape decided by values: a boolean mask."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x[x > 0] * 3).sum()
+
+
+class TwoOfEach(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = Gate(), Gate()
+        self.m, self.n = Masked(), Masked()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.a(x.abs() + 1).sum() + self.b(-x.abs() - 1).sum() + self.m(x) + self.n(x - 10)
+
+
+def test_a_component_whose_work_depends_on_values_counts_for_itself():
+    torch.manual_seed(0)
+    batches = [((torch.randn(4, 8),), {})]
+    rows = _rows(_collect(TwoOfEach(), batches, once=True))
+    assert rows[("a", "forward")]["flops"] > 0  # the linear layer ran
+    assert rows[("b", "forward")]["flops"] == 0  # it did not: a twin's counts would have said otherwise
+    # Same shapes in, different bytes out: the mask kept different elements.
+    assert rows[("m", "forward")]["bytes_moved"] != rows[("n", "forward")]["bytes_moved"]
+    assert not any(_twin_note(r) for r in rows.values())
+
+
+def _call(*args, grad: bool = True) -> Call:
+    return Call(args=args, kwargs={}, grad_enabled=grad, requires_grad=[True] * len(args))
+
+
+def test_the_signature_tells_twins_from_look_alikes():
+    x = torch.randn(3, 4)
+    same = signature(nn.Linear(4, 4), [_call(x)])
+    assert same is not None and signature(nn.Linear(4, 4), [_call(torch.randn(3, 4))]) == same
+    assert signature(nn.Linear(4, 5), [_call(x)]) != same  # another size
+    assert signature(nn.Linear(4, 4, bias=False), [_call(x)]) != same  # another parameter set
+    assert signature(nn.Linear(4, 4), [_call(torch.randn(5, 4))]) != same  # another input shape
+    assert signature(nn.Linear(4, 4), [_call(x, grad=False)]) != same  # another grad mode
+    assert signature(nn.Linear(4, 4).eval(), [_call(x)]) != same  # another training flag
+    assert signature(nn.Linear(4, 4).double(), [_call(x)]) != same  # another dtype
+    assert signature(nn.Dropout(0.1), [_call(x)]) != signature(nn.Dropout(0.2), [_call(x)])
+    hooked = nn.Linear(4, 4)
+    hooked.register_forward_hook(lambda *a: None)
+    assert signature(hooked, [_call(x)]) is None  # a hook may do anything
+    assert signature(nn.Linear(4, 4), [_call(x, object())]) is None  # an input not described by value
+
+
+def test_the_cli_can_count_every_twin():
+    args = build_parser().parse_args(["collect", "nanogpt", "--count-every-twin"])
+    assert args.count_every_twin
+    assert not build_parser().parse_args(["collect", "nanogpt"]).count_every_twin
