@@ -151,3 +151,84 @@ def test_contributors_charts_are_readable(site, page):
         assert "0" in words and not any(re.fullmatch(r"0[kMG]", w) for w in words)
         assert any(w in ("FLOP", "bytes", "ms") for w in words)
         assert chart["barShare"] > 0.4, chart  # once about a quarter: the labels took the rest
+
+
+# Every box the icicle draws, as drawn (computed styles, so a CSS fill counts): its classes, its fill, its label
+# and the label's colour (rgb triples), and whether it lies inside the viewport.
+BOXES = """() => { const rgb = (c) => c.match(/\\d+(\\.\\d+)?/g).slice(0, 3).map(Number), out = [];
+  document.querySelectorAll('#cbsite-icicle g.cbsite-node').forEach(g => {
+    const r = g.querySelector('rect'), t = g.querySelector('text'), b = r.getBoundingClientRect();
+    out.push({ cls: g.getAttribute('class'), fill: rgb(getComputedStyle(r).fill),
+               text: t ? t.textContent : null, ink: t ? rgb(getComputedStyle(t).fill) : null,
+               visible: b.width > 0 && b.bottom > 0 && b.top < innerHeight });
+  });
+  return out; }"""
+PAGE_BG = "() => getComputedStyle(document.body).backgroundColor"  # Material paints the page on body
+
+
+def _luminance(c) -> float:
+    v = [x / 255 for x in c[:3]]
+    v = [x / 12.92 if x <= 0.03928 else ((x + 0.055) / 1.055) ** 2.4 for x in v]
+    return 0.2126 * v[0] + 0.7152 * v[1] + 0.0722 * v[2]
+
+
+def _contrast(a, b) -> float:
+    x, y = _luminance(a), _luminance(b)
+    return (max(x, y) + 0.05) / (min(x, y) + 0.05)
+
+
+def _rgb(css: str) -> list[int]:
+    return [int(float(x)) for x in re.findall(r"\d+(?:\.\d+)?", css)[:3]]
+
+
+@pytest.mark.parametrize("scheme", ["default", "slate"])
+def test_icicle_palette_follows_the_scheme_with_readable_labels(site, page, scheme):
+    """The audit saw the run page's icicle in the dark scheme ("slate") drawn with the light ramps: a node at 0 %
+    MFU the brightest, near-white box of the page, self shares and ancestors near-white too. Now in both schemes,
+    on the single-rank and the sharded run pages, in every colouring and zoomed (ancestor rows drawn): each label
+    contrasts at least 4.5:1 with the fill drawn under it; in the dark scheme no box is near-white; and the ramps
+    run the way the page reads them: the end for 100 % stands out more from the page than the end for 0 %."""
+    server, built = site
+    urls = [p for p in _run_pages(built) if "/dlrm/v2/" in p or "/row-wise/" in p]
+    assert len(urls) == 2
+    for url in urls:
+        _open(page, server.url + url, "#cbsite-run[data-ready='1']")
+        page.evaluate(f"document.body.setAttribute('data-md-color-scheme', '{scheme}')")
+        page.wait_for_timeout(200)  # the icicle redraws in the new scheme
+        bg = _rgb(page.evaluate(PAGE_BG))
+        assert (_luminance(bg) < 0.05) == (scheme == "slate")
+        colours = page.evaluate("Array.from(document.querySelectorAll('#cbsite-colour option')).map(o => o.value)")
+        assert {"mfu", "bandwidth_util", "latency_ms"} <= set(colours)
+        for colour in colours:
+            page.select_option("#cbsite-colour", colour)
+            for zoomed in (False, True):
+                if zoomed:  # the deepest node's parent: ancestor rows above it
+                    page.evaluate("""(() => { const d = window.cbsiteRun.data; let deep = 0;
+                        d.parent.forEach((p, i) => { let k = 0; for (let j = i; d.parent[j] >= 0; j = d.parent[j]) k++;
+                          if (k > deep) { deep = k; window.__deep = p; } });
+                        window.cbsiteRun.icicle.zoomTo(window.__deep); })()""")
+                else:
+                    page.evaluate("window.cbsiteRun.icicle.zoomTo(0)")
+                page.locator("#cbsite-icicle").scroll_into_view_if_needed()
+                boxes = page.evaluate(BOXES)
+                labelled = [b for b in boxes if b["text"] and b["visible"]]
+                assert len(labelled) >= 5, (url, colour)
+                low = [(b["text"], b["fill"], b["ink"], round(_contrast(b["fill"], b["ink"]), 2))
+                       for b in labelled if _contrast(b["fill"], b["ink"]) < 4.5]
+                assert low == [], (url, colour, zoomed, low)
+                if zoomed:
+                    assert any("ancestor" in b["cls"] for b in boxes)
+                if scheme == "slate":
+                    white = [(b["cls"], b["text"], b["fill"]) for b in boxes if min(b["fill"]) > 200]
+                    assert white == [], (url, colour, white)
+        for ramp in ("green", "purple"):
+            ends = page.evaluate(f"""(() => {{ const s = window.CbsiteIcicle.scale([0, 1], 'unit', '{ramp}');
+                return [s.colour(0), s.colour(1), s.none]; }})()""")
+            low_end, high_end = _rgb(ends[0]), _rgb(ends[1])
+            assert _contrast(high_end, bg) > _contrast(low_end, bg) + 3, (scheme, ramp, ends)
+        # The legend's swatches are those of the scheme drawn: its ramp and its "no value" grey.
+        page.select_option("#cbsite-colour", "mfu")
+        ramp_css = page.evaluate("document.querySelector('#cbsite-legend .cbsite-ramp').style.background")
+        first_stop = _rgb(ramp_css.split("gradient(", 1)[1])
+        assert _contrast(first_stop, bg) < 2 if scheme == "slate" else _contrast(first_stop, bg) < 1.2
+    assert page.errors == []

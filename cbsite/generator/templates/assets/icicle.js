@@ -80,9 +80,19 @@
   /* In Material's dark scheme ("slate") the diverging scale's centre (no change) is a neutral grey, not the
      near-white #f7f7f7 that drew unchanged leaves as white boxes on the dark page. */
   var DIV_DARK = ["#2166ac", "#67a9cf", "#9fb4c0", "#6e6e6e", "#c4a497", "#ef8a62", "#b2182b"];
+  /* The dark scheme's sequential ramps run the other way: from a dim shade near the page's own colour (little)
+     to a bright one (much), as light on a dark page reads as "more". The light ramps drawn there made a node
+     at 0 % MFU the brightest box of the page. Each label is black or white, whichever contrasts more (textOn). */
+  var RAMPS_DARK = { green: ["#1d3b27", "#1f5631", "#2a7a3f", "#3f9a4e", "#6cc06c", "#a3e29c"],
+                     purple: ["#2b2344", "#3e2f6e", "#5a429a", "#7a62bd", "#9d86d8", "#c0aff0"], diverging: DIV_DARK };
+  /* The fills that are not values: no value, ancestors above a zoomed node, self shares, skipped nodes; and
+     the hatching drawn over estimated, failed and self boxes. Light on the light page, dim on the dark one. */
+  var FILLS = { none: NONE, ancestor: "#e8e8e8", self: "#f3f3f3", skipped: "#dddddd", hatch: "#555555" };
+  var FILLS_DARK = { none: "#62656f", ancestor: "#3a3e4a", self: "#2a2d37", skipped: "#4a4d57", hatch: "#c8c8c8" };
   function dark() {
     return typeof document !== "undefined" && !!document.body && document.body.getAttribute("data-md-color-scheme") === "slate";
   }
+  function fills() { return dark() ? FILLS_DARK : FILLS; }
 
   function rgb(colour) {
     if (colour.charAt(0) === "#") {
@@ -158,14 +168,15 @@
      at 21 % is never drawn as dark as one at 90 %); "category" maps names to fixed colours.
      `ramp` names the sequential ramp (RAMPS), `categories` the colours of a categorical scale. */
   function scale(values, kind, ramp, categories) {
-    var stops = RAMPS[ramp] || SEQ;
+    var isDark = dark(), NONE = fills().none;
+    var stops = (isDark ? RAMPS_DARK[ramp] || RAMPS_DARK.green : RAMPS[ramp] || SEQ);
     if (kind === "category") {
       var cats = categories || {};
-      return { lo: null, hi: null, kind: kind, categories: cats, colour: function (v) {
+      return { lo: null, hi: null, kind: kind, categories: cats, none: NONE, colour: function (v) {
         return Object.prototype.hasOwnProperty.call(cats, v) ? cats[v] : NONE; } };
     }
     if (kind === "unit") {
-      return { lo: 0, hi: 1, kind: kind, stops: stops, colour: function (v) {
+      return { lo: 0, hi: 1, kind: kind, stops: stops, none: NONE, colour: function (v) {
         return typeof v === "number" && isFinite(v) ? mix(stops, v) : NONE; } };
     }
     var lo = Infinity, hi = -Infinity;
@@ -177,20 +188,20 @@
       if (v < lo) lo = v;
       if (v > hi) hi = v;
     }
-    if (!(hi > -Infinity)) return { colour: function () { return NONE; }, lo: null, hi: null, kind: kind, stops: stops };
+    if (!(hi > -Infinity)) return { colour: function () { return NONE; }, lo: null, hi: null, kind: kind, stops: stops, none: NONE };
     if (kind === "diverging") {
-      var m = hi || 1, div = dark() ? DIV_DARK : DIV;
-      return { lo: -m, hi: m, kind: kind, stops: div, colour: function (v) {
+      var m = hi || 1, div = isDark ? DIV_DARK : DIV;
+      return { lo: -m, hi: m, kind: kind, stops: div, none: NONE, colour: function (v) {
         return typeof v === "number" && isFinite(v) ? mix(div, 0.5 + v / (2 * m)) : NONE; } };
     }
     if (kind === "log") {
       var l0 = Math.log(lo), l1 = Math.log(hi);
-      return { lo: lo, hi: hi, kind: kind, stops: stops, colour: function (v) {
+      return { lo: lo, hi: hi, kind: kind, stops: stops, none: NONE, colour: function (v) {
         if (typeof v !== "number" || !(v > 0)) return NONE;
         return mix(stops, l1 > l0 ? (Math.log(v) - l0) / (l1 - l0) : 1); } };
     }
     var top = hi > 0 ? hi : 1;
-    return { lo: 0, hi: top, kind: kind, stops: stops, colour: function (v) {
+    return { lo: 0, hi: top, kind: kind, stops: stops, none: NONE, colour: function (v) {
       return typeof v === "number" && isFinite(v) ? mix(stops, v / top) : NONE; } };
   }
 
@@ -297,7 +308,8 @@
     var hatch = el("pattern", { id: "cbsite-hatch", width: 6, height: 6, patternUnits: "userSpaceOnUse",
                                 patternTransform: "rotate(45)" }, defs);
     el("rect", { width: 6, height: 6, fill: "#ffffff", "fill-opacity": "0" }, hatch);
-    el("line", { x1: 0, y1: 0, x2: 0, y2: 6, stroke: "#555", "stroke-width": 1.5, "stroke-opacity": 0.45 }, hatch);
+    var F = fills();
+    el("line", { x1: 0, y1: 0, x2: 0, y2: 6, stroke: F.hatch, "stroke-width": 1.5, "stroke-opacity": 0.45 }, hatch);
     var self = this;
     var kids = {};
     L.nodes.forEach(function (k) { if (k !== self.zoom && parent[k] >= 0) (kids[parent[k]] = kids[parent[k]] || []).push(k); });
@@ -334,7 +346,7 @@
       return g;
     };
     anc.forEach(function (k, row) {
-      var g = draw(k, 0, W, row, "ancestor status-" + o.status(k), "#e8e8e8");
+      var g = draw(k, 0, W, row, "ancestor status-" + o.status(k), F.ancestor);
       g.addEventListener("click", function () { self.zoomTo(k); });
       self._hover(g, k, null);
     });
@@ -348,7 +360,7 @@
       else if (w < 0.5) continue;  // narrower than a pixel: drawn as part of its parent
       var row = top + L.depth[k];
       var g = draw(k, x, w, row, "status-" + st + (k === this.zoom ? " zoom-root" : "") +
-                   (L.overflow[k] ? " overflow" : ""), sc.colour(colours[k]));
+                   (L.overflow[k] ? " overflow" : ""), st === "skipped" ? F.skipped : sc.colour(colours[k]));
       (function (k, g) {
         var go = function () {
           // Clicking the zoomed node backs out one level; any other node zooms in.
@@ -362,7 +374,7 @@
       this._hover(g, k, L);
       // The self share: the part of a node its children do not cover, drawn in the row of its children.
       if (!isNaN(L.selfStart[k]) && (L.x1[k] - L.selfStart[k]) * W >= 1) {
-        var sg = draw(-1, L.selfStart[k] * W, (L.x1[k] - L.selfStart[k]) * W, row + 1, "self", "#f3f3f3");
+        var sg = draw(-1, L.selfStart[k] * W, (L.x1[k] - L.selfStart[k]) * W, row + 1, "self", F.self);
         this._hoverSelf(sg, k, L);
       }
     }
@@ -427,7 +439,8 @@
     g.addEventListener("mouseleave", function () { self.tip.hidden = true; });
   };
 
-  var api = { layout: layout, ancestors: ancestors, scale: scale, Icicle: Icicle, RAMPS: RAMPS, NONE: NONE, DIV_DARK: DIV_DARK,
+  var api = { layout: layout, ancestors: ancestors, scale: scale, Icicle: Icicle, RAMPS: RAMPS, RAMPS_DARK: RAMPS_DARK,
+              NONE: NONE, DIV_DARK: DIV_DARK, fills: fills, dark: dark,
               contrast: contrast, textOn: textOn, shorten: shorten, mix: mix, siblingSuffixes: siblingSuffixes };
   global.CbsiteIcicle = api;
   if (typeof module !== "undefined" && module.exports) module.exports = api;

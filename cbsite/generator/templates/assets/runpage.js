@@ -285,7 +285,7 @@
       ["failed", "red outline, \u2715: failed"], ["overflow", "orange outline: children add up to more than the node (scaled to fit)"]];
     marks.forEach(function (m) { var it = span(box, "cbsite-legend-item"); span(it, "cbsite-swatch " + m[0], ""); span(it, "", m[1]); });
     var none = span(box, "cbsite-legend-item");
-    span(none, "cbsite-swatch", "").style.background = window.CbsiteIcicle.NONE;
+    span(none, "cbsite-swatch", "").style.background = sc.none || window.CbsiteIcicle.fills().none;
     span(none, "", "no value" + (key === "mfu" ? " or MFU above 100 % (suspect: see the run's warnings)" :
       key === "bound" ? " (no FLOPs and no bytes)" : ""));
     if (c.legend) span(box, "cbsite-legend-item", c.legend);
