@@ -56,6 +56,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from cbsite import schema
@@ -486,18 +487,26 @@ def display_path(path: str, model: str) -> str:
 # Columns the diff reads; everything else in a row is presentation.
 _COLUMNS = ("path", "parent", "phase", "order", "status", "call_count", "module_type", "param_count",
             "latency_p25_ms", "latency_p75_ms") + DIFF_METRICS
+# Integer sums below this (and their differences) stay exact in int64 and in float64, so numpy gives what Python's integers give, to the bit
+# (sums, differences and true divisions alike); an archive with larger numbers takes the plain-Python path.
+_EXACT = float(2 ** 52)
 
 
 class _Side:
-    """One run's phase in pre-order: structure, per-forward totals, own shares and IQR widths.
+    """One run's phase in pre-order: structure as plain lists indexed by pre-order position (`_union` and
+    `_match_moved` walk them), and per-forward totals, own shares and IQR widths as numpy columns (`numbers`), so a
+    diff of 1,000 components takes milliseconds (issue 14: a 1,000-run site computes a thousand of them).
 
-    Plain lists indexed by pre-order position: a diff of 10,000 components stays well under a second.
+    `total`, `own` and `width` are the same numbers as plain lists (None for missing), computed the first time they
+    are asked for: the reference that the numpy path reproduces bit for bit (tests/test_diff_fast.py), and the path
+    taken where numpy could not (integers beyond 2**53, a metric of another type; see `numbers`).
     """
 
     def __init__(self, rows: pl.DataFrame, broken: Any) -> None:
         rows = rows.sort("order")
+        self.rows = rows
         n = rows.height
-        col = {c: rows.get_column(c).to_list() for c in _COLUMNS}
+        col = {c: rows.get_column(c).to_list() for c in ("path", "parent", "module_type", "status", "param_count")}
         self.path: list[str] = col["path"]
         self.name = [p.rsplit(".", 1)[-1] for p in self.path]
         self.module_type: list[str] = col["module_type"]
@@ -522,19 +531,44 @@ class _Side:
             self.parent[i] = j
             self.depth[i] = self.depth[j] + 1
             self.children[j].append(i)
+        self._lists: tuple[Any, Any, Any] | None = None
+        self._numbers: Any = False  # not computed yet
 
+    # --- the numbers as plain lists (the reference) ---
+
+    @property
+    def total(self) -> dict[str, list[Any]]:
+        return self._reference()[0]
+
+    @property
+    def own(self) -> dict[str, list[Any]]:
+        return self._reference()[1]
+
+    @property
+    def width(self) -> list[float | None]:
+        return self._reference()[2]
+
+    def _reference(self) -> tuple[Any, Any, Any]:
+        if self._lists is None:
+            self._lists = self._compute_lists()
+        return self._lists
+
+    def _compute_lists(self) -> tuple[Any, Any, Any]:
+        n = len(self.path)
+        col = {c: self.rows.get_column(c).to_list()
+               for c in ("call_count", "latency_p25_ms", "latency_p75_ms") + DIFF_METRICS}
         calls = [max(c or 0, 1) for c in col["call_count"]]  # a never-called container counts once
-        self.total: dict[str, list[Any]] = {}
+        totals: dict[str, list[Any]] = {}
         for m in DIFF_METRICS:
             values = [None if v is None or v != v else v for v in col[m]]  # NaN is missing too
             if m in PER_CALL_METRICS:
                 values = [None if v is None else v * c for v, c in zip(values, calls)]
-            self.total[m] = values
+            totals[m] = values
 
         # Own share = total - children's totals; unknown when any of them is unknown.
-        self.own: dict[str, list[Any]] = {}
+        owns: dict[str, list[Any]] = {}
         for m in ADDITIVE_METRICS:
-            total = self.total[m]
+            total = totals[m]
             rest: list[Any] = [0] * n
             unknown = [False] * n
             for i in range(n - 1, 0, -1):
@@ -550,24 +584,147 @@ class _Side:
                 if isinstance(o, float) and abs(o) <= REL_TOL * max(abs(total[i]), abs(rest[i])):
                     o = 0.0  # rounding of an estimated container's float sum, not a share
                 own[i] = o
-            self.own[m] = own
+            owns[m] = own
 
         # Per-forward latency spread; a node without percentiles (an estimate) takes the sum of its
         # children's, an upper bound.
         p25, p75 = col["latency_p25_ms"], col["latency_p75_ms"]
-        self.width: list[float | None] = [None] * n
+        width: list[float | None] = [None] * n
         kids_width = [0.0] * n
         kids_unknown = [False] * n
         for i in range(n - 1, -1, -1):
             if p25[i] is not None and p75[i] is not None:
-                self.width[i] = (p75[i] - p25[i]) * calls[i]
+                width[i] = (p75[i] - p25[i]) * calls[i]
             elif self.children[i] and not kids_unknown[i]:
-                self.width[i] = kids_width[i]
+                width[i] = kids_width[i]
             if i:
-                if self.width[i] is None:
+                if width[i] is None:
                     kids_unknown[self.parent[i]] = True
                 else:
-                    kids_width[self.parent[i]] += self.width[i]  # type: ignore[operator]
+                    kids_width[self.parent[i]] += width[i]  # type: ignore[operator]
+        return totals, owns, width
+
+    # --- the same numbers as numpy columns ---
+
+    def numbers(self) -> _Numbers | None:
+        """The numbers as numpy columns; None where they would not be bit for bit the reference's: a metric
+        neither integer nor float, or integers whose sums reach 2**53."""
+        if self._numbers is False:
+            self._numbers = _Numbers.of(self)
+        return self._numbers
+
+
+@dataclass
+class _Numbers:
+    """A side's per-forward totals, own shares and latency widths as numpy columns, with masks of the unknown
+    ones. Sums run in the reference's order (children in reverse pre-order), so float results are the same bits."""
+
+    total: dict[str, np.ndarray]
+    total_missing: dict[str, np.ndarray]
+    own: dict[str, np.ndarray]
+    own_missing: dict[str, np.ndarray]
+    width: np.ndarray
+    width_missing: np.ndarray
+
+    @staticmethod
+    def of(side: _Side) -> _Numbers | None:
+        rows, n = side.rows, len(side.path)
+        # Series.to_numpy, not polars' own null handling: each polars operation on a Series costs a query (some
+        # 0.1 ms; they were a third of a diff's time).
+        calls_col = _array(rows.get_column("call_count"))
+        if calls_col is None or calls_col[0].dtype.kind != "i":
+            return None
+        calls = np.maximum(calls_col[0], 1)  # a never-called container (or none recorded) counts once
+        parent = np.asarray(side.parent, dtype=np.int64)
+        rev = np.arange(n - 1, 0, -1)  # every child, in reverse pre-order
+        total: dict[str, np.ndarray] = {}
+        total_missing: dict[str, np.ndarray] = {}
+        for m in DIFF_METRICS:
+            column = _array(rows.get_column(m))
+            if column is None:
+                return None
+            values, missing = column
+            if values.dtype.kind == "f":
+                missing = missing | np.isnan(values)  # NaN is missing too
+            if values.dtype.kind == "i":
+                size = np.abs(values.astype(np.float64))
+                if (size * calls if m in PER_CALL_METRICS else size).sum() >= _EXACT:
+                    return None
+            if m in PER_CALL_METRICS:
+                values = values * calls
+            values = np.where(missing, np.zeros(1, dtype=values.dtype), values)
+            total[m], total_missing[m] = values, missing
+
+        own: dict[str, np.ndarray] = {}
+        own_missing: dict[str, np.ndarray] = {}
+        for m in ADDITIVE_METRICS:
+            t, miss = total[m], total_missing[m]
+            unknown = np.zeros(n, dtype=bool)
+            unknown[parent[rev[miss[rev]]]] = True
+            known = rev[~miss[rev]]
+            rest = np.zeros(n, dtype=t.dtype)
+            np.add.at(rest, parent[known], t[known])  # one by one, in this order: the reference's sums
+            o = t - rest
+            if o.dtype.kind == "f":
+                # rounding of an estimated container's float sum, not a share
+                o[np.abs(o) <= REL_TOL * np.maximum(np.abs(t), np.abs(rest))] = 0.0
+            own[m], own_missing[m] = o, miss | unknown
+
+        # Per-forward latency spread, level by level from the deepest: a node without percentiles takes the sum
+        # of its children's widths (all one level below it), added in reverse pre-order as the reference does.
+        p25s, p75s = _array(rows.get_column("latency_p25_ms")), _array(rows.get_column("latency_p75_ms"))
+        if p25s is None or p75s is None:
+            return None
+        has = ~(p25s[1] | p75s[1])  # percentiles present (a NaN is present, and gives a NaN width, as in the reference)
+        width = np.where(has, (p75s[0].astype(np.float64) - p25s[0]) * calls, 0.0)
+        width_missing = ~has
+        has_kids = np.bincount(parent[1:], minlength=n)[:n] > 0 if n > 1 else np.zeros(n, dtype=bool)
+        kids_width = np.zeros(n)
+        kids_unknown = np.zeros(n, dtype=bool)
+        depth = np.asarray(side.depth, dtype=np.int64)
+        by_depth = depth[rev]
+        for d in range(int(depth.max()), 0, -1):
+            level = rev[by_depth == d]  # this level's nodes, in reverse pre-order
+            est = level[~has[level]]
+            ok = has_kids[est] & ~kids_unknown[est]
+            width[est[ok]] = kids_width[est[ok]]
+            width_missing[est] = ~ok
+            miss = width_missing[level]
+            kids_unknown[parent[level[miss]]] = True
+            np.add.at(kids_width, parent[level[~miss]], width[level[~miss]])
+        if not has[0]:
+            if has_kids[0] and not kids_unknown[0]:
+                width[0], width_missing[0] = kids_width[0], False
+            else:
+                width_missing[0] = True
+        return _Numbers(total, total_missing, own, own_missing, width, width_missing)
+
+
+def _array(column: pl.Series) -> tuple[np.ndarray, np.ndarray] | None:
+    """A numeric column as numpy: int64 (integers) or float64 values, 0 where null, and the nulls' mask; None for
+    a column of another type, or integers that a float64 would not hold exactly."""
+    n = column.len()
+    if column.dtype == pl.Null:
+        return np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool)
+    nulls = column.null_count()
+    if column.dtype.is_integer():
+        values = column.to_numpy()  # float64 with NaN for the nulls when there are any
+        if not nulls:
+            if values.dtype.kind == "u" and n and values.max() >= 2 ** 62:
+                return None
+            return values.astype(np.int64, copy=False), np.zeros(n, dtype=bool)
+        missing = np.isnan(values)
+        values = np.where(missing, 0.0, values)
+        if n and np.abs(values).max() >= _EXACT:
+            return None
+        return values.astype(np.int64), missing
+    if column.dtype.is_float():
+        values = column.to_numpy().astype(np.float64, copy=False)
+        if not nulls:
+            return values, np.zeros(n, dtype=bool)
+        missing = column.is_null().to_numpy()
+        return np.where(missing, 0.0, values), missing
+    return None
 
 
 def _sides(rows: pl.DataFrame, side: str, meta: dict[str, Any]) -> dict[str, _Side]:
@@ -596,6 +753,157 @@ def _diff_phase(
             head_to_base[head.index[hp]] = base.index[bp]
             moved.add(head.index[hp])
     pairs = _union(base, head, head_to_base)
+    bn, hn = base.numbers(), head.numbers()
+    if bn is not None and hn is not None and all(bn.total[m].dtype == hn.total[m].dtype for m in DIFF_METRICS):
+        return _diff_phase_numpy(phase, base, head, bn, hn, pairs, moved)
+    return _diff_phase_reference(phase, base, head, pairs, moved)
+
+
+_new = object.__new__
+
+
+def _diff_phase_numpy(phase: str, base: _Side, head: _Side, bn: _Numbers, hn: _Numbers,
+                      pairs: list[tuple[int, int, int, int]], moved: set[int]) -> tuple[dict[str, Total], list[ComponentDelta]]:
+    """`_diff_phase_reference` on numpy columns: the same results, bit for bit (tests/test_diff_fast.py)."""
+    n = len(pairs)
+    table = np.array(pairs, dtype=np.int64).reshape(n, 4)
+    h_at, b_at, parent = table[:, 0], table[:, 1], table[:, 3]
+    on_h, on_b = h_at >= 0, b_at >= 0
+    h_i, b_i = np.where(on_h, h_at, 0), np.where(on_b, b_at, 0)
+    both = on_h & on_b
+
+    def side_values(num: dict[str, np.ndarray], miss: dict[str, np.ndarray], m: str, at: np.ndarray,
+                    on: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # an absent side counts 0 ... a missing value never does
+        v = num[m][at]
+        return np.where(on, v, np.zeros(1, dtype=v.dtype)), miss[m][at] & on
+
+    delta: dict[str, np.ndarray] = {}
+    delta_missing: dict[str, np.ndarray] = {}
+    bvals: dict[str, list[Any]] = {}
+    hvals: dict[str, list[Any]] = {}
+    own: dict[str, np.ndarray] = {}
+    own_missing: dict[str, np.ndarray] = {}
+    for m in DIFF_METRICS:
+        hv, hm = side_values(hn.total, hn.total_missing, m, h_i, on_h)
+        bv, bm = side_values(bn.total, bn.total_missing, m, b_i, on_b)
+        delta[m], delta_missing[m] = hv - bv, hm | bm
+        hvals[m] = _with_none(hv, hm | ~on_h)
+        bvals[m] = _with_none(bv, bm | ~on_b)
+        if m in ADDITIVE_METRICS:
+            oh, ohm = side_values(hn.own, hn.own_missing, m, h_i, on_h)
+            ob, obm = side_values(bn.own, bn.own_missing, m, b_i, on_b)
+            own[m], own_missing[m] = oh - ob, ohm | obm
+
+    # Peak memory: the part of the change that no single child shows (module docstring).
+    d, dm = delta["peak_memory_bytes"], delta_missing["peak_memory_bytes"]
+    zero = np.zeros(n, dtype=d.dtype)
+    up, down = zero.copy(), zero.copy()
+    kids = np.flatnonzero(~dm & (parent >= 0))
+    np.maximum.at(up, parent[kids], d[kids])
+    np.minimum.at(down, parent[kids], d[kids])
+    own["peak_memory_bytes"] = d - np.where(d > 0, np.minimum(up, d), np.where(d < 0, np.maximum(down, d), zero))
+    own_missing["peak_memory_bytes"] = dm
+
+    dl, dlm = delta["latency_ms"], delta_missing["latency_ms"]
+    width_known = ~bn.width_missing[b_i] & ~hn.width_missing[h_i]
+    latency_noise = (both & ~dlm & (dl != 0) & width_known
+                     & (np.abs(dl) <= bn.width[b_i] + hn.width[h_i]))
+
+    totals: dict[str, Total] = {}
+    root_delta: dict[str, Any] = {}
+    for m in DIFF_METRICS:
+        b_root = None if bn.total_missing[m][0] else bn.total[m][0].item()
+        h_root = None if hn.total_missing[m][0] else hn.total[m][0].item()
+        root_delta[m] = None if delta_missing[m][0] else delta[m][0].item()
+        totals[m] = Total(
+            metric=m,
+            base=b_root,
+            head=h_root,
+            delta=root_delta[m],
+            ratio=h_root / b_root if b_root not in (None, 0) and h_root is not None else None,
+            noise=bool(latency_noise[0]) if m == "latency_ms" else False,
+            complete=not delta_missing[m].any(),
+        )
+
+    # Classification: the first metric whose delta is a change decides (`_classify`, `_is_change`).
+    kind = np.full(n, "unchanged", dtype=object)
+    kind[~on_b] = "added"
+    kind[~on_h] = "removed"
+    if moved:
+        kind[both & np.isin(h_at, list(moved))] = "moved"
+    open_ = both & (kind == "unchanged")
+    for m in DIFF_METRICS:
+        dv = delta[m]
+        change = ~delta_missing[m] & (dv != 0)
+        if m == "latency_ms":
+            change &= ~latency_noise
+        if dv.dtype.kind == "f":
+            hv, bv = hn.total[m][h_i], bn.total[m][b_i]
+            change &= np.abs(dv) > REL_TOL * np.maximum(np.abs(bv), np.abs(hv))
+        decided = open_ & change
+        kind[decided & (dv > 0)] = "increased"
+        kind[decided & (dv < 0)] = "decreased"
+        open_ &= ~decided
+
+    gaps = np.zeros(n, dtype=bool)
+    for m in DIFF_METRICS:
+        gaps |= delta_missing[m]
+    missing: list[tuple[str, ...]] = [()] * n
+    for k in np.flatnonzero(gaps).tolist():
+        missing[k] = tuple(m for m in DIFF_METRICS if delta_missing[m][k])
+
+    deltas = [_with_none(delta[m], delta_missing[m]) for m in DIFF_METRICS]
+    selfs = [_with_none(own[m], own_missing[m]) for m in DIFF_METRICS]
+    shares = []
+    for m in DIFF_METRICS:
+        rd = root_delta[m]
+        if not rd:
+            shares.append([None] * n)
+        else:
+            shares.append(_with_none(own[m] / rd, own_missing[m]))
+    noise_lists = [latency_noise.tolist() if m == "latency_ms" else [False] * n for m in DIFF_METRICS]
+    metrics = DIFF_METRICS
+
+    h_list, b_list, depth_list = h_at.tolist(), b_at.tolist(), table[:, 2].tolist()
+    kind_list = kind.tolist()
+    components = []
+    for k, (h, b, depth, bv, hv, dv, sv, shv, nv) in enumerate(zip(
+            h_list, b_list, depth_list, zip(*(bvals[m] for m in metrics)), zip(*(hvals[m] for m in metrics)),
+            zip(*deltas), zip(*selfs), zip(*shares), zip(*noise_lists))):
+        side, i = (head, h) if h >= 0 else (base, b)
+        c = _new(ComponentDelta)  # what the dataclass's __init__ sets, without its per-field object.__setattr__
+        c.__dict__.update(
+            path=side.path[i],
+            phase=phase,
+            module_type=side.module_type[i],
+            depth=depth,
+            kind=kind_list[k],
+            base_path=base.path[b] if b >= 0 else None,
+            base=dict(zip(metrics, bv)),
+            head=dict(zip(metrics, hv)),
+            delta=dict(zip(metrics, dv)),
+            self_delta=dict(zip(metrics, sv)),
+            share=dict(zip(metrics, shv)),
+            noise=dict(zip(metrics, nv)),
+            status_base=base.status[b] if b >= 0 else None,
+            status_head=head.status[h] if h >= 0 else None,
+            missing=missing[k],
+        )
+        components.append(c)
+    return totals, components
+
+
+def _with_none(values: np.ndarray, missing: np.ndarray) -> list[Any]:
+    """A numpy column as a list of Python ints or floats, with None where `missing`."""
+    out = values.tolist()
+    for k in np.flatnonzero(missing).tolist():
+        out[k] = None
+    return out
+
+
+def _diff_phase_reference(phase: str, base: _Side, head: _Side, pairs: list[tuple[int, int, int, int]],
+                          moved: set[int]) -> tuple[dict[str, Total], list[ComponentDelta]]:
     n = len(pairs)
     delta: dict[str, list[Any]] = {m: [None] * n for m in DIFF_METRICS}
     own: dict[str, list[Any]] = {m: [None] * n for m in DIFF_METRICS}

@@ -220,6 +220,39 @@ def test_search_for_a_full_path_finds_a_run_that_has_it(site, page):
     assert page.errors == []
 
 
+@pytest.mark.parametrize("query", ["model.0._mlp", "_mlp.1", "0._mlp.1._linear"])
+def test_search_for_a_middle_part_of_a_path_lands_on_a_component_that_has_it(site, page, query):
+    """Issue 14 audit: a middle part of `over_arch.model.0._mlp.1._linear` ("model.0._mlp", "_mlp.1") found nothing
+    (search matches the start of a word, and a path is one word). Now every run page it lists has a component
+    whose path holds the query; following the first result opens such a component, its row marked and in the
+    viewport, the table listing the components that hold the query."""
+    server, built = site
+    page.goto(server.url)
+    found = _search(page, query)
+    runs = [p for p in found if p.startswith("/runs/")]
+    assert runs and found[0] == runs[0], found
+
+    def holds(p: str) -> bool:  # a component path of that run holds the query, starting after a dot
+        return any(("." + c).find("." + query) >= 0 for c in json.loads((built / p.lstrip("/") / "components.json").read_text())["path"])
+
+    assert all(holds(p) for p in runs), found
+    page.locator(".md-search-result__link").first.click()
+    page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=20000)
+    page.wait_for_function("!document.getElementById('cbsite-details').hidden", timeout=5000)
+    opened = page.inner_text("#cbsite-details h3")
+    assert ("." + opened).find("." + query) >= 0 and opened.endswith(query), (query, opened)
+    row = page.locator("#cbsite-table tr.cbsite-linked")
+    assert row.count() == 1 and row.is_visible()
+    box = row.bounding_box()
+    assert box and 0 <= box["y"] and box["y"] + box["height"] <= VIEWPORT["height"]
+    assert row.inner_text().split()[0] in opened  # the row shows the component's last segment
+    assert page.input_value("#cbsite-table input.cbsite-filter") == query
+    shown = page.evaluate("""() => { const d = window.cbsiteRun.data; return Array.from(document.querySelectorAll(
+        '#cbsite-table tbody tr[data-index]')).map(tr => d.path[+tr.dataset.index]); }""")
+    assert len(shown) >= 1 and all(query in p for p in shown), shown
+    assert page.errors == []
+
+
 def test_search_for_a_last_name_and_a_word(site, page):
     server, built = site
     page.goto(server.url)

@@ -20,7 +20,7 @@ from torch import nn
 
 from cbsite.collector import memory, restore
 from cbsite.collector.capture import capture, tensors_in
-from cbsite.collector.measure import ComponentMeasurement, GraphCycle, TimingConfig
+from cbsite.collector.measure import ComponentMeasurement, FreshGraphs, GraphCycle, TimingConfig, _grad, one_call_per_block
 from cbsite.errors import CbsiteError
 
 HERE = Path(__file__).parent
@@ -164,9 +164,9 @@ def test_a_graph_is_freed_as_soon_as_it_is_let_go_without_the_garbage_collector(
 def test_backward_graphs_past_the_allowance_are_built_one_at_a_time():
     model = nn.Sequential(nn.Linear(16, 16), nn.Tanh())
     batches = [capture(model, (torch.randn(8, 16),), {}, grad=True).calls[""] for _ in range(3)]
-    tight = TimingConfig(min_run_time=0.002, warmup=1, graph_allowance_bytes=1)
+    tight = TimingConfig(min_run_time=0.002, warmup=1, graph_allowance_bytes=15_000)  # one graph fits, not two
     m = ComponentMeasurement(model, batches, tight, graph_bytes=10_000)
-    assert not m.graphs_fit()
+    assert not m.graphs_fit() and not m.frees_graphs()
     stmt = m.rotation("backward")
     assert isinstance(stmt, GraphCycle)
     seen = []
@@ -179,6 +179,34 @@ def test_backward_graphs_past_the_allowance_are_built_one_at_a_time():
     assert any("one batch at a time" in n for n in result.notes)
     roomy = ComponentMeasurement(model, batches, TimingConfig(min_run_time=0.002, warmup=1), graph_bytes=10_000)
     assert roomy.graphs_fit() and not isinstance(roomy.rotation("backward"), GraphCycle)
+
+
+def test_a_graph_past_the_allowance_is_differentiated_freeing_as_a_training_step_does():
+    model = nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4))
+    batches = [capture(model, (torch.randn(8, 16),), {}, grad=True).calls[""] for _ in range(2)]
+    cfg = TimingConfig(min_run_time=0.002, warmup=1, graph_allowance_bytes=5_000)
+    m = ComponentMeasurement(model, batches, cfg, graph_bytes=10_000)
+    assert m.frees_graphs()
+    stmt = m.rotation("backward")
+    assert isinstance(stmt, FreshGraphs) and one_call_per_block(stmt)
+    built = []
+    build = stmt.build
+    stmt.build = lambda i: built.append((i, build(i))) or built[-1][1]
+    for block in range(4):
+        stmt.before_block(block, 4)
+        stmt()
+        with pytest.raises(RuntimeError, match="second time"):  # the graph was freed as backward went
+            _grad(built[-1][1])
+    assert [i for i, _ in built] == [0, 1, 0, 1]  # a graph per call, the batches in turn
+    result = m.backward()
+    assert any("each call on a graph of its own" in n for n in result.notes)
+    assert all(b.calls == 1 for b in result.timing.blocks)  # one call per block: no forward inside a timed one
+    # The same counts and allocator peak as on a retained graph (the allocator peak counts what the phase
+    # allocates; freeing what the forward saved does not lower it).
+    retained = ComponentMeasurement(model, batches, TimingConfig(min_run_time=0.002, warmup=1), graph_bytes=10_000)
+    other = retained.backward()
+    assert (result.counts.flops, result.counts.bytes_moved) == (other.counts.flops, other.counts.bytes_moved)
+    assert result.peak_memory_bytes == other.peak_memory_bytes
 
 
 def test_the_plan_groups_captures_within_the_allowance_and_rotates_only_what_fits_in_cache():

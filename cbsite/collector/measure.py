@@ -218,7 +218,7 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_
         last_warm = warm_up(fn, dataclasses.replace(cfg, warmup=1))
     timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=cfg.num_threads)
     # A statement whose warm call already outlasts a block needs no sizing runs: one call per block.
-    number = 1 if last_warm >= cfg.block_s() else block_size(timer, cfg.block_s())
+    number = 1 if last_warm >= cfg.block_s() or one_call_per_block(fn) else block_size(timer, cfg.block_s())
     step = before_block(fn)
     expected = expected_blocks(cfg, max(cfg.block_s(), last_warm * number))
     blocks: list[Block] = []
@@ -334,10 +334,9 @@ class Known:
                 "parameters and input shapes, no value-dependent op); timed on its own inputs")
 
 
-def _warm_twin(statement: Callable[[], Any], cfg: TimingConfig) -> float:
-    """The warm-up of a twin, whose counting and peak passes (which warm a component) are not run: one plain
-    call here, and time_fn adds one more unless this one took the budget. Returns its seconds."""
-    return warm_up(statement, dataclasses.replace(cfg, warmup=1)) if cfg.warmup else 0.0
+# A twin runs no counting or peak pass (which warm a component up): time_fn gives it one plain call first
+# (`warm_s` 0: nothing ran just before). Its twin has just run the same code on the same shapes.
+TWIN_WARM_S = 0.0
 
 
 def _grad(graph: Graph) -> Any:
@@ -373,6 +372,54 @@ class GraphCycle:
             self.graph = self.build(wanted)
             self.index = wanted
             self.switches += 1
+
+
+def one_call_per_block(fn: Callable[[], Any]) -> bool:
+    """Must every timed block of `fn` be one call, prepared by its before_block (FreshGraphs)?"""
+    return bool(getattr(fn, "one_call_per_block", False))
+
+
+def _grad_freeing(graph: Graph) -> Any:
+    roots, grads, wrt = graph
+    return torch.autograd.grad(roots, wrt, grads, allow_unused=True)
+
+
+class FreshGraphs:
+    """The backward statement of a component whose one graph is past the collection's allowance (the root of
+    a language model, its head): every call differentiates a graph of its own without `retain_graph`, so the
+    saved activations are freed as backward goes, as a training step frees them. A retained graph keeps them
+    all through backward: GPT-2 small at 4 x 256 held 1.64 GiB more with it, 1.32 GiB freeing, against 1.07 GiB
+    for a plain step (benchmarks/backward_memory.py), and the root's retained graph set the peak of the whole
+    collection at 8 x 512.
+
+    A graph is used once, so a block is one call and its graph is built (untimed) just before it, the batches
+    taken in turn; time_fn and hierarchy.remeasure keep one call per block for it (`one_call_per_block`). A
+    component this large runs for far longer than a block, so it had one call per block anyway.
+    """
+
+    one_call_per_block = True
+
+    def __init__(self, build: Callable[[int], Graph], batches: int) -> None:
+        self.build = build
+        self.batches = batches
+        self.graph: Graph | None = None
+        self.built = 0
+        self.build_s = 0.0  # untimed seconds spent building graphs
+
+    def _ready(self) -> None:
+        if self.graph is None:
+            t0 = time.perf_counter()
+            self.graph = self.build(self.built % self.batches)
+            self.built += 1
+            self.build_s += time.perf_counter() - t0
+
+    def __call__(self) -> Any:
+        self._ready()  # only outside timed blocks (warm-up): before_block built the graph of a timed one
+        graph, self.graph = self.graph, None
+        return _grad_freeing(graph)
+
+    def before_block(self, index: int, expected: int) -> None:
+        self._ready()
 
 
 class ComponentMeasurement:
@@ -447,6 +494,8 @@ class ComponentMeasurement:
                 self._run(inputs, modes)
 
             return forward_fn
+        if graphs is None and self.frees_graphs():
+            return FreshGraphs(lambda i: self._graph(self.batches[i], seed=i), len(self.batches))
         if graphs is None and not self.graphs_fit():
             return GraphCycle(lambda i: self._graph(self.batches[i], seed=i), len(self.batches), self._graph(self.batches[0], seed=0))
         graphs = graphs or [self._graph(batch, seed=i) for i, batch in enumerate(self.batches)]
@@ -467,7 +516,7 @@ class ComponentMeasurement:
         statement = self.rotation("forward")
         notes = ["timed with a copy of the inputs per run (in-place module)"] if self.inplace else []
         if known is not None:
-            timing = time_fn(statement, self.calls_per_batch, self.cfg, warm_s=_warm_twin(statement, self.cfg))
+            timing = time_fn(statement, self.calls_per_batch, self.cfg, warm_s=TWIN_WARM_S)
             return PhaseResult(timing, known.counts, known.peak, notes + [known.note()] + timing.notes, {})
         t0 = time.perf_counter()
         counts = count(lambda: self._run(first_inputs, first_modes))[1]  # the output (and its graph) is let go at once
@@ -511,27 +560,50 @@ class ComponentMeasurement:
             return True
         return (len(self.batches) - 1) * self.graph_bytes <= allowance
 
+    def frees_graphs(self) -> bool:
+        """Is one graph of this component past the allowance? Then backward is timed as a training step runs
+        it, freeing the graph as it goes (FreshGraphs), not on a retained one."""
+        allowance = self.cfg.graph_allowance_bytes
+        return allowance is not None and self.graph_bytes is not None and self.graph_bytes > allowance
+
     def backward(self, known: Known | None = None) -> PhaseResult:
-        """As `forward`, on graphs built from the captured inputs (one per batch, or one at a time)."""
+        """As `forward`, on graphs built from the captured inputs (one per batch, one at a time, or a fresh one
+        per call for a component whose graph is past the allowance)."""
+        fresh = self.frees_graphs()
+        differentiate = _grad_freeing if fresh else _grad
         t0 = time.perf_counter()
-        graph = self._graph(self.batches[0], seed=0)
+        graph: Graph | None = self._graph(self.batches[0], seed=0)
         t1 = time.perf_counter()
         untimed = {"backward_graphs": t1 - t0}
+        notes = []
         if known is None:
-            counts = per_call(count(lambda: _grad(graph))[1], self.calls_per_batch)
+            counts = per_call(count(lambda: differentiate(graph))[1], self.calls_per_batch)
             untimed["counting"] = time.perf_counter() - t1
+            if fresh:  # the counting pass used the graph up: another for the peak pass, the first let go first
+                graph = None
+                t0 = time.perf_counter()
+                graph = self._graph(self.batches[0], seed=0)
+                untimed["backward_graphs"] += time.perf_counter() - t0
             # The peak of one warm call (the counting pass warmed it), before timing: a graph cycle may hold
             # another batch's graph once timing ends.
-            peak, peak_s = _timed_peak(self.cfg.device, lambda: _grad(graph))
+            peak, peak_s = _timed_peak(self.cfg.device, lambda: differentiate(graph))
             untimed["memory_peaks"] = peak_s
-            notes = []
         else:
-            counts, peak, peak_s, notes = known.counts, known.peak, None, [known.note()]
-        if self.graphs_fit():
+            counts, peak, peak_s = known.counts, known.peak, None
+            notes.append(known.note())
+        if fresh:
+            graph = None
+            statement: Callable[[], Any] = FreshGraphs(lambda i: self._graph(self.batches[i], seed=i), len(self.batches))
+            notes.append(
+                f"backward timed as a training step runs it: each call on a graph of its own, freed as it goes; one "
+                f"graph ({self.graph_bytes / 2**20:,.0f} MiB) is past the collection's allowance of "
+                f"{self.cfg.graph_allowance_bytes / 2**20:,.0f} MiB for holding graphs"
+            )
+        elif self.graphs_fit():
             t0 = time.perf_counter()
             graphs = [graph] + [self._graph(batch, seed=i) for i, batch in enumerate(self.batches[1:], 1)]
             untimed["backward_graphs"] += time.perf_counter() - t0
-            statement: Callable[[], Any] = self.rotation("backward", graphs)
+            statement = self.rotation("backward", graphs)
             del graphs
         else:
             statement = GraphCycle(lambda i: self._graph(self.batches[i], seed=i), len(self.batches), graph)
@@ -542,8 +614,9 @@ class ComponentMeasurement:
             )
         del graph
         if known is not None:
-            peak_s = _warm_twin(statement, self.cfg)
+            peak_s = TWIN_WARM_S
         timing = time_fn(statement, self.calls_per_batch, self.cfg, warm_s=peak_s)
+        untimed["backward_graphs"] += getattr(statement, "build_s", 0.0)
         del statement
         live = sum(c.grad_enabled for c in self.batches[0])
         if live < self.calls_per_batch:

@@ -163,6 +163,21 @@ def fmt_signed(value: float | None, kind: str) -> str:
     return ("+" if value > 0 else "\u2212" if value < 0 else "\u00b1") + body
 
 
+def path_tails(paths: list[str]) -> list[str]:
+    """Every distinct tail of the component paths that starts after a dot, in tree order: "model.0._mlp.1._linear",
+    "0._mlp.1._linear", ..., "_linear" of "over_arch.model.0._mlp.1._linear". Search matches the start of a word
+    (MkDocs Material's lunr adds a trailing wildcard) and the separator keeps a path one word, so the whole paths
+    alone find only their starts; with these tails on the page a query for any middle part that begins at a dot
+    ("model.0._mlp", "_mlp.1") matches the start of a tail. Each tail is given once however many paths end with it."""
+    seen: dict[str, None] = {}
+    for path in paths:
+        at = path.find(".")
+        while at >= 0:
+            seen.setdefault(path[at + 1:], None)
+            at = path.find(".", at + 1)
+    return list(seen)
+
+
 @functools.lru_cache(maxsize=4)
 def environment(bytecode_dir: str | None = None) -> jinja2.Environment:
     """One environment per process: templates are compiled once, not once per build. With `bytecode_dir` (a
@@ -182,7 +197,7 @@ def environment(bytecode_dir: str | None = None) -> jinja2.Environment:
         # YAML front matter: a JSON string is a valid YAML scalar, and tojson escapes <, >, & and '.
         yaml_str=lambda s: jinja2.utils.htmlsafe_json_dumps(str(s)),
     )
-    env.globals.update(run_url=run_url, model_url=model_url, DASH=DASH)
+    env.globals.update(run_url=run_url, model_url=model_url, DASH=DASH, path_tails=path_tails)
     return env
 
 

@@ -539,6 +539,21 @@
   /* A component named by the address opens: `#component=<path>` (the slowest lists, the roofline, a shared
      link) or a search for its full path (Material's search adds `?h=<query>` to the result's address).
      The table is filtered to it, its row marked, its details shown and the icicle zoomed to its parent. */
+  /* The component a search query names: the path itself; else, for a middle part of a path ("model.0._mlp",
+     "_mlp.1": run.md.j2 indexes every tail of a path that starts after a dot), the first path in tree order that
+     ends with it, else the first that holds it (search ignores case, so does this). */
+  function queriedPath(d, q) {
+    if (d.path.indexOf(q) >= 0) return q;
+    var lower = q.toLowerCase(), holds = null;
+    for (var i = 0; i < d.path.length; i++) {
+      var p = d.path[i].toLowerCase(), at = p.lastIndexOf(lower);
+      if (at < 0) continue;
+      if (at + lower.length === p.length) return d.path[i];
+      if (holds === null) holds = d.path[i];
+    }
+    return holds;
+  }
+
   function linkedPath(d) {
     var hash = location.hash;
     if (hash.indexOf("#component=") === 0) {
@@ -546,7 +561,8 @@
     }
     var params = new URLSearchParams(location.search);
     var q = (params.get("q") || "").trim();  // the query a search result was clicked from (site.js)
-    if (q && d.path.indexOf(q) >= 0) return q;
+    var found = q ? queriedPath(d, q) : null;
+    if (found !== null) return found;
     // Material's ?h= lists the matched terms in no set order: a component whose dotted segments are
     // exactly those terms (the first in tree order, should several be).
     var terms = (params.get("h") || "").split(/[\s+]+/).filter(Boolean).sort().join(" ");
@@ -563,8 +579,13 @@
     var i = d.path.indexOf(path);
     if (i < 0) return;
     var run = window.cbsiteRun, input = document.querySelector("#cbsite-table input.cbsite-filter");
-    if (input) { input.value = path; input.dispatchEvent(new Event("input")); }
-    var row = document.querySelector("#cbsite-table tbody tr[data-index='" + i + "']");
+    var filterTo = function (text) { if (input) { input.value = text; input.dispatchEvent(new Event("input")); } };
+    var rowOf = function () { return document.querySelector("#cbsite-table tbody tr[data-index='" + i + "']"); };
+    // A middle part searched for lists every component that holds it, where the one opened is on the page shown.
+    var q = location.hash.indexOf("#component=") === 0 ? "" : (new URLSearchParams(location.search).get("q") || "").trim();
+    filterTo(q && q !== path && path.toLowerCase().indexOf(q.toLowerCase()) >= 0 ? q : path);
+    var row = rowOf();
+    if (!row && input && input.value !== path) { filterTo(path); row = rowOf(); }
     Array.prototype.forEach.call(document.querySelectorAll("#cbsite-table tr.cbsite-linked"), function (r) { r.classList.remove("cbsite-linked"); });
     if (row) row.classList.add("cbsite-linked");
     if (d.parent[i] >= 0) run.icicle.zoomTo(d.parent[i]);
