@@ -116,7 +116,8 @@ def main() -> None:
             Path(args.json).write_text(json.dumps(results, indent=1))
     gib = 2**30
     print(f"\n{'case':14s} {'plain GiB':>9s} {'coll GiB':>9s} {'ratio':>6s} {'step s':>7s} {'wall s':>7s} {'timed s':>8s} "
-          f"{'wall/timed':>10s} {'capture':>8s} {'count':>6s} {'peaks':>6s} {'graphs':>6s} {'other':>7s} {'waits':>6s} "
+          f"{'wall/timed':>10s} {'capture':>8s} {'count':>6s} {'peaks':>6s} {'graphs':>6s} {'warm':>5s} {'sizing':>6s} "
+          f"{'other':>7s} {'waits':>6s} "
           f"{'calib':>6s} {'load':>9s}")
     for name, r in results.items():
         p, c = r["plain"], r["collection"]
@@ -129,6 +130,7 @@ def main() -> None:
               f"{p['step_s']:7.2f} {c['wall_s']:7.1f} {timed:8.1f} {c['wall_s'] / timed:10.2f} "
               f"{b.get('components_capture', 0):8.1f} {b.get('components_counting', 0):6.1f} "
               f"{b.get('components_memory_peaks', 0):6.1f} {b.get('components_backward_graphs', 0):6.1f} "
+              f"{b.get('components_warm_up', 0):5.1f} {b.get('components_block_sizing', 0):6.1f} "
               f"{b.get('components_other', 0):7.1f} {b.get('components_quiet_waits', 0):6.1f} "
               f"{b.get('calibration_start', 0) + b.get('calibration_end_and_peak_checks', 0):6.1f} "
               f"{r['load'][0]:4.1f}-{r['load'][1]:4.1f}")

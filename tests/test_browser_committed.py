@@ -66,6 +66,39 @@ def test_home_page_run_ids_are_on_one_line_and_the_table_fits(site, page):
     assert page.errors == []
 
 
+def _words(text: str) -> set[str]:
+    return {w.strip(",.;:()").lower() for w in text.split()} - {""}  # a clause begun on its own line is capitalised
+
+
+def test_home_page_what_changed_is_a_table_that_keeps_every_fact(site, page):
+    """Issue 14 audit: "What changed" was one paragraph per model (some 900 characters each). Now it is a table:
+    model, versions (the link to the diff), the largest changes one per line (latency changes first), then every
+    other fact of the diff's summary one per line; every word of the summary but its title ("dlrm v2 vs v1") is in
+    the model's row, the table fits the page and no line of it is a paragraph."""
+    server, _ = site
+    page.goto(server.url)
+    rows = page.evaluate("""() => Array.from(document.querySelectorAll('table.cbsite-changes tbody tr')).map(tr => ({
+        model: tr.cells[0].innerText, href: tr.cells[1].querySelector('a').getAttribute('href'), text: tr.innerText,
+        largest: Array.from(tr.cells[2].querySelectorAll('li')).map(li => [li.innerText, li.getClientRects().length,
+          Math.round(li.getBoundingClientRect().height / parseFloat(getComputedStyle(li).lineHeight))]),
+        facts: Array.from(tr.cells[3].querySelectorAll('li')).map(li => li.innerText) }))""")
+    assert {r["model"] for r in rows} >= {"dlrm", "dlrm-sharded"}, rows
+    assert page.locator("#changes ~ ul.cbsite-changes").count() == 0  # the paragraphs are gone
+    _fits_the_page(page, "table.cbsite-changes")
+    for r in rows:
+        assert r["largest"] and all(lines == 1 for _, _, lines in r["largest"]), r["largest"]  # one line each
+        assert all(len(f) < 400 for f in r["facts"]), r["facts"]
+        page.goto(server.url + r["href"])
+        summary = page.inner_text(".cbsite-diff-summary")
+        title, _, rest = summary.partition(": ")
+        assert _words(rest) - _words(r["text"]) == set(), (r["model"], _words(rest) - _words(r["text"]))
+    dlrm = next(r for r in rows if r["model"] == "dlrm")
+    assert [t for t, *_ in dlrm["largest"]][:2] == ["+90% backward latency (+4.51 ms, regressed)",
+                                                   "+48% forward latency (+0.156 ms, regressed)"]
+    assert "3.0\u00d7 backward FLOPs (+24.7 MFLOP)" in [t for t, *_ in dlrm["largest"]]
+    assert page.errors == []
+
+
 # Every label the icicle draws: its text, the node's leaf name (what the table calls it), the text's drawn width,
 # the width of its rectangle, its font size (px) and the names of its siblings (the node's too).
 LABELS = """() => { const d = window.cbsiteRun.data, out = [];

@@ -167,7 +167,8 @@ def test_rounds_repeat_timing_in_fresh_processes(tmp_path):
     assert set(top) <= set(stages) and stages["rounds"] > 0
     assert sum(stages[k] for k in top) <= run.meta["wall_time_s"] + 1e-3
     parts = ("components_timed_blocks", "components_plugins", "components_capture", "components_quiet_waits",
-             "components_counting", "components_memory_peaks", "components_backward_graphs", "components_other")
+             "components_counting", "components_memory_peaks", "components_backward_graphs", "components_warm_up",
+             "components_block_sizing", "components_other")
     assert sum(stages[k] for k in parts) == pytest.approx(stages["components"], abs=8e-3)
     assert min(stages[k] for k in ("components_counting", "components_memory_peaks")) > 0
     assert stages["components_backward_graphs"] == 0  # a forward-only run builds no graphs

@@ -61,6 +61,8 @@ class Timing:
     cut_short: bool = False  # the per-component cap ended timing before the budget was spent
     notes: list[str] = field(default_factory=list)
     quiet_wait_s: float = 0.0  # wall seconds spent waiting for a quiet machine (not timing)
+    warm_up_s: float = 0.0  # wall seconds of untimed calls before the first block
+    sizing_s: float = 0.0  # wall seconds finding how many calls make a block (block_size)
 
 
 @dataclass
@@ -210,15 +212,18 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_
     # it, 19 % with it, 17 % with the old budget-bounded warm-up). A component whose passes took the budget needs
     # none; more calls were up to a budget of untimed work per component and phase (14.6 of the 37 s untimed
     # rest of a GPT-2 small 2 x 128 collection).
+    t_warm = time.perf_counter()
     if warm_s is None:
         last_warm = warm_up(fn, cfg)
     elif warm_s >= cfg.min_run_time or cfg.warmup == 0:
         last_warm = warm_s
     else:
         last_warm = warm_up(fn, dataclasses.replace(cfg, warmup=1))
+    t_sizing = time.perf_counter()
     timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=cfg.num_threads)
     # A statement whose warm call already outlasts a block needs no sizing runs: one call per block.
     number = 1 if last_warm >= cfg.block_s() or one_call_per_block(fn) else block_size(timer, cfg.block_s())
+    warm_up_s, sizing_s = t_sizing - t_warm, time.perf_counter() - t_sizing
     step = before_block(fn)
     expected = expected_blocks(cfg, max(cfg.block_s(), last_warm * number))
     blocks: list[Block] = []
@@ -283,6 +288,8 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_
         cut_short=cut_short,
         notes=notes,
         quiet_wait_s=quiet_wait,
+        warm_up_s=warm_up_s,
+        sizing_s=sizing_s,
     )
 
 
@@ -404,22 +411,22 @@ class FreshGraphs:
         self.batches = batches
         self.graph: Graph | None = None
         self.built = 0
-        self.build_s = 0.0  # untimed seconds spent building graphs
+        self.build_s = 0.0  # untimed seconds spent building graphs between blocks
 
     def _ready(self) -> None:
         if self.graph is None:
-            t0 = time.perf_counter()
             self.graph = self.build(self.built % self.batches)
             self.built += 1
-            self.build_s += time.perf_counter() - t0
 
     def __call__(self) -> Any:
-        self._ready()  # only outside timed blocks (warm-up): before_block built the graph of a timed one
+        self._ready()  # only outside timed blocks (a warm-up call): before_block built the graph of a timed one
         graph, self.graph = self.graph, None
         return _grad_freeing(graph)
 
     def before_block(self, index: int, expected: int) -> None:
+        t0 = time.perf_counter()
         self._ready()
+        self.build_s += time.perf_counter() - t0
 
 
 class ComponentMeasurement:
@@ -517,7 +524,7 @@ class ComponentMeasurement:
         notes = ["timed with a copy of the inputs per run (in-place module)"] if self.inplace else []
         if known is not None:
             timing = time_fn(statement, self.calls_per_batch, self.cfg, warm_s=TWIN_WARM_S)
-            return PhaseResult(timing, known.counts, known.peak, notes + [known.note()] + timing.notes, {})
+            return PhaseResult(timing, known.counts, known.peak, notes + [known.note()] + timing.notes, _around(timing))
         t0 = time.perf_counter()
         counts = count(lambda: self._run(first_inputs, first_modes))[1]  # the output (and its graph) is let go at once
         counting_s = time.perf_counter() - t0
@@ -525,7 +532,7 @@ class ComponentMeasurement:
         peak, peak_s = _timed_peak(self.cfg.device, lambda: self._run(first_inputs, first_modes))
         timing = time_fn(statement, self.calls_per_batch, self.cfg, warm_s=peak_s)
         return PhaseResult(timing, per_call(counts, self.calls_per_batch), peak, notes + timing.notes,
-                           {"counting": counting_s, "memory_peaks": peak_s})
+                           {"counting": counting_s, "memory_peaks": peak_s, **_around(timing)})
 
     def _graph(
         self, batch: list[Call], seed: int, module: nn.Module | None = None
@@ -617,6 +624,7 @@ class ComponentMeasurement:
             peak_s = TWIN_WARM_S
         timing = time_fn(statement, self.calls_per_batch, self.cfg, warm_s=peak_s)
         untimed["backward_graphs"] += getattr(statement, "build_s", 0.0)
+        untimed.update(_around(timing))
         del statement
         live = sum(c.grad_enabled for c in self.batches[0])
         if live < self.calls_per_batch:
@@ -634,6 +642,11 @@ class ComponentMeasurement:
                 f"dense embedding gradient: backward writes whole tables ({rows} rows), not just the rows looked up"
             )
         return PhaseResult(timing, counts, peak, notes + timing.notes, untimed)
+
+
+def _around(timing: Timing) -> dict[str, float]:
+    """The untimed work around a phase's timed blocks, for run.json's breakdown."""
+    return {"warm_up": timing.warm_up_s, "block_sizing": timing.sizing_s}
 
 
 def per_call(counts: Counts, calls: int) -> Counts:

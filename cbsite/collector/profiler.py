@@ -717,7 +717,7 @@ def _more_rounds(model: nn.Module, batches: Sequence[Inputs], config: CollectCon
     return samples + session.samples, record
 
 
-PASSES = ("counting", "memory_peaks", "backward_graphs")  # a phase's untimed passes (measure.PhaseResult.untimed_s)
+PASSES = ("counting", "memory_peaks", "backward_graphs", "warm_up", "block_sizing")  # a phase's untimed passes (measure.PhaseResult.untimed_s)
 
 
 class _Stages:
@@ -739,7 +739,7 @@ class _Stages:
                passes_s: dict[str, float] | None = None) -> dict[str, Any]:
         """The stages, with the components stage split into its timed blocks, its plugins, the captures
         of its groups, waits for a quiet machine, the untimed passes (counting, memory peaks, backward
-        graphs) and the rest (block sizing, building statements, bookkeeping)."""
+        graphs, warm-up calls, block sizing) and the rest (preparing inputs and statements, bookkeeping)."""
         out = {k: round(v, 3) for k, v in self.seconds.items()}
         components = self.seconds.get("components", 0.0)
         out["components_timed_blocks"] = round(timed_s, 3)

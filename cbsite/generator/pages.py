@@ -10,6 +10,7 @@ import decimal
 import functools
 import json
 import math
+import re
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -178,6 +179,57 @@ def path_tails(paths: list[str]) -> list[str]:
     return list(seen)
 
 
+_RATIO = re.compile(r"^(?P<ratio>new|\d+(?:\.\d+)?\u00d7|[+\u2212\u00b1-]<?\d+(?:\.\d+)?%) ")
+_SENTENCE = re.compile(r"(?<=\.) (?=[A-Z0-9])")
+
+
+def _split_top(text: str, sep: str) -> list[str]:
+    """`text` split at `sep` where it stands outside parentheses."""
+    out, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        ch = text[i]
+        depth += ch == "("
+        depth -= ch == ")" and depth > 0
+        if depth == 0 and text.startswith(sep, i):
+            out.append(text[start:i])
+            start = i = i + len(sep)
+            continue
+        i += 1
+    out.append(text[start:])
+    return [t for t in out if t]
+
+
+def _magnitude(ratio: str) -> float:
+    """How far a total moved, from its ratio in words ("2.9×", "+81%", "−34%", "new"): |ln(head / base)|."""
+    if ratio == "new":
+        return math.inf
+    number = float(re.sub(r"[^\d.]", "", ratio) or 0)
+    factor = number if ratio.endswith("\u00d7") else 1 + (-1 if ratio[0] in "\u2212-" else 1) * number / 100
+    return abs(math.log(factor)) if factor > 0 else math.inf
+
+
+def change_digest(summary: str, largest: int = 3) -> dict[str, Any]:
+    """A diff's summary (cbsite.diff.RunDiff.summary: one paragraph) cut up for the home page's table, every word
+    of it kept: `largest`, the latency changes, then the `largest` other totals that moved most ("2.9× forward
+    FLOPs (+12.6 MFLOP)"), each group by |ln ratio|;
+    `totals`, the first sentence's other clauses in their order (smaller changes, "within noise", "unchanged ...");
+    `notes`, the other sentences, each "; "-joined clause on its own ("The largest part of the FLOP growth ...").
+    A summary of another shape (no "title: " first sentence) comes back whole in `notes`."""
+    sentences = _SENTENCE.split(summary.strip())
+    head, _, body = sentences[0].partition(": ")
+    if not body or not body.endswith("."):
+        return {"largest": [], "totals": "", "notes": [summary]}
+    clauses = _split_top(body[:-1], ", ")
+    ranked = sorted((c for c in clauses if _RATIO.match(c)), key=lambda c: -_magnitude(_RATIO.match(c).group("ratio")))
+    moved = [c for c in ranked if " latency (" in c] + [c for c in ranked if " latency (" not in c][:largest]
+    rest = [c for c in clauses if c not in moved]
+    notes = []
+    for sentence in sentences[1:]:
+        parts = _split_top(sentence[:-1] if sentence.endswith(".") else sentence, "; ")
+        notes.extend(p[:1].upper() + p[1:] for p in parts)
+    return {"largest": moved, "totals": ", ".join(rest), "notes": notes}
+
+
 @functools.lru_cache(maxsize=4)
 def environment(bytecode_dir: str | None = None) -> jinja2.Environment:
     """One environment per process: templates are compiled once, not once per build. With `bytecode_dir` (a
@@ -197,7 +249,8 @@ def environment(bytecode_dir: str | None = None) -> jinja2.Environment:
         # YAML front matter: a JSON string is a valid YAML scalar, and tojson escapes <, >, & and '.
         yaml_str=lambda s: jinja2.utils.htmlsafe_json_dumps(str(s)),
     )
-    env.globals.update(run_url=run_url, model_url=model_url, DASH=DASH, path_tails=path_tails)
+    env.globals.update(run_url=run_url, model_url=model_url, DASH=DASH, path_tails=path_tails,
+                       change_digest=change_digest)
     return env
 
 
