@@ -636,7 +636,7 @@ class _Numbers:
             return None
         calls = np.maximum(calls_col[0], 1)  # a never-called container (or none recorded) counts once
         parent = np.asarray(side.parent, dtype=np.int64)
-        rev = np.arange(1, n)
+        rev = np.arange(n - 1, 0, -1)  # every child, in reverse pre-order
         total: dict[str, np.ndarray] = {}
         total_missing: dict[str, np.ndarray] = {}
         for m in DIFF_METRICS:

@@ -1,0 +1,116 @@
+"""The diff's numpy path (cbsite/diff.py `_Numbers`, `_diff_phase_numpy`, issue 14) gives what its plain-Python
+reference gives, bit for bit: every component's values, their types (an integer stays an integer) and every float's
+bits (sums in the reference's order), so a site built with it is byte for byte the one built before it."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cbsite import archive
+from cbsite import diff as cdiff
+from tests.conftest_site import synthetic_rows
+from tests.test_diff import revisions
+
+PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def both_paths(base: pl.DataFrame, head: pl.DataFrame, match_moved: bool,
+               monkeypatch: pytest.MonkeyPatch) -> tuple[cdiff.RunDiff, cdiff.RunDiff]:
+    """The diff by the numpy path (checked to be taken) and by the reference."""
+    taken: list[bool] = []
+    real = cdiff._diff_phase_numpy
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        taken.append(True)
+        return real(*args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(cdiff, "_diff_phase_numpy", spy)
+        fast = cdiff.diff_tables(base, head, match_moved=match_moved)
+    assert taken, "the numpy path was not taken"
+    with monkeypatch.context() as m:
+        m.setattr(cdiff._Side, "numbers", lambda self: None)
+        ref = cdiff.diff_tables(base, head, match_moved=match_moved)
+    return fast, ref
+
+
+def assert_same(fast: cdiff.RunDiff, ref: cdiff.RunDiff) -> None:
+    # repr tells 1 from 1.0 and -0.0 from 0.0, and writes every float's shortest exact form.
+    assert repr(fast.totals) == repr(ref.totals)
+    assert len(fast.components) == len(ref.components)
+    for a, b in zip(fast.components, ref.components):
+        assert repr(a) == repr(b)
+        assert all(type(a.delta[m]) is type(b.delta[m]) for m in cdiff.DIFF_METRICS)
+    assert fast.summary() == ref.summary()
+    assert fast.to_dict() == ref.to_dict()
+
+
+def frame(*args: Any, **kwargs: Any) -> pl.DataFrame:
+    """synthetic_rows as the archive stores them (its schema's types)."""
+    out = pl.from_arrow(archive.rows_to_table(synthetic_rows(*args, **kwargs)))
+    assert isinstance(out, pl.DataFrame)
+    return out
+
+
+@PROPERTY
+@given(revisions(), st.booleans())
+def test_numpy_diff_equals_the_reference_on_random_revisions(pair: Any, match_moved: bool) -> None:
+    base_tree, head_tree = pair
+    base, head = base_tree.run(version="v1"), head_tree.run(version="v2")
+    with pytest.MonkeyPatch.context() as mp:
+        assert_same(*both_paths(base.rows, head.rows, match_moved, mp))
+
+
+def _damage(frame: pl.DataFrame, seed: int) -> pl.DataFrame:
+    """Missing values, NaN and lost percentiles at random rows: the cases where the two paths could part."""
+    rng = random.Random(seed)
+    n = frame.height
+    out = frame
+    for column, value in (("flops", None), ("latency_ms", float("nan")), ("latency_ms", None),
+                          ("bytes_moved", None), ("peak_memory_bytes", None), ("param_bytes", None),
+                          ("latency_p25_ms", None), ("latency_p75_ms", float("nan")), ("call_count", None)):
+        hit = [rng.random() < 0.02 for _ in range(n)]
+        out = out.with_columns(
+            pl.when(pl.Series(hit)).then(pl.lit(value, dtype=out.schema[column])).otherwise(pl.col(column)).alias(column))
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("damaged", [False, True])
+@pytest.mark.parametrize("same_tree", [True, False])
+def test_numpy_diff_equals_the_reference_on_synthetic_runs(seed: int, damaged: bool, same_tree: bool,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same tree with other numbers (every component on both sides: increased, decreased, noise), or another
+    # tree (added, removed and moved components); float latencies whose sums depend on their order.
+    base = frame("m", "v1", "r1", n=300, seed=seed, branching=5)
+    head = frame("m", "v2", "r2", n=300 if same_tree else 320, seed=seed if same_tree else seed + 10,
+                 scale=1.3 if seed % 2 else 1.0, branching=5)
+    if same_tree:  # fewer FLOPs here, a latency within its noise there, the rest as it was
+        head = head.with_columns(
+            pl.when(pl.col("order") % 7 == 0).then(pl.col("flops") - 1).otherwise(pl.col("flops")).alias("flops"),
+            pl.when(pl.col("order") % 5 == 0).then(pl.col("latency_ms") * 1.001).otherwise(pl.col("latency_ms"))
+            .alias("latency_ms"))
+    if damaged:
+        base, head = _damage(base, seed), _damage(head, seed + 100)
+    for match_moved in (False, True):
+        fast, ref = both_paths(base, head, match_moved, monkeypatch)
+        assert_same(fast, ref)
+        if same_tree:
+            counts = fast.counts("forward")
+            assert counts["added"] == 0 and counts["decreased"] + counts["increased"] > 0
+
+
+def test_integers_beyond_float_precision_take_the_reference_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    base = frame("m", "v1", "r1", n=40, seed=5)
+    head = base.with_columns(pl.col("flops") * 2 ** 40)  # FLOP counts past 2**52 in sum
+    side = cdiff._sides(head, "head", {})["forward"]
+    assert side.numbers() is None
+    assert cdiff._sides(base, "base", {})["forward"].numbers() is not None
+    diff = cdiff.diff_tables(base, head)  # the reference, for the phases where one side has no numpy columns
+    assert isinstance(diff.totals["forward"]["flops"].delta, int)
