@@ -106,3 +106,27 @@ def test_rate_is_one_format_in_python_and_javascript():
     out = subprocess.run([node, "-e", script, str(FORMAT_JS), json.dumps(values)],
                          capture_output=True, text=True, check=True)
     assert json.loads(out.stdout) == [pages.fmt_rate(v) for v in values]
+
+
+def test_change_digest_cuts_a_summary_into_lines_and_keeps_every_word():
+    """The home page's "What changed" row (pages.change_digest): latency changes first, then the totals that moved
+    most by |ln ratio|; the other clauses of the first sentence in their order; every other sentence and each of
+    its "; "-joined clauses (a parenthesis is never cut) on a line of its own. Only the title is left out."""
+    summary = ("dlrm v2 vs v1: 2.0\u00d7 parameter memory (+10.4 MB), +81% forward peak memory (+442 kB), +48% forward "
+               "latency (+0.156 ms, regressed), 3.0\u00d7 backward FLOPs (+24.7 MFLOP), new backward peak memory (+1 MB), "
+               "\u2212<0.001% forward FLOPs (\u221232 B), backward latency (+1.55 ms) within noise, unchanged forward "
+               "FLOPs, backward FLOPs. Parameter memory: own changes cancel out (+2.56 MB up, \u22122.56 MB down, \u221232 B "
+               "net; some own changes unknown); the largest part of the latency growth (38%) is in a.b. Forward "
+               "components: 27 increased, 2 unchanged.")
+    d = pages.change_digest(summary)
+    assert d["largest"] == ["+48% forward latency (+0.156 ms, regressed)", "new backward peak memory (+1 MB)",
+                            "3.0\u00d7 backward FLOPs (+24.7 MFLOP)", "2.0\u00d7 parameter memory (+10.4 MB)"]
+    assert d["totals"] == ("+81% forward peak memory (+442 kB), \u2212<0.001% forward FLOPs (\u221232 B), backward "
+                           "latency (+1.55 ms) within noise, unchanged forward FLOPs, backward FLOPs")
+    assert d["notes"] == ["Parameter memory: own changes cancel out (+2.56 MB up, \u22122.56 MB down, \u221232 B net; "
+                          "some own changes unknown)", "The largest part of the latency growth (38%) is in a.b",
+                          "Forward components: 27 increased, 2 unchanged"]
+    words = lambda t: {w.strip(",.;:()").lower() for w in t.split()} - {""}  # noqa: E731
+    kept = " ".join(d["largest"] + [d["totals"]] + d["notes"])
+    assert words(summary.split(": ", 1)[1]) == words(kept)
+    assert pages.change_digest("runs cannot be compared") == {"largest": [], "totals": "", "notes": ["runs cannot be compared"]}
