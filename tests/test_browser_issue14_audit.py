@@ -232,3 +232,64 @@ def test_icicle_palette_follows_the_scheme_with_readable_labels(site, page, sche
         first_stop = _rgb(ramp_css.split("gradient(", 1)[1])
         assert _contrast(first_stop, bg) < 2 if scheme == "slate" else _contrast(first_stop, bg) < 1.2
     assert page.errors == []
+
+
+# Per visible table row: its index, and for the fwd / bwd latency columns the cell's text, whether it carries the
+# mark (class and the drawn ⚠) and its title; with the data's latency per forward of the row and of its parent.
+LATENCY_MARKS = """() => { const d = window.cbsiteRun.data, heads = Array.from(document.querySelectorAll('#cbsite-table thead th'));
+  const at = (label) => heads.findIndex(th => th.textContent.startsWith(label)), cols = { forward: at('fwd latency'), backward: at('bwd latency') };
+  const per = (ph, i) => { const c = d[ph]; return c && c.latency_ms[i] != null ? c.latency_ms[i] * Math.max(d.call_count[i] || 0, 1) : null; };
+  const p75 = (ph, i) => { const c = d[ph]; return c && c.latency_p75_ms && c.latency_p75_ms[i] != null ? c.latency_p75_ms[i] * Math.max(d.call_count[i] || 0, 1) : null; };
+  return Array.from(document.querySelectorAll('#cbsite-table tbody tr[data-index]')).map(tr => {
+    const i = +tr.dataset.index, p = d.parent[i], out = { path: d.path[i] };
+    Object.keys(cols).forEach(ph => { const td = tr.children[cols[ph]];
+      out[ph] = { text: td.innerText, marked: td.classList.contains('cbsite-inverted') && td.innerText.includes('\\u26a0'),
+                  title: td.title, mine: per(ph, i), parent: p >= 0 ? per(ph, p) : null, p75: p >= 0 ? p75(ph, p) : null,
+                  same_calls: p >= 0 && Math.max(d.call_count[i] || 0, 1) === Math.max(d.call_count[p] || 0, 1),
+                  parent_path: p >= 0 ? (d.path[p] || d.model) : null }; });
+    return out; }); }"""
+
+
+def _check_marks(rows, view) -> int:
+    marked = 0
+    for r in rows:
+        for ph in ("forward", "backward"):
+            c = r[ph]
+            slower = (c["mine"] is not None and c["parent"] is not None and c["same_calls"]
+                      and c["mine"] > c["parent"] * 1.05 and (c["p75"] is None or c["mine"] > c["p75"]))
+            assert c["marked"] == slower, (view, r["path"], ph, c)
+            if slower:
+                marked += 1
+                assert c["title"].startswith("slower than its parent " + c["parent_path"]), c["title"]
+    return marked
+
+
+def test_a_child_slower_than_its_parent_is_marked_in_every_rank_view(site, page):
+    """Issue 14 audit: the sharded run page showed sparse_arch at 20 ms under a 7.75 ms root with no mark. Now in
+    the all-ranks view and in each rank's, a latency cell whose component is slower than its parent (by more than
+    5 % and above the parent's p75, equal calls) carries the suspect mark (⚠, its title naming the parent) and
+    no other cell does; the details panel says it too. The single-rank dlrm page, with no such pair, has none."""
+    server, built = site
+    sharded = next(p for p in _run_pages(built) if "/row-wise/" in p)
+    _open(page, server.url + sharded, "#cbsite-run[data-ready='1']")
+    ranks = page.evaluate("Array.from(document.querySelectorAll('#cbsite-rank option')).map(o => o.value)")
+    assert "all" in ranks and len(ranks) >= 3
+    for view in ranks:
+        page.select_option("#cbsite-rank", view)
+        rows = page.evaluate(LATENCY_MARKS)
+        assert len(rows) > 20
+        assert _check_marks(rows, view) >= 2, view
+        sparse = next(r for r in rows if r["path"] == "sparse_arch")["forward"]
+        assert sparse["marked"] and "dlrm-sharded (root)" in sparse["title"], (view, sparse)
+        cell = page.locator("#cbsite-table td.cbsite-inverted").first
+        cell.scroll_into_view_if_needed()
+        assert cell.is_visible() and page.evaluate(
+            "getComputedStyle(document.querySelector('#cbsite-table td.cbsite-inverted')).color") == "rgb(179, 88, 6)"
+    page.locator("#cbsite-table tbody tr[data-index] td.path a", has_text="sparse_arch").first.click()
+    note = page.locator("#cbsite-details .cbsite-inverted-note")
+    assert note.count() >= 1 and note.first.is_visible()
+    assert note.first.inner_text().startswith("\u26a0 forward: slower than its parent dlrm-sharded (root)")
+    single = next(p for p in _run_pages(built) if "/dlrm/v2/" in p)
+    _open(page, server.url + single, "#cbsite-run[data-ready='1']")
+    assert _check_marks(page.evaluate(LATENCY_MARKS), "single") == 0
+    assert page.errors == []

@@ -51,6 +51,37 @@
     if (key === "mfu" && F.suspect(v)) { td.classList.add("cbsite-suspect"); td.title = SUSPECT; }
   }
 
+  /* A child slower than its parent, as the table shows them: its latency per forward above its parent's by more
+     than INVERTED_MARGIN and above the parent's p75 too (so not the noise of a wrapper and its one child, which do
+     the same work), with equal calls per forward. In the view shown: one rank's, or a sharded run's all-ranks view,
+     where each row is its own slowest rank. The collector notes such pairs of a single-process run when they
+     persist beyond both intervals (cbsite/collector/hierarchy.py); a sharded run's ranks are timed apart and its
+     rows' intervals need not hold their medians, so the mark here reads the medians shown.
+     null, or the words that say so. */
+  var INVERTED_MARGIN = 0.05;
+  function slowerThanParent(d, phase, i) {
+    var p = d.parent[i], c = d[phase];
+    if (p < 0 || !c || calls(d, i) !== calls(d, p)) return null;
+    var mine = metric(d, phase, "latency_ms", i), theirs = metric(d, phase, "latency_ms", p);
+    if (!F.isNum(mine) || !F.isNum(theirs) || !(mine > theirs * (1 + INVERTED_MARGIN))) return null;
+    var hi = c.latency_p75_ms && F.isNum(c.latency_p75_ms[p]) ? c.latency_p75_ms[p] * calls(d, p) : null;
+    if (hi !== null && !(mine > hi)) return null;
+    var ranks = c.rank && F.isNum(c.rank[i]) && F.isNum(c.rank[p]) ?
+      (c.rank[i] === c.rank[p] ? " (rank " + c.rank[i] + ")" : " (this row rank " + c.rank[i] + ", the parent's rank " + c.rank[p] + ")") : "";
+    return "slower than its parent " + fullPath(d, p) + ": " + F.ms(mine) + " vs " + F.ms(theirs) +
+      (hi !== null ? " (p75 " + F.ms(hi) + ")" : "") + ranks + ": timed alone it pays a cost the parent amortises, or a disturbance";
+  }
+  function latencyCell(d, phase, i, td) {
+    td.textContent = F.ms(metric(d, phase, "latency_ms", i));
+    var why = slowerThanParent(d, phase, i);
+    if (!why) return;
+    td.classList.add("cbsite-suspect", "cbsite-inverted");
+    td.title = why;
+    var flag = document.createElement("span");
+    flag.className = "cbsite-flag"; flag.textContent = " \u26a0"; flag.setAttribute("aria-label", why);
+    td.appendChild(flag);
+  }
+
   function boundOf(d, phase, i) { return d[phase] && d[phase].bound ? d[phase].bound[i] : null; }
   function label(d, i) { return d.path[i] === "" ? d.model : d.name[i]; }
   function fullPath(d, i) { return d.path[i] === "" ? d.model + " (root)" : d.path[i]; }
@@ -190,6 +221,14 @@
       t.appendChild(tr);
     });
     panel.appendChild(t);
+    d.phases.forEach(function (ph) {
+      var why = slowerThanParent(d, ph, i);
+      if (!why) return;
+      var w = document.createElement("p");
+      w.className = "cbsite-warn cbsite-inverted-note";
+      w.textContent = "\u26a0 " + ph + ": " + why + ".";
+      panel.appendChild(w);
+    });
     if (ops && ops.components[d.path[i]]) {
       d.phases.forEach(function (ph) {
         var list = ops.components[d.path[i]][ph];
@@ -238,6 +277,8 @@
         ["bandwidth utilisation", utilText(d, phase, "bandwidth_util", i)],
         ["bound by", boundOf(d, phase, i) || F.DASH]];
       if (F.suspect(metric(d, phase, "mfu", i))) rows.push(["", SUSPECT, "warn"]);
+      var slower = slowerThanParent(d, phase, i);
+      if (slower) rows.push(["", "\u26a0 " + slower, "warn"]);
       if (colourSpec && colourSpec.extra) rows.push([colourSpec.label, colourSpec.fmt(colourSpec.value(i))]);
       if (extraTip) rows = rows.concat(extraTip(i, phase));
       if (info.share !== null && info.share !== undefined) rows.push(["share of parent", F.pct(info.share)]);
@@ -451,6 +492,11 @@
         value: function (i) { return metric(d, phase || ph(), key, i); },
         cell: function (i, td) { text(td, fmt(metric(d, phase || ph(), key, i))); } };
     };
+    var latencyColumn = function (phase, label, title) {
+      return { key: "latency_ms" + phase, label: label, title: title, numeric: true,
+        value: function (i) { return metric(d, phase, "latency_ms", i); },
+        cell: function (i, td) { latencyCell(d, phase, i, td); } };
+    };
     var columns = [
       { key: "path", label: "path", value: function (i) { return d.path[i]; },
         cell: function (i, td) {
@@ -468,8 +514,8 @@
         } },
       { key: "module_type", label: "module type", value: function (i) { return d.module_type[i]; },
         cell: function (i, td) { td.className = "type"; text(td, d.module_type[i].split(".").pop(), d.module_type[i]); } },
-      num("latency_ms", F.ms, "fwd latency", "forward latency per forward of the model (median x calls)", "forward"),
-      num("latency_ms", F.ms, "bwd latency", "backward latency per forward of the model (median x calls)", "backward"),
+      latencyColumn("forward", "fwd latency", "forward latency per forward of the model (median x calls; \u26a0 slower than its parent)"),
+      latencyColumn("backward", "bwd latency", "backward latency per forward of the model (median x calls; \u26a0 slower than its parent)"),
       { key: "param_bytes", label: "size", title: "static size: parameters and buffers of the subtree", numeric: true,
         value: function (i) { return d.param_bytes[i]; }, cell: function (i, td) { text(td, F.bytes(d.param_bytes[i])); } },
       num("tflops_per_s", function (v) { return F.isNum(v) ? F.flops(v * 1e12) + "/s" : F.DASH; }, "FLOP/s", "achieved FLOP/s per call (selected phase)"),
