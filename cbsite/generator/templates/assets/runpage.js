@@ -467,7 +467,7 @@
     d.phases.forEach(function (p) { base[p] = {}; Object.keys(d[p]).forEach(function (k) { base[p][k] = d[p][k]; }); });
     var options = { all: "all ranks (slowest)" };
     d.sharded.ranks.forEach(function (r) { options[r] = "rank " + r; });
-    select("cbsite-rank", options, "all", function (value) {
+    var rankSelect = select("cbsite-rank", options, "all", function (value) {
       d.phases.forEach(function (p) {
         Object.keys(base[p]).forEach(function (k) { d[p][k] = base[p][k]; });
         var view = value === "all" ? null : (d.sharded.views[value] || {})[p];
@@ -480,6 +480,8 @@
       if (panel && !panel.hidden && panel.hasAttribute("data-index")) details(panel, d, +panel.getAttribute("data-index"), run.ops, true);
       document.getElementById("cbsite-run").setAttribute("data-rank", value);
     });
+    // "all ranks" first: an object lists integer-like keys ("0", "1") before the others.
+    rankSelect.insertBefore(rankSelect.querySelector("option[value='all']"), rankSelect.firstChild);
   }
 
   function mountTable(root, d, ops) {
