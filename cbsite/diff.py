@@ -150,6 +150,19 @@ class RunDiff:
     warnings: list[str] = field(default_factory=list)
     # Sharded runs: collective bytes per communicating component (cbsite/traffic.py TrafficDelta); [] otherwise.
     traffic: list[Any] = field(default_factory=list)
+    # Answers of for_phase, top and cancelled, which the site and the summary ask for a dozen times each over the
+    # same components (issue 14: each walked all of them); kept while `components` is the same list of the same
+    # length (a diff's components are not changed once made).
+    _memo: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def _remembered(self, key: Any, compute: Any) -> Any:
+        stamp = (id(self.components), len(self.components))
+        if self._memo.get("stamp") != stamp:
+            self._memo.clear()
+            self._memo["stamp"] = stamp
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     @property
     def phases(self) -> list[str]:
@@ -159,7 +172,7 @@ class RunDiff:
     def for_phase(self, phase: str) -> list[ComponentDelta]:
         """The components of one phase, in pre-order."""
         self._check_phase(phase)
-        return [c for c in self.components if c.phase == phase]
+        return list(self._remembered(("phase", phase), lambda: [c for c in self.components if c.phase == phase]))
 
     def get(self, path: str, phase: str = "forward") -> ComponentDelta:
         """The component at `path` (its head path; base path for a removed one) in `phase`."""
@@ -175,13 +188,17 @@ class RunDiff:
         Ties go to the deeper component, then to pre-order.
         """
         _check_metric(metric)
-        rows = [
-            (i, c)
-            for i, c in enumerate(self.for_phase(phase))
-            if c.self_delta[metric] not in (None, 0) and not c.noise[metric]
-        ]
-        rows.sort(key=lambda ic: (-abs(ic[1].self_delta[metric]), -ic[1].depth, ic[0]))
-        return [c for _, c in rows[:n]]
+
+        def ranked() -> list[ComponentDelta]:
+            rows = [
+                (i, c)
+                for i, c in enumerate(self.for_phase(phase))
+                if c.self_delta[metric] not in (None, 0) and not c.noise[metric]
+            ]
+            rows.sort(key=lambda ic: (-abs(ic[1].self_delta[metric]), -ic[1].depth, ic[0]))
+            return [c for _, c in rows]
+
+        return self._remembered(("top", metric, phase), ranked)[:n]
 
     def cancelled(self, metric: str, phase: str = "forward") -> Cancelled | None:
         """The own changes of `metric` in `phase` when they cancel out (up and down together more than CANCEL
@@ -190,6 +207,9 @@ class RunDiff:
         _check_metric(metric)
         if metric in NO_SHARE or phase not in self.totals:
             return None
+        return self._remembered(("cancelled", metric, phase), lambda: self._cancelled(metric, phase))
+
+    def _cancelled(self, metric: str, phase: str) -> Cancelled | None:
         net = self.totals[phase][metric].delta
         comps = self.for_phase(phase)
         parts = [c.self_delta[metric] for c in comps if c.self_delta[metric] is not None]

@@ -114,3 +114,28 @@ def test_integers_beyond_float_precision_take_the_reference_path(monkeypatch: py
     assert cdiff._sides(base, "base", {})["forward"].numbers() is not None
     diff = cdiff.diff_tables(base, head)  # the reference, for the phases where one side has no numpy columns
     assert isinstance(diff.totals["forward"]["flops"].delta, int)
+
+
+@pytest.mark.parametrize("same_tree", [True, False])
+def test_diff_files_from_the_run_pages_data_equal_those_computed(tmp_path: Any, same_tree: bool) -> None:
+    """The build's workers hand the head run's page data (rundata.components_json) to the diff's data files
+    (diffdata._run_columns) instead of computing its columns again: the files are the same, to the byte."""
+    from cbsite.generator import diffdata, latencydata, pages, rundata
+    from tests.conftest_site import synthetic_run
+
+    base = archive.read_run(synthetic_run(tmp_path, "m", "v1", n=200, seed=1, trace_every=7))
+    head = archive.read_run(synthetic_run(tmp_path, "m", "v2", n=200 if same_tree else 230, seed=1 if same_tree else 2,
+                                          scale=1.2, minutes=1, trace_every=7))
+    rd = cdiff.diff_runs(base, head)
+    judged = latencydata.judge(None, base, head, rd)
+    page = rundata.run_data(head, [])[1]
+    computed = diffdata.diff_files(rd, judged, head)
+    taken = diffdata.diff_files(rd, judged, head, page)
+    assert set(taken) == set(computed)
+    for name in computed:
+        a, b = tmp_path / f"a-{name}", tmp_path / f"b-{name}"
+        pages.dump_json(computed[name], a)
+        pages.dump_json(taken[name], b)
+        assert a.read_bytes() == b.read_bytes(), name
+    kinds = {c.kind for c in rd.components}
+    assert ("removed" in kinds and "added" in kinds) if not same_tree else kinds <= {"increased", "decreased", "unchanged"}

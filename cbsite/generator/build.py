@@ -161,7 +161,8 @@ def _diff_job(job: tuple[Path, Path, Path, str, dict[str, Any] | None]) -> dict[
         return {"error": str(exc)}
     judged = latencydata.judge(record, base, head, rd)
     tops = diffdata.top_rows(rd, model, judged)
-    for name, data in diffdata.diff_files(rd, judged, head).items():  # diff.json and one file per phase
+    page = _PAGES.get(str(head_path))  # the head run's page data, when this worker has just computed it
+    for name, data in diffdata.diff_files(rd, judged, head, page).items():  # diff.json and one file per phase
         pages.dump_json(data, folder / name)
     specs = diffdata.chart_specs(tops)
     if specs:
@@ -185,6 +186,10 @@ def _workers() -> int:
 
 
 _RECENT: collections.OrderedDict[str, Run] = collections.OrderedDict()
+# The page data (rundata.components_json) of the last few runs a worker process computed the page of: the diffs
+# whose head such a run is come right after its page in the worker's jobs (_Jobs), and take the head run's columns
+# from it instead of computing them again (diffdata._run_columns). Empty in the main process.
+_PAGES: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
 _KEEP_RECENT = 0  # runs a worker process keeps once read (_worker_start); 0 in the main process, which reads afresh
 
 
@@ -388,6 +393,10 @@ def _comparisons_by_model(catalog: Catalog, diffs: list[_DiffEntry]) -> dict[str
 def _run_files(run: Run, folder: Path, warnings: list[str]) -> rundata.RunData:
     """A run's page data: computed and written into `folder` (the run page's folder)."""
     rd, comps, ops = rundata.run_data(run, warnings)
+    if _KEEP_RECENT and run.path is not None:  # a worker process: kept for the diffs whose head this run is
+        _PAGES[str(run.path)] = comps
+        while len(_PAGES) > _KEEP_RECENT:
+            _PAGES.popitem(last=False)
     rundata.write_run_files(run, folder, comps, ops, pages.dump_json)
     roofline = charts.roofline_spec(comps)
     if roofline is not None:

@@ -237,9 +237,28 @@ def decode_paths(parent: list[int], name: list[str]) -> list[str]:
     return out
 
 
-def _run_columns(head: Run, phase: str, comps: list[cdiff.ComponentDelta]) -> dict[str, Any]:
+def _run_columns(head: Run, phase: str, comps: list[cdiff.ComponentDelta],
+                 page: dict[str, Any] | None = None) -> dict[str, Any]:
     """The head run's per-call values of `phase` for each diff row (null for a removed component), compacted as
-    the run page's (rundata.compact_column), with the static `call_count` and `param_bytes`."""
+    the run page's (rundata.compact_column), with the static `call_count` and `param_bytes`.
+
+    `page`: the head run's page data (rundata.components_json), when the caller has it (the build's worker that
+    just computed it): its compacted columns and bounds are taken instead of computed again. They are the same
+    values: a diff's run has one row per path in each phase (cbsite.diff refuses a path twice), compacting is per
+    value, and the bound is read from the same compacted values (tests/test_build_speed_diff.py)."""
+    if page is not None and phase in page.get("phases", ()) and isinstance(page.get(phase), dict):
+        at_page = {p: i for i, p in enumerate(page["path"])}
+        where = [at_page.get(c.path, -1) if c.kind != "removed" else -1 for c in comps]
+        have = page[phase]
+        rows = head.rows.filter(pl.col("phase") == phase).select("path", "call_count", "param_bytes")
+        static = {c: dict(zip(rows.get_column("path").to_list(), rows.get_column(c).to_list()))
+                  for c in ("call_count", "param_bytes")}
+        cols = {c: compact_column([static[c].get(comp.path) if k >= 0 else None for comp, k in zip(comps, where)])
+                for c in ("call_count", "param_bytes")}
+        for c in (*RUN_COLUMNS, "bound"):
+            column = have[c]
+            cols[c] = [column[k] if k >= 0 else None for k in where]
+        return cols
     wanted = ["path", "call_count", "param_bytes", "device_time_ms", *RUN_COLUMNS]
     rows = head.rows.filter(pl.col("phase") == phase).sort("order")
     raw = {c: rows.get_column(c).to_list() if c in rows.columns else [None] * rows.height for c in wanted}
@@ -252,7 +271,8 @@ def _run_columns(head: Run, phase: str, comps: list[cdiff.ComponentDelta]) -> di
     return cols
 
 
-def diff_files(rd: cdiff.RunDiff, judged: Judged | None = None, head: Run | None = None) -> dict[str, dict[str, Any]]:
+def diff_files(rd: cdiff.RunDiff, judged: Judged | None = None, head: Run | None = None,
+               page: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """The diff page's data files by name: `diff.json`, a small index the page loads first (phases, whether
     latency is judged, the file of each phase), and one `diff.<phase>.json` per phase. The page loads its
     first phase on open and another only when asked for (its table's or icicle's phase selector), so what a
@@ -262,7 +282,8 @@ def diff_files(rd: cdiff.RunDiff, judged: Judged | None = None, head: Run | None
     (null where the component kept its path), `module_type`, `depth`, `kind`, `missing`, latency `base` and
     `head` per forward, `delta` of each metric, `share` of those the table shows, `noise`, `latency` (only
     when the diff has evidence: the verdict columns of latencydata) and `run`: the head run's own values of
-    the phase that the icicle draws (`_run_columns`; none without `head`)."""
+    the phase that the icicle draws (`_run_columns`; none without `head`; `page`: the head run's page data, when
+    at hand)."""
     judged = judged or Judged(None, None)
     files: dict[str, dict[str, Any]] = {}
     index: dict[str, Any] = {"metrics": list(cdiff.DIFF_METRICS), "phases": rd.phases, "judged": judged.judged,
@@ -292,7 +313,7 @@ def diff_files(rd: cdiff.RunDiff, judged: Judged | None = None, head: Run | None
         if latency is not None:
             cols["latency"] = latency
         if head is not None:
-            cols["run"] = _run_columns(head, phase, comps)
+            cols["run"] = _run_columns(head, phase, comps, page)
         file = PHASE_FILE.format(phase=phase)
         index["files"][phase] = file
         files[file] = cols

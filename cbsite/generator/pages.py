@@ -81,18 +81,6 @@ def fmt_flops(value: float | None) -> str:
     return _si(value, "FLOP")
 
 
-def fmt_mb(value: float | None) -> str:
-    """Bytes as a number of MB for a column headed "MB" (format.js `mb`): 3 significant digits, never more than
-    3 decimals, below 0.001 MB "<0.001" (never "0.000576")."""
-    if not _finite(value):
-        return DASH
-    x = value / 1e6
-    if x == 0 or abs(x) >= 1:
-        return _sig(x)
-    t = decimal.Decimal(abs(x)).quantize(decimal.Decimal("0.001"), rounding=decimal.ROUND_HALF_UP)
-    return "<0.001" if t == 0 else ("-" if x < 0 else "") + _sig(float(t))
-
-
 def fmt_rate(value: float | None) -> str:
     """A rate such as examples per second: "49.1k", "442k", "1M" (cbsite.format.rate; format.js `rate` is the
     same rule), for "{{ v|rate }} examples/s"."""
@@ -245,7 +233,7 @@ def environment(bytecode_dir: str | None = None) -> jinja2.Environment:
     )
     env.filters.update(
         ms=fmt_ms, time=fmt_time, bytes=fmt_bytes, flops=fmt_flops, pct=fmt_pct, num=fmt_num, signed=fmt_signed,
-        ratio=fmt_ratio, mb=fmt_mb, rate=fmt_rate, ms_range=fmt_ms_range, speedup=fmt_speedup,
+        ratio=fmt_ratio, rate=fmt_rate, ms_range=fmt_ms_range, speedup=fmt_speedup,
         # YAML front matter: a JSON string is a valid YAML scalar, and tojson escapes <, >, & and '.
         yaml_str=lambda s: jinja2.utils.htmlsafe_json_dumps(str(s)),
     )

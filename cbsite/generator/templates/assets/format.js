@@ -35,15 +35,6 @@
       return sig(v * 1e6, 3) + " ns";
     },
     bytes: function (v) { return si(v, "B"); },
-    /* Bytes as a number of MB for a column headed "MB": 3 significant digits, never more than 3 decimals, below
-       0.001 MB "<0.001" (never "0.000576"); pages.py fmt_mb is the same rule. */
-    mb: function (v) {
-      if (!isNum(v)) return DASH;
-      var x = v / 1e6;
-      if (x === 0 || Math.abs(x) >= 1) return sig(x, 3);
-      var t = Number(Math.abs(x).toFixed(3));
-      return t === 0 ? "<0.001" : (x < 0 ? "-" : "") + sig(t, 3);
-    },
     flops: function (v) { return si(v, "FLOP"); },
     /* A rate (examples per second): 3 significant digits and a prefix on the number, "49.1k" (pages.py fmt_rate). */
     rate: function (v) { return isNum(v) ? si(v, "").replace(" ", "") : DASH; },
