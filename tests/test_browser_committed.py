@@ -278,6 +278,12 @@ def test_search_for_a_middle_part_of_a_path_lands_on_a_component_that_has_it(sit
     assert row.count() == 1 and row.is_visible()
     box = row.bounding_box()
     assert box and 0 <= box["y"] and box["y"] + box["height"] <= VIEWPORT["height"]
+    # Seen, not covered: the search box is closed on the page landed on (Material reopens it for a ?q= address)
+    # and the row's own cells are what is drawn at its middle.
+    page.wait_for_timeout(300)
+    assert not page.evaluate("document.querySelector('[data-md-toggle=\"search\"]').checked")
+    assert page.evaluate("""() => { const r = document.querySelector('#cbsite-table tr.cbsite-linked').getBoundingClientRect(),
+        hit = document.elementFromPoint(r.left + 40, r.top + r.height / 2); return !!hit && !!hit.closest('tr.cbsite-linked'); }""")
     assert row.inner_text().split()[0] in opened  # the row shows the component's last segment
     assert page.input_value("#cbsite-table input.cbsite-filter") == query
     shown = page.evaluate("""() => { const d = window.cbsiteRun.data; return Array.from(document.querySelectorAll(

@@ -608,7 +608,7 @@
       try { return decodeURIComponent(hash.slice("#component=".length)); } catch (e) { return null; }
     }
     var params = new URLSearchParams(location.search);
-    var q = (params.get("q") || "").trim();  // the query a search result was clicked from (site.js)
+    var q = (params.get("find") || "").trim();  // the query a search result was clicked from (site.js)
     var found = q ? queriedPath(d, q) : null;
     if (found !== null) return found;
     // Material's ?h= lists the matched terms in no set order: a component whose dotted segments are
@@ -630,7 +630,7 @@
     var filterTo = function (text) { if (input) { input.value = text; input.dispatchEvent(new Event("input")); } };
     var rowOf = function () { return document.querySelector("#cbsite-table tbody tr[data-index='" + i + "']"); };
     // A middle part searched for lists every component that holds it, where the one opened is on the page shown.
-    var q = location.hash.indexOf("#component=") === 0 ? "" : (new URLSearchParams(location.search).get("q") || "").trim();
+    var q = location.hash.indexOf("#component=") === 0 ? "" : (new URLSearchParams(location.search).get("find") || "").trim();
     filterTo(q && q !== path && path.toLowerCase().indexOf(q.toLowerCase()) >= 0 ? q : path);
     var row = rowOf();
     if (!row && input && input.value !== path) { filterTo(path); row = rowOf(); }

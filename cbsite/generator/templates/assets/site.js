@@ -1,6 +1,7 @@
 /* Site-wide behaviour, on every page (extra_javascript):
-   - search results carry the query (?q=), so a run page opens the component whose full path was searched
-     for (runpage.js); Material's own ?h= holds the matched terms, not the path they came from;
+   - search results carry the query (?find=), so a run page opens the component whose path (or a part of it)
+     was searched for (runpage.js); Material's own ?h= holds the matched terms, not the path they came from, and
+     its ?q= would open the search box again over the page it lands on;
    - a page opened from disk (file://) says why navigation, search, tables and charts do not work there. */
 (function () {
   "use strict";
@@ -10,7 +11,7 @@
     var q = input && input.value ? input.value.trim() : "";
     if (!a || !q) return;
     var url = new URL(a.getAttribute("href"), location.href);
-    url.searchParams.set("q", q);
+    url.searchParams.set("find", q);
     a.setAttribute("href", url.pathname + url.search + url.hash);
   }, true);
 
