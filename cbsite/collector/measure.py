@@ -516,15 +516,14 @@ class ComponentMeasurement:
 
     def forward(self, known: Known | None = None) -> PhaseResult:
         """Count, take the allocator peak, then time. `known`: an identical component's counts and peak
-        (twins.py), which stand for this one's; its passes are then replaced by plain warm-up calls."""
-        first = self.batches[0]
-        first_inputs = [c.replay_inputs(with_grad=c.grad_enabled) for c in first]
-        first_modes = [c.grad_enabled for c in first]
+        (twins.py), which stand for this one's; its passes are then replaced by one plain warm-up call."""
         statement = self.rotation("forward")
         notes = ["timed with a copy of the inputs per run (in-place module)"] if self.inplace else []
         if known is not None:
             timing = time_fn(statement, self.calls_per_batch, self.cfg, warm_s=TWIN_WARM_S)
             return PhaseResult(timing, known.counts, known.peak, notes + [known.note()] + timing.notes, _around(timing))
+        first_inputs = [c.replay_inputs(with_grad=c.grad_enabled) for c in self.batches[0]]
+        first_modes = [c.grad_enabled for c in self.batches[0]]
         t0 = time.perf_counter()
         counts = count(lambda: self._run(first_inputs, first_modes))[1]  # the output (and its graph) is let go at once
         counting_s = time.perf_counter() - t0
@@ -579,6 +578,8 @@ class ComponentMeasurement:
         fresh = self.frees_graphs()
         differentiate = _grad_freeing if fresh else _grad
         t0 = time.perf_counter()
+        # The first graph serves the counting and peak passes and the first batch's timing (not a twin's freeing
+        # timing, which builds its own; but its build still says whether there is anything to differentiate).
         graph: Graph | None = self._graph(self.batches[0], seed=0)
         t1 = time.perf_counter()
         untimed = {"backward_graphs": t1 - t0}
