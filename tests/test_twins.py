@@ -100,6 +100,13 @@ def test_the_signature_tells_twins_from_look_alikes():
     assert signature(nn.Linear(4, 4).eval(), [_call(x)]) != same  # another training flag
     assert signature(nn.Linear(4, 4).double(), [_call(x)]) != same  # another dtype
     assert signature(nn.Dropout(0.1), [_call(x)]) != signature(nn.Dropout(0.2), [_call(x)])
+    def with_view(n: int) -> nn.Module:  # the same lambda, closed over another size
+        m = nn.Identity()
+        m.shape = (lambda x: x.view(-1, n))
+        return m
+
+    assert signature(with_view(2), [_call(x)]) != signature(with_view(4), [_call(x)])
+    assert signature(with_view(2), [_call(x)]) == signature(with_view(2), [_call(x)])
     hooked = nn.Linear(4, 4)
     hooked.register_forward_hook(lambda *a: None)
     assert signature(hooked, [_call(x)]) is None  # a hook may do anything

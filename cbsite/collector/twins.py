@@ -61,8 +61,11 @@ def _value(v: Any, depth: int = 0) -> Any:
         return ("dict", tuple((repr(k), _value(x, depth + 1)) for k, x in v.items()))
     if isinstance(v, (set, frozenset)):
         return ("set", tuple(sorted(repr(_value(x, depth + 1)) for x in v)))
-    if isinstance(v, (types.FunctionType, types.BuiltinFunctionType)):
-        return ("fn", getattr(v, "__module__", None), v.__qualname__)
+    if isinstance(v, types.BuiltinFunctionType):
+        return ("builtin", getattr(v, "__module__", None), v.__qualname__)
+    if isinstance(v, types.FunctionType):  # two lambdas made in a loop differ only in what they closed over
+        cells = tuple(_value(c.cell_contents, depth + 1) for c in (v.__closure__ or ()))
+        return ("fn", v.__module__, v.__qualname__, cells, _value(v.__defaults__, depth + 1))
     if dataclasses.is_dataclass(v) and not isinstance(v, type):
         return (type(v).__qualname__, tuple((f.name, _value(getattr(v, f.name), depth + 1)) for f in dataclasses.fields(v)))
     raise _Unknown(type(v).__qualname__)
