@@ -65,6 +65,8 @@ def test_a_session_worker_holds_one_capture_group_at_a_time(monkeypatch):
     assert {(s["key"], s["phase"]) for s in result.samples} == {(t.key, t.phase) for t in tasks}
     assert result.capture_groups == len(paths)  # a path's forward and backward share its group
     assert 0 < result.largest_capture_bytes <= 2 * 4 * 32 * 4  # one component's input, two batches
+    # Every graph is past that allowance: backward differentiates a fresh graph per block of one call, freeing.
+    assert {s["calls"] for s in result.samples if s["phase"] == "backward"} == {1}
 
 
 def test_a_task_past_the_worker_memory_limit_is_out_of_memory_and_the_worker_goes_on():

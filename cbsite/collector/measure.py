@@ -482,7 +482,7 @@ class ComponentMeasurement:
         roots, grads, wrt = self._graph(batch, seed=0, module=module)
         return lambda: torch.autograd.grad(roots, wrt, grads, retain_graph=True, allow_unused=True)
 
-    def rotation(self, phase: str, graphs: list[Any] | None = None) -> Callable[[], Any]:
+    def rotation(self, phase: str, graphs: list[Any] | None = None, freeing: bool | None = None) -> Callable[[], Any]:
         """The timed statement of `phase`: one run of every call of batch i, cycling through the batches.
 
         Inputs (and for backward the forward graphs, one per batch) are prepared once, here, so the
@@ -501,7 +501,8 @@ class ComponentMeasurement:
                 self._run(inputs, modes)
 
             return forward_fn
-        if graphs is None and self.frees_graphs():
+        # `freeing`: the caller's choice (a comparison times both arms alike), else this component's own.
+        if graphs is None and (self.frees_graphs() if freeing is None else freeing):
             return FreshGraphs(lambda i: self._graph(self.batches[i], seed=i), len(self.batches))
         if graphs is None and not self.graphs_fit():
             return GraphCycle(lambda i: self._graph(self.batches[i], seed=i), len(self.batches), self._graph(self.batches[0], seed=0))

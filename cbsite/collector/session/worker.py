@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import random
 import sys
+import dataclasses
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -73,7 +74,8 @@ def _run(job: ProcessJob) -> ProcessResult:
 
     from cbsite.collector.capture import describe, moved
     from cbsite.collector.contention import WaitProbe
-    from cbsite.collector.measure import ComponentMeasurement, NothingToDifferentiate, TimingConfig, block_size, timed_block
+    from cbsite.collector.measure import (ComponentMeasurement, NothingToDifferentiate, TimingConfig, before_block,
+                                          block_size)
     from cbsite.collector.memory import OOM_PREFIX, is_out_of_memory
     from cbsite.collector.profiler import DTYPES, planned_captures
     from torch.utils.benchmark import Timer
@@ -91,8 +93,9 @@ def _run(job: ProcessJob) -> ProcessResult:
             model = model.to(dtype)
         batches = [moved(b, device, dtype) for b in batches]
         # The worker's own copy: nothing here is the user's object, and training mode stays as built.
-        _census, plan, captures = planned_captures(model, batches, grad, device)
-        arms[spec.arm] = {"modules": dict(model.named_modules()), "captures": captures, "plan": plan, "spec": spec}
+        census, plan, captures = planned_captures(model, batches, grad, device)
+        arms[spec.arm] = {"modules": dict(model.named_modules()), "captures": captures, "plan": plan, "spec": spec,
+                          "census": census}
     result.seconds["build_and_capture"] = time.perf_counter() - t0
 
     names = [spec.arm for spec in job.arms]
@@ -111,6 +114,7 @@ def _run(job: ProcessJob) -> ProcessResult:
         try:
             stmts: dict[str, Any] = {}
             per_stmt: dict[str, int] = {}
+            measurements: dict[str, Any] = {}
             first_calls = None
             for arm in names:
                 state = arms[arm]
@@ -123,15 +127,24 @@ def _run(job: ProcessJob) -> ProcessResult:
                     per_batch = first_calls  # the same inputs for both arms: only the module differs
                 if first_calls is None:
                     first_calls = per_batch
-                measurement = ComponentMeasurement(state["modules"][path], per_batch, cfg)
-                stmts[arm] = measurement.rotation(task.phase)
+                # The plan's graph allowance as in the collection: a component whose one graph is past it is
+                # differentiated freeing, on a fresh graph per block (measure.FreshGraphs).
+                arm_cfg = dataclasses.replace(cfg, graph_allowance_bytes=state["plan"].allowance_bytes)
+                measurements[arm] = ComponentMeasurement(state["modules"][path], per_batch, arm_cfg,
+                                                         state["census"].graph_bytes(path))
+            # Both arms timed alike: freeing for both when either one's graph is past its allowance.
+            freeing = task.phase == "backward" and any(m.frees_graphs() for m in measurements.values())
+            for arm, measurement in measurements.items():
+                stmts[arm] = measurement.rotation(task.phase, freeing=freeing)
                 per_stmt[arm] = measurement.calls_per_batch
+            measurements.clear()
             timers = {arm: Timer(stmt="fn()", globals={"fn": fn}, num_threads=job.threads) for arm, fn in stmts.items()}
+            steps = {arm: before_block(fn) for arm, fn in stmts.items()}  # a graph cycle or fresh graph per block
             for arm in names:
                 for _ in range(job.warmup):
                     stmts[arm]()
             # The same number of statements for every arm, sized on the slower one, so a pair is equal work.
-            number = min(block_size(timers[arm], job.block_s) for arm in names)
+            number = 1 if freeing else min(block_size(timers[arm], job.block_s) for arm in names)
             # Pairs with a block that waited for a CPU are kept as samples but do not count: timing goes on
             # until `pairs` clean pairs or the task's time is up. No quiet-waiting here: a neighbour that
             # slows both blocks of a pair alike cancels in the ratio; one that hits one block is dropped.
@@ -139,7 +152,8 @@ def _run(job: ProcessJob) -> ProcessResult:
             while good_pairs < job.pairs:
                 order = names[:]
                 rng.shuffle(order)
-                blocks = [(arm, timed_block(timers[arm], number, per_stmt[arm], probe)) for arm in order]
+                blocks = [(arm, _block(steps[arm], timers[arm], number, per_stmt[arm], probe, pair, job.pairs))
+                          for arm in order]
                 for position, (arm, block) in enumerate(blocks):
                     result.samples.append(_sample(job, task, arm, pair, position, block))
                 pair += 1
@@ -182,6 +196,14 @@ def _same_shapes(a: list[list[Any]], b: list[list[Any]], describe: Any) -> bool:
         describe((ca.args, ca.kwargs)) == describe((cb.args, cb.kwargs)) and ca.requires_grad == cb.requires_grad
         for x, y in zip(a, b) for ca, cb in zip(x, y)
     )
+
+
+def _block(step: Any, timer: Any, number: int, calls: int, probe: Any, pair: int, pairs: int) -> Any:
+    """One timed block of an arm, its statement's own step first (a graph built for it, untimed)."""
+    from cbsite.collector.measure import timed_block
+
+    step(pair, pairs)
+    return timed_block(timer, number, calls, probe)
 
 
 def _sample(job: ProcessJob, task: Task, arm: str, pair: int, position: int, block: Any) -> dict[str, Any]:
