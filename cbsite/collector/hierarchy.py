@@ -97,6 +97,32 @@ def remeasure(
     return samples, done
 
 
+PARENT_NOTE = "slower than its parent "
+CHILD_NOTE = "faster than its child "
+
+
+def check_ranks(per_rank: list[list[dict[str, Any]]], remeasured: int) -> dict[str, Any]:
+    """`check` on each rank's final rows of a sharded run, where lockstep figures replaced some of the figures
+    each rank's own collection checked: its flags are dropped and the pairs judged again, rank by rank (a
+    child and its parent on one rank; the merged table takes each row from its slowest rank)."""
+    records = []
+    for rank, rows in enumerate(per_rank):
+        for row in rows:
+            row["notes"] = [n for n in row.get("notes") or [] if not n.startswith((PARENT_NOTE, CHILD_NOTE))]
+        rec = check(rows, remeasured)
+        records.append({**rec, "inverted": [{**i, "rank": rank} for i in rec["inverted"]]})
+    pairs = sum(r["pairs"] for r in records)
+    consistent = sum(r["consistent"] for r in records)
+    return {
+        "pairs": pairs,
+        "consistent": consistent,
+        "share_consistent": consistent / pairs if pairs else None,
+        "remeasured_pairs": remeasured,
+        "inverted": [i for r in records for i in r["inverted"]],
+        "rule": records[0]["rule"] + "; judged on each rank's rows after the lockstep figures" if records else None,
+    }
+
+
 def check(rows: list[dict[str, Any]], remeasured: int) -> dict[str, Any]:
     """Flag the rows of pairs still inverted; the share of consistent parent/child pairs for run.json."""
     pairs = _eligible(rows)
@@ -104,11 +130,11 @@ def check(rows: list[dict[str, Any]], remeasured: int) -> dict[str, Any]:
     for parent, child in bad:
         where = "after an interleaved re-measurement" if remeasured else ""
         child["notes"] = list(child["notes"] or []) + [
-            f"slower than its parent {parent['path'] or '<root>'} ({child['latency_ms']:.4g} ms vs {parent['latency_ms']:.4g} ms) "
+            f"{PARENT_NOTE}{parent['path'] or '<root>'} ({child['latency_ms']:.4g} ms vs {parent['latency_ms']:.4g} ms) "
             f"beyond both intervals {where}: timed alone it pays a cost the parent amortises, or a disturbance remained".replace("  ", " ")
         ]
         parent["notes"] = list(parent["notes"] or []) + [
-            f"faster than its child {child['path']} beyond both intervals (see that row)"
+            f"{CHILD_NOTE}{child['path']} beyond both intervals (see that row)"
         ]
     return {
         "pairs": len(pairs),

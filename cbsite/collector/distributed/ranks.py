@@ -18,6 +18,7 @@ from typing import Any
 import polars as pl
 
 from cbsite import archive, schema, tree
+from cbsite.collector import hierarchy
 from cbsite.collector.distributed.collectives import Traffic
 from cbsite.collector.distributed.discovery import STAGE_TYPE, Piece
 from cbsite.collector.distributed.group import Group
@@ -193,6 +194,10 @@ def merged_run(run0: archive.Run, gathered: list[Any] | None, group: Group, sche
     assert gathered is not None
     run_id, model, version = run0.meta["run_id"], run0.meta["model"], run0.meta["version"]
     per_rank = [g[0] for g in gathered]
+    # Each rank's collection judged its parent/child pairs before lockstep figures replaced some of them
+    # (`remeasured_pairs` is rank 0's: the pairs its collection timed again, interleaved).
+    remeasured = (run0.meta.get("hierarchy") or {}).get("remeasured_pairs", 0)
+    hierarchy_record = hierarchy.check_ranks(per_rank, remeasured)
     keyed = [{(r["path"], r["phase"]): r for r in rows} for rows in per_rank]
     merged, chosen_samples = [], []
     samples_by = [{} for _ in gathered]
@@ -223,6 +228,7 @@ def merged_run(run0: archive.Run, gathered: list[Any] | None, group: Group, sche
         for k in ("run_id", "model", "version"):
             s.pop(k, None)
     meta = copy.deepcopy(run0.meta)
+    meta["hierarchy"] = hierarchy_record
     records = [g[2] for g in gathered]
     phase0 = meta.get("counts_phase") or merged[0]["phase"]
     meta["counts"] = {s: sum(1 for r in merged if r["phase"] == phase0 and r["status"] == s) for s in schema.STATUSES}
