@@ -96,6 +96,9 @@ def test_calibration_record_has_repeats_start_and_end(low_given_peak_run):
         assert record["flops"] == max(r["flops"] for r in record["repeats"]) > 0
         assert record["bandwidth"] == max(r["bandwidth"] for r in record["repeats"]) > 0
         assert record["method"] == "clean worker (spawn)"
+    # The end times the start's best shape only: drift on the same work.
+    assert cal["start"]["matmul_shapes"] == [list(x) for x in device.MATMUL_SHAPES]
+    assert cal["end"]["matmul_shapes"] == [cal["start"]["best_matmul_shape"]] == [cal["end"]["best_matmul_shape"]]
     assert cal["used"] == {"flops": "given", "bandwidth": "given"}
 
 

@@ -17,7 +17,7 @@ import platform
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 from torch.utils.benchmark import Timer
@@ -52,10 +52,11 @@ CALIBRATION_MIN_RUN_TIME = 0.1  # seconds of timed runs per shape (and for the c
 WORKER_TIMEOUT_S = 300.0
 
 
-def calibrate_once(dtype: torch.dtype, num_threads: int, min_run_time: float = CALIBRATION_MIN_RUN_TIME) -> dict[str, Any]:
+def calibrate_once(dtype: torch.dtype, num_threads: int, min_run_time: float = CALIBRATION_MIN_RUN_TIME,
+                   shapes: Sequence[Sequence[int]] = MATMUL_SHAPES) -> dict[str, Any]:
     """One calibration pass on this process's threads: the best matmul FLOP/s over the shapes, and the copy bandwidth."""
     best_flops, best_shape = 0.0, None
-    for m, k, n in MATMUL_SHAPES:
+    for m, k, n in shapes:
         a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
         t = Timer("torch.mm(a, b)", globals={"torch": torch, "a": a, "b": b}, num_threads=num_threads)
         rate = 2 * m * k * n / t.blocked_autorange(min_run_time=min_run_time).median
@@ -68,11 +69,12 @@ def calibrate_once(dtype: torch.dtype, num_threads: int, min_run_time: float = C
     return {"flops": best_flops, "bandwidth": bandwidth, "best_matmul_shape": list(best_shape) if best_shape else None}
 
 
-def _calibrate_repeats(dtype_name: str, num_threads: int, repeats: int, min_run_time: float) -> list[dict[str, Any]]:
+def _calibrate_repeats(dtype_name: str, num_threads: int, repeats: int, min_run_time: float,
+                       shapes: Sequence[Sequence[int]] = MATMUL_SHAPES) -> list[dict[str, Any]]:
     """The worker's job (module level, so a spawned process can import it): `repeats` passes in a row."""
     dtype = getattr(torch, dtype_name)
     torch.set_num_threads(num_threads)
-    return [calibrate_once(dtype, num_threads, min_run_time) for _ in range(repeats)]
+    return [calibrate_once(dtype, num_threads, min_run_time, shapes) for _ in range(repeats)]
 
 
 def _refuse_in_bootstrap() -> None:
@@ -183,15 +185,17 @@ def calibrate_cpu(
     *,
     repeats: int = CALIBRATION_REPEATS,
     clean: bool = True,
+    shapes: Sequence[Sequence[int]] = MATMUL_SHAPES,
 ) -> dict[str, Any]:
     """Calibrate the CPU peaks: `repeats` passes in a clean spawned worker with `num_threads` intra-op threads.
 
     The peaks are the best of the repeats; every repeat is recorded. Never cached: each collection
     calibrates for itself, before its plugins start (a process that has compiled is no clean state).
+    `shapes`: the matmul shapes to try (the end of a run times the start's best one only).
     """
     started = time.perf_counter()
     dtype_name = str(dtype).replace("torch.", "")
-    args = (dtype_name, num_threads, repeats, min_run_time)
+    args = (dtype_name, num_threads, repeats, min_run_time, [list(x) for x in shapes])
     if clean:
         passes, method = in_clean_worker(_calibrate_repeats, *args)
     else:
@@ -203,6 +207,7 @@ def calibrate_cpu(
         "detail": {
             "method": method,
             "best_matmul_shape": best["best_matmul_shape"],
+            "matmul_shapes": [list(x) for x in shapes],
             "repeats": [{k: p[k] for k in ("flops", "bandwidth", "best_matmul_shape")} for p in passes],
             "seconds": round(time.perf_counter() - started, 3),
         },
@@ -217,7 +222,8 @@ def calibration_setup(num_threads: int) -> dict[str, Any]:
         "num_threads": num_threads,
         "repeats": CALIBRATION_REPEATS,
         "min_run_time_s": CALIBRATION_MIN_RUN_TIME,
-        "rule": "best of repeats; each repeat is the best matmul over the shapes and one large copy",
+        "rule": "best of repeats; each repeat is the best matmul over the shapes and one large copy; the end of the "
+                "run times the start's best shape only (drift measured on the same work, in a third of the time)",
     }
 
 

@@ -189,7 +189,11 @@ def _end_calibration(device_info: dict[str, Any], warnings: list[str]) -> tuple[
     cal = device_info["calibration"]
     start = cal["start"]
     dtype = getattr(torch, device_info.get("dtype") or "float32")
-    end = calibrate_cpu(dtype, int(cal.get("num_threads") or device_info.get("num_threads") or torch.get_num_threads()))
+    # The start's best shape only: the end measures drift on the same work, and the peak is already the best over
+    # every shape (the other four shapes were two thirds of a calibration's time).
+    best = start.get("best_matmul_shape")
+    end = calibrate_cpu(dtype, int(cal.get("num_threads") or device_info.get("num_threads") or torch.get_num_threads()),
+                        **({"shapes": [best]} if best else {}))
     cal["end"] = {"flops": end["flops"], "bandwidth": end["bandwidth"], **end["detail"]}
     source = device_info.setdefault("peak_source", {"flops": None, "bandwidth": None})
     dtype_name = device_info.get("dtype") or "float32"
