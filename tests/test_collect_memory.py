@@ -185,8 +185,10 @@ def test_a_graph_past_the_allowance_is_differentiated_freeing_as_a_training_step
     model = nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 4))
     batches = [capture(model, (torch.randn(8, 16),), {}, grad=True).calls[""] for _ in range(2)]
     cfg = TimingConfig(min_run_time=0.002, warmup=1, graph_allowance_bytes=5_000)
-    m = ComponentMeasurement(model, batches, cfg, graph_bytes=10_000)
+    m = ComponentMeasurement(model, batches, cfg, graph_bytes=10_000, saved_bytes=6_000)
     assert m.frees_graphs()
+    # Outputs and their gradients past the allowance, but not what freeing lets go: the graph is retained.
+    assert not ComponentMeasurement(model, batches, cfg, graph_bytes=10_000, saved_bytes=1_000).frees_graphs()
     stmt = m.rotation("backward")
     assert isinstance(stmt, FreshGraphs) and one_call_per_block(stmt)
     built = []

@@ -195,6 +195,7 @@ def _measure(
     plugged: _Plugged | None = None,
     on_phase: Callable[[str], None] = lambda phase: None,
     graph_bytes: int | None = None,
+    saved_bytes: int | None = None,
     twins: Twins | None = None,
     path: str = "",
 ) -> dict[str, _Outcome]:
@@ -202,7 +203,7 @@ def _measure(
     measurement = None
     sig = None
     try:
-        measurement = ComponentMeasurement(module, batches, cfg, graph_bytes)
+        measurement = ComponentMeasurement(module, batches, cfg, graph_bytes, saved_bytes)
         shapes = measurement.input_shapes()
         sig = signature(module, measurement.batches[0]) if twins is not None else None
     except Exception as exc:  # noqa: BLE001 - any failure of user code is recorded, never fatal
@@ -543,7 +544,8 @@ def _profile(
                 progress.update(task, description=f"{escape(name)} · {phase}")
 
             outcomes[comp.path] = _measure(modules[comp.path], per_batch, config.phases, timing, plugged, on_phase,
-                                           census.graph_bytes(comp.path), twins, comp.path)
+                                           census.graph_bytes(comp.path), census.saved_bytes.get(comp.path), twins,
+                                           comp.path)
             raisers.step("measurement", comp.path)
             if mem_plan.batches_for(comp.path) < len(batches):
                 ins, outs = census.input_bytes.get(comp.path, 0), census.output_bytes.get(comp.path, 0)
@@ -909,7 +911,8 @@ class _Remeasure:
         at = self.measured.index(path)
         try:
             calls = self.captures.calls(path, lambda: self.measured[at:])
-            built = ComponentMeasurement(self.modules[path], calls, self.timing, self.census.graph_bytes(path))
+            built = ComponentMeasurement(self.modules[path], calls, self.timing, self.census.graph_bytes(path),
+                                         self.census.saved_bytes.get(path))
         except (_CaptureOutOfMemory, MemoryError, CbsiteError):  # a model that no longer runs: nothing re-measured
             return None
         except Exception as exc:  # noqa: BLE001 - measured once already; an allocation failure now is memory

@@ -127,11 +127,12 @@ def _run(job: ProcessJob) -> ProcessResult:
                     per_batch = first_calls  # the same inputs for both arms: only the module differs
                 if first_calls is None:
                     first_calls = per_batch
-                # The plan's graph allowance as in the collection: a component whose one graph is past it is
+                # The plan's graph allowance as in the collection: a component whose saved activations are past it is
                 # differentiated freeing, on a fresh graph per block (measure.FreshGraphs).
                 arm_cfg = dataclasses.replace(cfg, graph_allowance_bytes=state["plan"].allowance_bytes)
                 measurements[arm] = ComponentMeasurement(state["modules"][path], per_batch, arm_cfg,
-                                                         state["census"].graph_bytes(path))
+                                                         state["census"].graph_bytes(path),
+                                                         state["census"].saved_bytes.get(path))
             # Both arms timed alike: freeing for both when either one's graph is past its allowance.
             freeing = task.phase == "backward" and any(m.frees_graphs() for m in measurements.values())
             for arm, measurement in measurements.items():
