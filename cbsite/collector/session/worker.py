@@ -17,10 +17,10 @@ up with one part of the model, while a process holds one group's inputs per arm 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import sys
-import dataclasses
 import time
 import traceback
 from dataclasses import dataclass, field
