@@ -179,6 +179,8 @@ def test_backward_graphs_past_the_allowance_are_built_one_at_a_time():
     assert any("one batch at a time" in n for n in result.notes)
     roomy = ComponentMeasurement(model, batches, TimingConfig(min_run_time=0.002, warmup=1), graph_bytes=10_000)
     assert roomy.graphs_fit() and not isinstance(roomy.rotation("backward"), GraphCycle)
+    # A hierarchy re-measurement holds a parent and its child at once: one graph at a time each.
+    assert isinstance(roomy.rotation("backward", one_graph=True), GraphCycle)
 
 
 def test_a_graph_past_the_allowance_is_differentiated_freeing_as_a_training_step_does():

@@ -56,3 +56,35 @@ def test_a_sharded_runs_pairs_are_judged_again_on_each_ranks_final_rows():
     assert record["inverted"] == [{"parent": "", "child": "a", "phase": "forward", "rank": 0}]
     assert any(n.startswith("slower than its parent <root> (20 ms vs 7.75 ms)") for n in rank0[1]["notes"])
     assert rank1[1]["notes"] == []  # the stale flag is gone
+
+
+def test_an_inverted_pair_is_timed_again_interleaved_holding_one_graph_at_a_time():
+    """The re-measurement holds a parent and its child together: each holds one backward graph at a time,
+    taking the batches in turn between blocks (it held every batch's graph of both)."""
+    import torch
+    from torch import nn
+
+    from cbsite.collector import hierarchy
+    from cbsite.collector.capture import capture
+    from cbsite.collector.measure import ComponentMeasurement, GraphCycle, TimingConfig
+
+    model = nn.Sequential(nn.Linear(16, 16), nn.Tanh())
+    caps = [capture(model, (torch.randn(8, 16),), {}, grad=True) for _ in range(3)]
+    modules = dict(model.named_modules())
+    built = {}
+
+    def statement(path: str, phase: str):
+        m = ComponentMeasurement(modules[path], [c.calls[path] for c in caps], TimingConfig(min_run_time=0.002, warmup=1))
+        built[path] = m.rotation(phase, one_graph=True)
+        return built[path], m.calls_per_batch
+
+    rows = [_row(""), _row("0")]
+    for row in rows:
+        row["phase"] = "backward"
+    rows[0].update(latency_p25_ms=0.9, latency_ms=1.0, latency_p75_ms=1.1)
+    rows[1].update(latency_p25_ms=2.0, latency_ms=2.1, latency_p75_ms=2.2)  # the child slower beyond both intervals
+    samples, done = hierarchy.remeasure(rows, statement, 0.0005, 1, "s", lambda path, phase: 0)
+    assert done == 1
+    assert sorted({s["path"] for s in samples}) == ["", "0"]
+    assert len(samples) == 2 * hierarchy.REMEASURE_PAIRS
+    assert all(isinstance(fn, GraphCycle) and fn.switches >= 2 for fn in built.values())

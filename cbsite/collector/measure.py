@@ -484,7 +484,8 @@ class ComponentMeasurement:
         roots, grads, wrt = self._graph(batch, seed=0, module=module)
         return lambda: torch.autograd.grad(roots, wrt, grads, retain_graph=True, allow_unused=True)
 
-    def rotation(self, phase: str, graphs: list[Any] | None = None, freeing: bool | None = None) -> Callable[[], Any]:
+    def rotation(self, phase: str, graphs: list[Any] | None = None, freeing: bool | None = None,
+                 one_graph: bool = False) -> Callable[[], Any]:
         """The timed statement of `phase`: one run of every call of batch i, cycling through the batches.
 
         Inputs (and for backward the forward graphs, one per batch) are prepared once, here, so the
@@ -506,7 +507,9 @@ class ComponentMeasurement:
         # `freeing`: the caller's choice (a comparison times both arms alike), else this component's own.
         if graphs is None and (self.frees_graphs() if freeing is None else freeing):
             return FreshGraphs(lambda i: self._graph(self.batches[i], seed=i), len(self.batches))
-        if graphs is None and not self.graphs_fit():
+        # `one_graph`: hold one graph at a time even where every batch's would fit (a re-measurement times a
+        # parent and its child interleaved, so both are held at once).
+        if graphs is None and (one_graph or not self.graphs_fit()) and len(self.batches) > 1:
             return GraphCycle(lambda i: self._graph(self.batches[i], seed=i), len(self.batches), self._graph(self.batches[0], seed=0))
         graphs = graphs or [self._graph(batch, seed=i) for i, batch in enumerate(self.batches)]
 

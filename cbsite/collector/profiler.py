@@ -925,7 +925,9 @@ class _Remeasure:
     def statement(self, path: str, phase: str) -> tuple[Callable[[], Any], int] | None:
         """A measured component's timed statement of `phase` and its calls per statement."""
         m = self._measurement(path, phase)
-        return None if m is None else (m.rotation(phase), m.calls_per_batch)
+        # One graph at a time: the pair's parent and child are held together (their graphs of every batch were
+        # twice what any component held in the main loop).
+        return None if m is None else (m.rotation(phase, one_graph=True), m.calls_per_batch)
 
     def replay(self, path: str, phase: str) -> Callable[[], Any] | None:
         """A measured component's replay of `phase` (batch 0), for check_peaks."""
