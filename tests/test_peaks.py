@@ -19,7 +19,8 @@ import torch
 from torch import nn
 
 from cbsite import tree
-from cbsite.collector import CollectConfig, device, peaks, profile
+from cbsite.collector import CollectConfig, counting, device, peaks, profile
+from cbsite.collector.measure import ComponentMeasurement
 
 
 def mlp() -> nn.Module:
@@ -112,15 +113,18 @@ def test_shape_recalibration_raises_a_low_calibrated_peak(monkeypatch):
 
     monkeypatch.setattr(device, "calibrate_cpu", low)
     monkeypatch.setattr(peaks, "calibrate_cpu", low)
+    replays = []  # the shapes come from the counting pass: no component is replayed (or captured) again for them
+    monkeypatch.setattr(ComponentMeasurement, "replay", lambda self, *a, **k: replays.append(a) or (lambda: None))
     config = CollectConfig(min_run_time=0.01, warmup=1, progress=False, phases=("forward",))
     run = profile(mlp(), torch.randn(32, 128), config=config)
+    assert replays == []
     dev = run.meta["device"]
     assert dev["peak_flops"]["float32"] > 1e6
     assert dev["peak_source"]["flops"].startswith("calibrated (component shapes: ")
     assert dev["calibration"]["used"]["flops"] == "start"  # start and end agree: 1 MFLOP/s
     components = dev["calibration"]["component_shapes"]["components"]
     linear = next(c for c in components if c["path"] == "0")
-    assert [op["op"] for op in linear["ops"]] == ["addmm(256, 32x128, 128x256)"]
+    assert [(op["op"], op["calls"]) for op in linear["ops"]] == [("addmm(256, 32x128, 128x256)", 1)]  # as counted
     assert linear["ops"][0]["flops"] == 2 * 32 * 128 * 256 and linear["ceiling_flops_per_s"] > 1e6
     assert any("the peak was raised to" in w for w in run.meta["warnings"])
     assert_no_silent_mfu(run)
@@ -140,9 +144,11 @@ def test_derive_ratios_are_null_where_the_numerator_is_zero():
 def test_recorded_shapes_replay_standalone():
     lin = nn.Linear(16, 8)
     x = torch.randn(4, 16, requires_grad=True)
-    calls, skipped = peaks.record_shapes(lambda: lin(x).sum().backward())
+    counts = counting.count(lambda: lin(x).sum().backward())[1]  # the counting pass records the calls
+    calls = list(counts.matmul_calls)
     names = [c[0] for c in calls]
-    assert names[0] == "aten::addmm" and names.count("aten::mm") == 2 and not skipped  # dX and dW
+    assert names[0] == "aten::addmm" and names.count("aten::mm") == 2 and not counts.undescribed_matmuls  # dX and dW
+    assert sum(counts.matmul_calls.values()) == 3
     timed = peaks.time_signatures(calls, torch.get_num_threads(), repeats=1, min_run_time=0.001)
     assert timed[0]["flops"] == 2 * 4 * 16 * 8 and all(t["seconds"] > 0 for t in timed)
 

@@ -113,6 +113,28 @@ def _gathered_rows_bytes(table: torch.Tensor, index: torch.Tensor) -> int:
     return index.numel() * row * table.element_size()
 
 
+# aten ops whose standalone speed is a component's FLOP/s ceiling (peaks.py). linear and matmul are composite
+# (they reach the dispatcher as mm/addmm/bmm), listed for completeness.
+RECORDED_OPS = frozenset(
+    {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "convolution", "_convolution", "convolution_backward"}
+)
+# One recorded call: (op name, argument specs, keyword specs); enough to rebuild it in another process.
+Signature = tuple[str, tuple[Any, ...], tuple[tuple[str, Any], ...]]
+
+
+def spec(value: Any) -> Any:
+    """A picklable description of one argument: tensors by layout, lists element-wise, the rest as is."""
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), tuple(value.stride()), str(value.dtype).replace("torch.", ""), str(value.device))
+    if isinstance(value, (list, tuple)):
+        return ("seq", type(value).__name__, tuple(spec(v) for v in value))
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return ("value", value)
+    if isinstance(value, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
+        return ("value", value)
+    raise TypeError(f"cannot describe an argument of type {type(value).__name__}")
+
+
 # Ops whose first input is a table they only gather from: (op packet, position of the index tensor).
 GATHER_OPS = {
     aten._embedding_bag: 1,
@@ -129,6 +151,8 @@ class Census:
     unsupported: set[str] = field(default_factory=set)
     ops: dict[str, int] = field(default_factory=dict)  # op name -> calls
     value_dependent: bool = False  # an op whose work or output shape may depend on values (twins.py)
+    matmul_calls: dict[Signature, int] = field(default_factory=dict)  # RECORDED_OPS calls -> how many
+    undescribed: set[str] = field(default_factory=set)  # RECORDED_OPS calls whose arguments spec() cannot describe
 
 
 class _CensusMode(TorchDispatchMode):
@@ -141,12 +165,18 @@ class _CensusMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         kwargs = kwargs or {}
+        packet = func.overloadpacket
+        if packet.__name__ in RECORDED_OPS:  # described before the call: an in-place op may change its inputs
+            try:
+                sig = (func.name(), tuple(spec(a) for a in args), tuple(sorted((k, spec(v)) for k, v in kwargs.items())))
+                self.census.matmul_calls[sig] = self.census.matmul_calls.get(sig, 0) + 1
+            except TypeError:
+                self.census.undescribed.add(func.name())
         out = func(*args, **kwargs)
         name = op_name(func)
         self.census.ops[name] = self.census.ops.get(name, 0) + 1
         if not self.census.value_dependent and value_dependent(func):
             self.census.value_dependent = True
-        packet = func.overloadpacket
         if not (
             packet in self.formulas
             or torch.Tag.pointwise in func.tags
@@ -178,6 +208,11 @@ class Counts:
     # Whether the pass met an op whose work may depend on tensor values: such counts are never reused
     # for an identical component (twins.py).
     value_dependent: bool = False
+    # The matmul and convolution calls the pass made (all calls of the batch counted, not per call) and
+    # those it could not describe: what peaks.check_peaks times standalone when a row beats the peak,
+    # without replaying the component again.
+    matmul_calls: dict[Signature, int] = field(default_factory=dict)
+    undescribed_matmuls: list[str] = field(default_factory=list)
 
 
 def count(fn: Callable[[], Any]) -> tuple[Any, Counts]:
@@ -195,4 +230,6 @@ def count(fn: Callable[[], Any]) -> tuple[Any, Counts]:
         flops_by_op=by_op,
         op_calls=dict(sorted(census.ops.items())),
         value_dependent=census.value_dependent,
+        matmul_calls=census.matmul_calls,
+        undescribed_matmuls=sorted(census.undescribed),
     )

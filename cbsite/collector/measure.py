@@ -669,4 +669,6 @@ def per_call(counts: Counts, calls: int) -> Counts:
         flops_by_op={k: v // calls for k, v in counts.flops_by_op.items()},
         op_calls=counts.op_calls,
         value_dependent=counts.value_dependent,
+        matmul_calls=counts.matmul_calls,  # a ceiling is a ratio of sums: all calls of the batch, undivided
+        undescribed_matmuls=counts.undescribed_matmuls,
     )

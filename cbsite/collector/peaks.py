@@ -6,10 +6,10 @@
    When start and end differ by more than 10 % the run gets a warning; a calibrated peak becomes the
    higher of the two (a slower pass measured a busier machine, not a slower chip). A given or table
    peak is the user's word and is left as it is.
-2. **Component shapes.** A measured row whose achieved FLOP/s beats the peak is replayed once under a
-   dispatch mode that records its matmul and convolution calls (shapes, strides, dtypes); those calls
-   are timed standalone in a clean worker (best of repeats) and their FLOP/s is that component's
-   ceiling. A ceiling above the peak raises the peak, with its source
+2. **Component shapes.** A measured row whose achieved FLOP/s beats the peak takes the matmul and
+   convolution calls (shapes, strides, dtypes) its counting pass recorded (counting.py: the same calls
+   whose FLOPs the row counts, so nothing is replayed or captured again); those calls are timed
+   standalone in a clean worker (best of repeats) and their FLOP/s is that component's ceiling. A ceiling above the peak raises the peak, with its source
    `calibrated (component shapes: <path>)`.
 3. Every row's ratios are derived again from the peak used; a row still above 100 % MFU gets a note,
    and the run a warning that names it. Bandwidth utilisation above 100 % is normal for a working
@@ -25,23 +25,19 @@ import time
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.benchmark import Timer
 from torch.utils.flop_counter import FlopCounterMode
 
 from cbsite import tree
+from cbsite.collector.counting import Counts, Signature
 from cbsite.collector.device import calibrate_cpu, in_clean_worker
 
-# aten ops whose standalone speed is a component's FLOP/s ceiling. linear and matmul are composite
-# (they reach the dispatcher as mm/addmm/bmm), listed for completeness.
-RECORDED_OPS = frozenset(
-    {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "convolution", "_convolution", "convolution_backward"}
-)
 DRIFT_WARNING = 0.10  # start vs end calibration: a relative difference above this is reported
 MAX_COMPONENTS = 24  # components re-calibrated on their shapes per run (the fastest first)
 MAX_SIGNATURES = 64  # distinct op calls timed per run
 SHAPE_REPEATS = 3
 SHAPE_MIN_RUN_TIME = 0.05
+LONG_CALL_BUDGET_S = 1.0  # a call longer than a block is timed again only while its calls add up to less
 
 MFU_NOTE = "MFU above 100 %"
 BANDWIDTH_NOTE = (
@@ -49,8 +45,8 @@ BANDWIDTH_NOTE = (
     "(a roofline estimate, not an error)"
 )
 
-Replay = Callable[[], Any]
-Signature = tuple[str, tuple[Any, ...], tuple[tuple[str, Any], ...]]
+# A measured row's (path, phase) -> its counting pass (the calls it recorded), or None.
+RecordedCalls = Callable[[str, str], Counts | None]
 
 
 def _gflops(rate: float | None) -> str:
@@ -63,49 +59,6 @@ def _gbps(rate: float | None) -> str:
 
 def _label(row: dict[str, Any]) -> str:
     return f"{row['path'] or '<root>'} ({row['phase']})"
-
-
-# ----- recording a component's matmul calls -------------------------------------------------------
-
-
-def _spec(value: Any) -> Any:
-    """A picklable description of one argument: tensors by layout, lists element-wise, the rest as is."""
-    if isinstance(value, torch.Tensor):
-        return ("tensor", tuple(value.shape), tuple(value.stride()), str(value.dtype).replace("torch.", ""), str(value.device))
-    if isinstance(value, (list, tuple)):
-        return ("seq", type(value).__name__, tuple(_spec(v) for v in value))
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return ("value", value)
-    if isinstance(value, (torch.dtype, torch.device, torch.memory_format, torch.layout)):
-        return ("value", value)
-    raise TypeError(f"cannot describe an argument of type {type(value).__name__}")
-
-
-class _ShapeRecorder(TorchDispatchMode):
-    """Records every call of a RECORDED_OPS op: (op name, argument specs, keyword specs)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls: list[Signature] = []
-        self.skipped: set[str] = set()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's protocol
-        kwargs = kwargs or {}
-        if func.overloadpacket.__name__ in RECORDED_OPS:
-            try:
-                sig = (func.name(), tuple(_spec(a) for a in args), tuple(sorted((k, _spec(v)) for k, v in kwargs.items())))
-                self.calls.append(sig)
-            except TypeError:
-                self.skipped.add(func.name())
-        return func(*args, **kwargs)
-
-
-def record_shapes(replay: Replay) -> tuple[list[Signature], list[str]]:
-    """Run `replay` once and return the matmul/convolution calls it made (and ops it could not describe)."""
-    recorder = _ShapeRecorder()
-    with recorder:
-        replay()
-    return recorder.calls, sorted(recorder.skipped)
 
 
 # ----- timing the calls standalone (in a clean worker) ---------------------------------------------
@@ -134,6 +87,16 @@ def _op(name: str) -> Any:
     return getattr(getattr(getattr(torch.ops, namespace), packet), overload or "default")
 
 
+def _one_call(op: Any, args: list[Any], kwargs: dict[str, Any]) -> float:
+    """Seconds of one call, the device synchronised on both sides."""
+    sync = torch.cuda.synchronize if torch.cuda.is_available() and torch.cuda.is_initialized() else (lambda: None)
+    sync()
+    started = time.perf_counter()
+    op(*args, **kwargs)
+    sync()
+    return time.perf_counter() - started
+
+
 def time_signatures(signatures: list[Signature], num_threads: int, repeats: int, min_run_time: float) -> list[dict[str, Any]]:
     """Time each call standalone (best of `repeats` medians) and count its FLOPs; the worker's job."""
     torch.set_num_threads(num_threads)
@@ -144,10 +107,19 @@ def time_signatures(signatures: list[Signature], num_threads: int, repeats: int,
             args = [_build(s) for s in arg_specs]
             kwargs = {k: _build(s) for k, s in kwarg_specs}
             with FlopCounterMode(display=False) as counter:
-                op(*args, **kwargs)
+                op(*args, **kwargs)  # also the warm-up call
             flops = counter.get_total_flops()
-            timer = Timer("op(*args, **kwargs)", globals={"op": op, "args": args, "kwargs": kwargs}, num_threads=num_threads)
-            medians = [timer.blocked_autorange(min_run_time=min_run_time).median for _ in range(repeats)]
+            first = _one_call(op, args, kwargs)
+            if first >= min_run_time:
+                # A call longer than a whole block is its own block: timed call by call, best of at most
+                # `repeats` within LONG_CALL_BUDGET_S (blocked_autorange would run each repeat twice, and GPT-2
+                # small's lm_head at 8 x 512 takes seconds a call).
+                medians = [first]
+                while len(medians) < repeats and sum(medians) < LONG_CALL_BUDGET_S:
+                    medians.append(_one_call(op, args, kwargs))
+            else:
+                timer = Timer("op(*args, **kwargs)", globals={"op": op, "args": args, "kwargs": kwargs}, num_threads=num_threads)
+                medians = [timer.blocked_autorange(min_run_time=min_run_time).median for _ in range(repeats)]
             out.append({"flops": int(flops), "seconds": min(medians), "repeats_s": medians})
         except Exception as exc:  # noqa: BLE001 - an op we cannot rebuild is reported, never fatal
             out.append({"flops": None, "seconds": None, "error": f"{type(exc).__name__}: {exc}"[:300]})
@@ -225,28 +197,24 @@ def _end_calibration(device_info: dict[str, Any], warnings: list[str]) -> tuple[
 
 def _component_ceilings(
     above: list[dict[str, Any]],
-    recalibrate_for: Callable[[str, str], Replay | None],
+    recorded: RecordedCalls,
     num_threads: int,
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """Record each row's matmul calls, time the distinct calls in one clean worker, and sum per row."""
+    """Each row's recorded matmul calls, the distinct calls timed in one clean worker, summed per row."""
     records: list[dict[str, Any]] = []
     unique: dict[Signature, int] = {}
     for row in above[:MAX_COMPONENTS]:
         rec: dict[str, Any] = {"path": row["path"], "phase": row["phase"], "achieved_flops_per_s": _achieved(row)}
-        try:
-            replay = recalibrate_for(row["path"], row["phase"])
-            if replay is None:
-                rec["error"] = "no replay for this component"
-            else:
-                calls, skipped = record_shapes(replay)
-                rec["calls"] = calls
-                if skipped:
-                    rec["undescribed_ops"] = skipped
-                for sig in calls:
-                    if sig not in unique and len(unique) < MAX_SIGNATURES:
-                        unique[sig] = len(unique)
-        except Exception as exc:  # noqa: BLE001 - the replay is user code
-            rec["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        counts = recorded(row["path"], row["phase"])
+        if counts is None:
+            rec["error"] = "no counting pass recorded for this component"
+        else:
+            rec["calls"] = counts.matmul_calls
+            if counts.undescribed_matmuls:
+                rec["undescribed_ops"] = counts.undescribed_matmuls
+            for sig in counts.matmul_calls:
+                if sig not in unique and len(unique) < MAX_SIGNATURES:
+                    unique[sig] = len(unique)
         records.append(rec)
     method = None
     timings: list[dict[str, Any]] = []
@@ -260,15 +228,14 @@ def _component_ceilings(
         ops: dict[Signature, dict[str, Any]] = {}
         flops = seconds = 0.0
         complete = True
-        for sig in calls:
+        for sig, n in calls.items():
             t = timings[unique[sig]] if sig in unique else {"flops": None, "seconds": None, "error": "not timed (cap)"}
-            entry = ops.setdefault(sig, {"op": _describe(sig), "calls": 0, **t})
-            entry["calls"] += 1
+            ops[sig] = {"op": _describe(sig), "calls": n, **t}
             if t.get("flops") is None or not t.get("seconds"):
                 complete = False
                 continue
-            flops += t["flops"]
-            seconds += t["seconds"]
+            flops += n * t["flops"]
+            seconds += n * t["seconds"]
         rec["ops"] = list(ops.values())
         if not calls:
             rec["error"] = "no matmul or convolution call to calibrate on"
@@ -282,13 +249,13 @@ def _component_ceilings(
 def check_peaks(
     rows: Sequence[dict[str, Any]],
     device_info: dict[str, Any],
-    recalibrate_for: Callable[[str, str], Replay | None],
+    recorded: RecordedCalls,
 ) -> list[str]:
     """Check the run's peaks against its rows; fix what can be fixed; return warnings for run.json.
 
     Mutates `rows` (ratios, notes) and `device_info` (peak_flops, peak_bandwidth, peak_source,
-    calibration) in place. `recalibrate_for(path, phase)` returns a zero-argument replay of that
-    component's phase (or None).
+    calibration) in place. `recorded(path, phase)` returns the counts of that component's phase, whose
+    `matmul_calls` are its ceiling's calls (or None).
     """
     started = time.perf_counter()
     warnings: list[str] = []
@@ -308,7 +275,7 @@ def check_peaks(
     )
     if above and peak_flops:
         before, before_source = peak_flops, source.get("flops")
-        records, method = _component_ceilings(above, recalibrate_for, num_threads)
+        records, method = _component_ceilings(above, recorded, num_threads)
         best = max((r for r in records if r.get("ceiling_flops_per_s")), key=lambda r: r["ceiling_flops_per_s"], default=None)
         raised = best is not None and best["ceiling_flops_per_s"] > peak_flops
         if raised:

@@ -32,6 +32,7 @@ from cbsite.collector.session import rounds
 from cbsite.collector.device import describe_device, kept_worker
 from cbsite.collector.measure import (BLOCKS_PER_BUDGET, ComponentMeasurement, Known, NothingToDifferentiate, PhaseResult,
                                       TimingConfig)
+from cbsite.collector.counting import Counts
 from cbsite.collector.peaks import check_peaks
 from cbsite.collector.preprocess import batch_size_of
 from cbsite.collector.restore import preserved
@@ -158,7 +159,6 @@ class _Outcome:
     notes: list[str] = field(default_factory=list)
     traceback: str | None = None  # full text, for the log plugin; `error` is the one-line summary
     patch: RowPatch | None = None  # what profiler plugins add to the row
-    measurement: ComponentMeasurement | None = None  # kept for check_peaks' replays (shares the captured inputs)
 
 
 @dataclass
@@ -239,8 +239,6 @@ def _measure(
             outcome = outcomes[phase]
             ctx = plugged.context(module, phase, outcome, measurement, batches, cfg)
             outcome.patch = plugged.runner.after(ctx, outcome.patch or RowPatch())
-    for outcome in outcomes.values():
-        outcome.measurement = measurement
     return outcomes
 
 
@@ -555,8 +553,6 @@ def _profile(
                     outcome.notes.append(
                         f"replayed on batch 0 only: {which} exceed the last-level cache ({mem_plan.cache_bytes / 2**20:,.0f} "
                         "MiB), so rotating batches would not change what is cached; the other batches were not captured")
-            for outcome in outcomes[comp.path].values():
-                outcome.measurement = None  # its captured inputs go with the group; rebuilt on demand below
     stages.done("components")
     measurements = _Remeasure(order, outcomes, captures, modules, timing, census)
     rows = _rows(components, in_run, outcomes, census, modules, config.phases, model_name, version)
@@ -576,6 +572,7 @@ def _profile(
         lambda path, phase: pair_index.get((path, phase), -1) + 1,
     )
     samples += extra
+    measurements.drop()  # the last use of the captured inputs
     stages.done("hierarchy_remeasure")
     session_record = None
     if config.rounds > 1:
@@ -584,8 +581,7 @@ def _profile(
                                 (session_record or {}).pop("flagged_notes", None))
     stages.done("rounds")
     hierarchy_record = hierarchy.check(rows, remeasured)
-    peak_warnings = check_peaks(rows, device_info, measurements.replay)
-    measurements.drop()
+    peak_warnings = check_peaks(rows, device_info, lambda path, phase: _counted(outcomes, path, phase))
     stages.done("calibration_end_and_peak_checks")
     counts = {s: sum(1 for r in rows if r["phase"] == config.phases[0] and r["status"] == s) for s in schema.STATUSES}
     # Every failed phase of every component, as measured: a failed parent is estimated from its children
@@ -892,7 +888,7 @@ def _rows(
 
 class _Remeasure:
     """Measured components rebuilt on demand after the loop, whose captures were dropped, for the
-    hierarchy re-measurement and the peak checks: re-captured group by group as they are asked for."""
+    hierarchy re-measurement: re-captured group by group as they are asked for."""
 
     def __init__(self, order: Sequence[Component], outcomes: dict[str, dict[str, _Outcome]], captures: GroupedCaptures,
                  modules: dict[str, nn.Module], timing: TimingConfig, census: Capture) -> None:
@@ -929,14 +925,15 @@ class _Remeasure:
         # twice what any component held in the main loop).
         return None if m is None else (m.rotation(phase, one_graph=True), m.calls_per_batch)
 
-    def replay(self, path: str, phase: str) -> Callable[[], Any] | None:
-        """A measured component's replay of `phase` (batch 0), for check_peaks."""
-        m = self._measurement(path, phase)
-        return None if m is None else m.replay(phase)
-
     def drop(self) -> None:
         self.built = {}
         self.captures.drop()
+
+
+def _counted(outcomes: dict[str, dict[str, _Outcome]], path: str, phase: str) -> Counts | None:
+    """A measured phase's counting pass (its own, or its twin's), for check_peaks' component shapes."""
+    outcome = outcomes.get(path, {}).get(phase)
+    return outcome.result.counts if outcome is not None and outcome.result is not None else None
 
 
 def _estimate(rows: list[dict[str, Any]], phases: Sequence[str], peak_flops: float | None, peak_bw: float | None) -> list[dict[str, Any]]:

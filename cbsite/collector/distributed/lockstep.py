@@ -24,6 +24,7 @@ import hashlib
 import json
 import math
 import time
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -32,7 +33,7 @@ from torch.utils.benchmark import Timer
 
 from cbsite.errors import CbsiteError
 from cbsite.collector.contention import WaitProbe
-from cbsite.collector.counting import Counts, count
+from cbsite.collector.counting import count
 from cbsite.collector.distributed.collectives import CollectiveMode, Traffic
 from cbsite.collector.measure import (
     MIN_BLOCKS,
@@ -162,8 +163,7 @@ def measure(agree: Agreement, label: str, measurement: ComponentMeasurement, pha
     with CollectiveMode() as mode:
         _, counts = count(replay)
     # A collective has no FLOP formula by definition: it is communication, reported in its own columns.
-    counts = Counts(counts.flops, counts.bytes_moved, [op for op in counts.unsupported_ops if not op.startswith("c10d")],
-                    counts.flops_by_op, counts.op_calls)
+    counts = dataclasses.replace(counts, unsupported_ops=[op for op in counts.unsupported_ops if not op.startswith("c10d")])
     timing = time_statement(agree, f"{label} {phase}", stmt, calls, cfg)
     peak = phase_peak(cfg.device, replay)
     result = PhaseResult(timing, per_call(counts, calls), peak, timing.notes)
