@@ -93,7 +93,16 @@ def collection(provider: str, options: dict, extra: list[str]) -> dict:
         "process_wall_s": wall, "wall_s": meta["wall_time_s"], "timed_s": meta["timed_s"], "step_timed_s": step_timed,
         "peak_bytes": meta["memory"]["peak_rss_bytes"], "memory": meta["memory"], "breakdown_s": meta["breakdown_s"],
         "components": meta["components"], "counts": meta["counts"],
+        # What the end of the run did about peaks (the peak check's seconds, rows re-calibrated on their shapes).
+        "peak_check": _peak_check(meta["device"]), "warnings": meta.get("warnings") or [],
     }
+
+
+def _peak_check(device: dict) -> dict:
+    cal = device.get("calibration") or {}
+    shapes = cal.get("component_shapes") or {}
+    return {"check_s": cal.get("check_s"), "components_recalibrated": len(shapes.get("components") or []),
+            "peak_source": device.get("peak_source")}
 
 
 def main() -> None:
