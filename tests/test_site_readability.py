@@ -253,3 +253,22 @@ def test_one_number_format_in_python_and_javascript():
     assert pages.fmt_signed(8.14e-5, "time") == "+81.4 ns" and pages.fmt_signed(-0.0123, "time") == "\u221212.3 \u00b5s"
     assert pages.fmt_time(0.00099996) == "1 \u00b5s" and pages.fmt_time(0.9996) == "1 ms" and pages.fmt_time(1234.5) == "1.23 s"
     assert pages.fmt_flops(999.6) == "1 kFLOP"  # the issue's example: once "1 kFLOP", "1e+03 FLOP" and "1000 FLOP"
+
+
+def test_key_facts_rank_a_containers_own_time_only_where_the_numbers_nest():
+    """A measured container's own time (the part no child covers) is ranked with the slowest leaves, with its
+    share of the phase and the leaves' share beside the bound mix; a container slower than its parent gives none
+    (independent timings that disagree: their difference is no one's)."""
+    spec = {"": {"a": {"a.x": None, "a.y": None}, "b": None}}
+    run = make_run(spec, model="k", version="v1", run_id="20250401T000000Z-0000e2",
+                   metrics={"a": {"status": "measured", "latency_ms": 4.0}, "a.x": {"latency_ms": 0.5},
+                            "a.y": {"latency_ms": 0.25}, "b": {"latency_ms": 1.0}, "": {"status": "measured"}})
+    facts = rundata.key_facts(rundata.components_json(run, []))
+    first = facts["slowest"]["forward"][0]
+    assert first["path"] == "a" and first["own"] and first["latency"] == pytest.approx(4.0)
+    assert first["share"] == pytest.approx(4.0 / 5.75) and first["bound"] is None
+    assert facts["leaf_share"]["forward"] == pytest.approx(1.75 / 5.75)
+    assert not any(c["own"] for c in facts["slowest"]["forward"][1:])  # the root's own time is 0
+    comps = rundata.components_json(run, [])
+    comps["forward"]["latency_ms"][0] = 2.0  # the root now faster than its child a: nothing nests under it
+    assert not any(c["own"] for c in rundata.key_facts(comps)["slowest"]["forward"])

@@ -232,28 +232,63 @@ def hottest(run: Run, n: int = TOP_COMPONENTS) -> list[dict[str, Any]]:
 ROUTINE_NOTES = ("container: never called on its own", "estimated: sum of children")  # said by the status already
 SLOWEST_N = 8
 COMPILE_N = 3
+OWN_MIN_SHARE = 0.02  # a container's own time listed among the slowest from 2 % of the phase
+NEST_SLACK = 0.05  # a child up to 5 % over its parent still nests (the table marks one slower by more)
+
+
+def own_time(comps: dict[str, Any], phase: str, calls: list[int]) -> dict[int, float]:
+    """Per measured container of `phase`: its latency per forward that none of its children covers (ms), where
+    positive; sizes as the icicle lays them out (a child without a latency counts as the sum of its own). Only
+    where the numbers nest: the container and its ancestors each within their parent (+5 %), and none of its
+    children smaller than the children under it (an under-measured child would inflate its parent's own time);
+    elsewhere independent timings disagree (the table's ⚠) and a difference of them is no one's own time."""
+    n, parent, cols = len(comps["path"]), comps["parent"], comps[phase]
+    size, kids_sum, kids = [0.0] * n, [0.0] * n, [[] for _ in range(n)]
+    for i in range(n - 1, -1, -1):  # pre-order: children after their parent
+        v = cols["latency_ms"][i]
+        size[i] = v * calls[i] if v is not None and v >= 0 else kids_sum[i]
+        if parent[i] >= 0:
+            kids_sum[parent[i]] += size[i]
+            kids[parent[i]].append(i)
+    nests = [True] * n
+    for i in range(n):
+        p = parent[i]
+        nests[i] = p < 0 or (nests[p] and size[i] <= size[p] * (1 + NEST_SLACK))
+    overflow = [kids_sum[i] > size[i] * (1 + NEST_SLACK) for i in range(n)]
+    return {i: size[i] - kids_sum[i] for i in range(n)
+            if kids[i] and cols["status"][i] == "measured" and cols["latency_ms"][i] is not None
+            and size[i] - kids_sum[i] > 0 and nests[i] and not any(overflow[k] for k in kids[i])}
 
 
 def key_facts(comps: dict[str, Any]) -> dict[str, Any]:
     """What a reader should see first, per phase: the slowest leaves (with their share of the phase and what
-    bounds them), where the leaves' time goes by bound (cbsite/bound.py), the components' notes grouped by
-    text, and the compile plugin's whole-model speed-up with its best and worst components."""
+    bounds them) and the measured containers' own time (`own_time`: the part no child covers, the icicle's
+    self share) ranked with them, where the leaves' time goes by bound (cbsite/bound.py) and the leaves' share
+    of the phase, the components' notes grouped by text, and the compile plugin's whole-model speed-up with
+    its best and worst components."""
     n = len(comps["path"])
     leaves = [i for i in range(n) if comps["is_leaf"][i]]
     calls = [max(c or 0, 1) for c in comps["call_count"]]
     label = lambda i: comps["path"][i] or comps["model"]  # noqa: E731
-    out: dict[str, Any] = {"slowest": {}, "bounds": {}, "notes": [], "compile": {}}
+    out: dict[str, Any] = {"slowest": {}, "bounds": {}, "leaf_share": {}, "notes": [], "compile": {}}
     notes: dict[str, list[str]] = {}
     for phase in comps["phases"]:
         cols = comps[phase]
         per_forward = {i: cols["latency_ms"][i] * calls[i] for i in leaves if cols["latency_ms"][i] is not None}
         total = comps[phase]["latency_ms"][0] if n and comps["path"][0] == "" else None
         total = total * calls[0] if total is not None else sum(per_forward.values())
-        ranked = sorted(per_forward, key=lambda i: (-per_forward[i], i))[:SLOWEST_N]
-        out["slowest"][phase] = [{"path": label(i), "module_type": comps["module_type"][i], "latency": per_forward[i],
-                                  "calls": calls[i], "share": per_forward[i] / total if total else None,
-                                  "bound": cols["bound"][i]} for i in ranked]
+        own = own_time(comps, phase, calls)
+        if total:  # a container's own time is named when it is a real part of the phase, not timing noise
+            own = {i: t for i, t in own.items() if t >= OWN_MIN_SHARE * total}
+        ranked = sorted([(t, i, False) for i, t in per_forward.items()] + [(t, i, True) for i, t in own.items()],
+                        key=lambda e: (-e[0], e[1]))[:SLOWEST_N]
+        out["slowest"][phase] = [{"path": label(i), "module_type": comps["module_type"][i], "latency": t,
+                                  "calls": calls[i], "share": t / total if total else None,
+                                  "bound": None if is_own else cols["bound"][i], "own": is_own}
+                                 for t, i, is_own in ranked]
         leaf_time = sum(per_forward.values())
+        if total and leaf_time > 0:
+            out["leaf_share"][phase] = leaf_time / total
         if leaf_time > 0:
             by: dict[str, float] = {}
             for i, t in per_forward.items():
