@@ -7,6 +7,7 @@ not row objects, because a 10,000-component run must stay a few MB), fetched by 
 from __future__ import annotations
 
 import math
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -310,8 +311,44 @@ def key_facts(comps: dict[str, Any]) -> dict[str, Any]:
                                       for v, i in items if i != 0]
                 out["compile"][phase] = {"model": root, "best": pick(ordered[:COMPILE_N + 1])[:COMPILE_N],
                                          "worst": pick(ordered[::-1][:COMPILE_N + 1])[:COMPILE_N]}
+    merged = merge_notes(notes)
     out["notes"] = [{"note": k, "where": v[:4], "more": max(0, len(v) - 4)}
-                    for k, v in sorted(notes.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:6]]
+                    for k, v in sorted(merged.items(), key=lambda kv: (-len(kv[1]), kv[0]))[:6]]
+    return out
+
+
+NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def merge_notes(notes: dict[str, list[str]]) -> dict[str, list[str]]:
+    """Notes that differ only in their numbers as one note, each differing number written as its range
+    ("run-to-run spread 0.4-83.9% over 7 rounds", once six lines of one spread each and the 83.9 % cut off by
+    the six); its places the largest first by the last number that differs, each with that number
+    ("dlrm (forward) 83.9%"), so the outlier is named first."""
+    groups: dict[str, list[str]] = {}
+    for note in notes:
+        groups.setdefault(NUMBER.sub("#", note), []).append(note)
+    out: dict[str, list[str]] = {}
+    for texts in groups.values():
+        if len(texts) == 1:
+            out[texts[0]] = notes[texts[0]]
+            continue
+        numbers = [NUMBER.findall(t) for t in texts]
+        columns = list(zip(*numbers))
+        pieces = NUMBER.split(texts[0])
+        text, last = pieces[0], None
+        for k, (col, piece) in enumerate(zip(columns, pieces[1:])):
+            lo, hi = min(col, key=float), max(col, key=float)
+            if float(lo) == float(hi):
+                text += lo
+            else:
+                text += f"{lo}\u2013{hi}"
+                last = k
+            text += piece
+        unit = "%" if last is not None and pieces[last + 1].startswith("%") else ""
+        places = [(-float(nums[last]) if last is not None else 0.0, j, f"{w} {nums[last]}{unit}" if last is not None else w)
+                  for j, (t, nums) in enumerate(zip(texts, numbers)) for w in notes[t]]
+        out[text] = [w for _, _, w in sorted(places, key=lambda e: (e[0], e[1]))]
     return out
 
 
