@@ -435,3 +435,19 @@ def test_dark_charts_grid_under_the_data_plain_intensity_ticks_and_line_legends(
     # every swatch is drawn solid: neither the band's 18 % fill nor a see-through symbol
     assert [s for s in swatches if s[0] < 0.9 or (s[1] < 0.5 and s[2] in ("none", "transparent"))] == [], swatches
     assert page.errors == []
+
+
+def test_study_page_shows_its_points_on_the_first_screen(site, page):
+    """The screenshots of the study page: the points (each run's latency, examples/s, MFU, parameters: what the
+    sweep found) came after four screens of per-axis charts, at 4,300 px of 5,400. Now the points table is whole
+    inside the first 1400x1000 screen, before the charts, with every point's row visible."""
+    server, _ = site
+    page.goto(server.url + "studies/demo-dense-sparse/")
+    page.wait_for_load_state("networkidle")
+    box = page.evaluate("""() => { const t = document.querySelector('table.cbsite-study-points').getBoundingClientRect();
+        const c = document.querySelector('#charts').getBoundingClientRect(); return [t.top, t.bottom, c.top, scrollY]; }""")
+    top, bottom, charts, scrolled = box
+    assert scrolled == 0 and 0 < top and bottom <= VIEWPORT["height"] and bottom < charts, box
+    rows = page.locator("table.cbsite-study-points tbody tr")
+    assert rows.count() == 4 and all(rows.nth(i).is_visible() for i in range(4))
+    assert page.errors == []
