@@ -451,3 +451,28 @@ def test_study_page_shows_its_points_on_the_first_screen(site, page):
     rows = page.locator("table.cbsite-study-points tbody tr")
     assert rows.count() == 4 and all(rows.nth(i).is_visible() for i in range(4))
     assert page.errors == []
+
+
+def test_study_charts_follow_the_dark_scheme(site, page):
+    """The screenshots of the study page in the dark scheme: every chart a white box on the dark page (study.js drew
+    Vega's light theme whatever the scheme). Now the study charts take the run pages' dark theme: a transparent
+    background, titles and tick labels light on the dark page, drawn again when the palette is toggled either way."""
+    server, _ = site
+    page.goto(server.url + "studies/demo-dense-sparse/")
+    n = page.locator("[data-cbsite-study-chart]").count()
+    assert n >= 10
+    ready = "(n) => document.querySelectorAll('[data-cbsite-study-chart] svg .mark-line').length >= n"
+    page.wait_for_function(ready, arg=n, timeout=30000)
+    looks = """() => Array.from(document.querySelectorAll('[data-cbsite-study-chart] svg')).map(s => {
+        const v = getComputedStyle(s.querySelector('.role-title-text, .role-axis-label text')).fill.match(/\\d+/g).map(Number);
+        return [s.style.backgroundColor, (0.2126 * v[0] + 0.7152 * v[1] + 0.0722 * v[2]) / 255]; })"""
+    light = page.evaluate(looks)
+    assert len(light) == n and all(bg == "white" and ink < 0.5 for bg, ink in light), light
+    page.evaluate("document.body.setAttribute('data-md-color-scheme', 'slate')")
+    page.wait_for_function("() => Array.from(document.querySelectorAll('[data-cbsite-study-chart] svg')).every(s => s.style.backgroundColor === 'transparent')", timeout=30000)
+    page.wait_for_function(ready, arg=n, timeout=30000)
+    dark = page.evaluate(looks)
+    assert len(dark) == n and all(bg == "transparent" and ink > 0.6 for bg, ink in dark), dark
+    page.evaluate("document.body.setAttribute('data-md-color-scheme', 'default')")
+    page.wait_for_function("() => Array.from(document.querySelectorAll('[data-cbsite-study-chart] svg')).every(s => s.style.backgroundColor === 'white')", timeout=30000)
+    assert page.errors == []

@@ -50,6 +50,7 @@
       });
     });
   }
+  window.CbsiteCharts = { dark: dark, darken: darken };  // the study page's charts (study.js) use the same dark scheme
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", renderAll);
   else renderAll();
   // The palette toggle switches the scheme on <body>: draw the charts again in the new one.

@@ -12,7 +12,12 @@
     Array.prototype.forEach.call(els, function (el) {
       var spec = all[el.getAttribute("data-cbsite-study-chart")];
       if (!spec) return;
-      window.cbsiteVegaEmbed(el, spec[scale], { actions: false, renderer: "svg" }).then(function (r) {
+      var opts = { actions: false, renderer: "svg" }, chosen = spec[scale], C = window.CbsiteCharts;
+      if (C && C.dark()) {  // Material's dark scheme: Vega's dark theme on a transparent background (charts.js)
+        opts.theme = "dark";
+        chosen = C.darken(JSON.parse(JSON.stringify(chosen)));
+      }
+      window.cbsiteVegaEmbed(el, chosen, opts).then(function (r) {
         views.push(r);
       }).catch(function (err) { el.textContent = "chart unavailable: " + err.message; });
     });
@@ -26,6 +31,14 @@
       all = specs;
       draw(box && box.checked ? "log" : "linear");
       if (box) box.addEventListener("change", function () { draw(box.checked ? "log" : "linear"); });
+      // The palette toggle switches the scheme on <body>: draw the charts again in the new one.
+      var was = window.CbsiteCharts ? window.CbsiteCharts.dark() : false;
+      if (typeof MutationObserver !== "undefined" && window.CbsiteCharts) {
+        new MutationObserver(function () {
+          var now = window.CbsiteCharts.dark();
+          if (now !== was) { was = now; draw(box && box.checked ? "log" : "linear"); }
+        }).observe(document.body, { attributes: true, attributeFilter: ["data-md-color-scheme"] });
+      }
     }).catch(function (err) {
       Array.prototype.forEach.call(document.querySelectorAll("[data-cbsite-study-chart]"), function (el) {
         el.textContent = "chart unavailable: " + err.message;
