@@ -54,7 +54,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import polars as pl
@@ -181,11 +181,13 @@ class RunDiff:
                 return c
         raise CbsiteError(f"no component {path!r} in the {phase} diff; paths are torch FQNs, the root is ''")
 
-    def top(self, metric: str, phase: str = "forward", n: int = 10) -> list[ComponentDelta]:
+    def top(self, metric: str, phase: str = "forward", n: int = 10,
+            counts: Callable[[ComponentDelta], bool] | None = None) -> list[ComponentDelta]:
         """The `n` components with the largest |self_delta| of `metric`: the deepest ones that explain it.
 
         Components with no own change, an unknown one, or a latency change within noise are left out.
-        Ties go to the deeper component, then to pre-order.
+        `counts`: where latency was judged, whether a component's change counts (review.latency_changed: its
+        verdict), instead of the within-run noise rule. Ties go to the deeper component, then to pre-order.
         """
         _check_metric(metric)
 
@@ -193,11 +195,13 @@ class RunDiff:
             rows = [
                 (i, c)
                 for i, c in enumerate(self.for_phase(phase))
-                if c.self_delta[metric] not in (None, 0) and not c.noise[metric]
+                if c.self_delta[metric] not in (None, 0) and (counts(c) if counts is not None else not c.noise[metric])
             ]
             rows.sort(key=lambda ic: (-abs(ic[1].self_delta[metric]), -ic[1].depth, ic[0]))
             return [c for _, c in rows]
 
+        if counts is not None:
+            return ranked()[:n]
         return self._remembered(("top", metric, phase), ranked)[:n]
 
     def cancelled(self, metric: str, phase: str = "forward") -> Cancelled | None:
@@ -230,12 +234,15 @@ class RunDiff:
                 counts[c.kind] += 1
         return counts
 
-    def summary(self, latency: dict[str, str] | None = None) -> str:
+    def summary(self, latency: dict[str, str] | None = None,
+                latency_counts: Callable[[ComponentDelta], bool] | None = None) -> str:
         """One plain-text paragraph in words: totals with ratios, where the change is, counts, warnings.
 
         `latency` (phase -> the whole model's latency verdict, `cbsite.stats`), when latency was judged: a
         total is then a change only where its verdict is regressed or improved, unchanged where it is
         unchanged, and named inconclusive otherwise; without it the within-run IQR rule (noise) decides.
+        `latency_counts` does the same for components (review.latency_changed): where a latency change is,
+        is then said of components whose verdict is a change, as the diff page draws them.
         Components that tie for the largest part of a change are named as a tie, never one of them alone.
         """
         base_model, head_model = self.base_meta.get("model", "?"), self.head_meta.get("model", "?")
@@ -287,15 +294,23 @@ class RunDiff:
         sentences = [f"{title}: {', '.join(parts)}."]
 
         where = []
-        for metric in ("flops", "param_bytes", "peak_memory_bytes", "latency_ms"):
-            total = self.totals[main][metric]
+        # FLOPs, parameters and peak memory where the main phase says (backward FLOPs grow where forward ones do);
+        # latency in every phase, since backward often moves for other reasons and by more (dlrm v2's +4.51 ms
+        # backward beside +0.156 ms forward was once explained by the forward alone). With two phases each
+        # clause names its phase.
+        named = len(self.phases) > 1
+        checks = [(m, main) for m in ("flops", "param_bytes", "peak_memory_bytes")] + [("latency_ms", p) for p in self.phases]
+        for metric, phase in checks:
+            total = self.totals[phase][metric]
             if total.delta in (None, 0) or not _is_change(metric, total.base, total.head, total.delta):
                 continue
             if metric == "latency_ms":
-                verdict = (latency or {}).get(main)
+                verdict = (latency or {}).get(phase)
                 if verdict not in ("regressed", "improved") if verdict is not None else total.noise:
                     continue
-            if (clause := self._where(metric, main, total, model)) is not None:
+            in_phase = phase if named and metric != "param_bytes" else None
+            counts = latency_counts if metric == "latency_ms" else None
+            if (clause := self._where(metric, phase, total, model, in_phase, counts)) is not None:
                 where.append(clause)
         if where:
             # Every clause starts with a word of ours, never a path: a path is never capitalised.
@@ -319,21 +334,23 @@ class RunDiff:
         sentences.extend(_capitalise(w) + "." for w in self.warnings)
         return " ".join(sentences)
 
-    def _where(self, metric: str, phase: str, total: Total, model: str) -> str | None:
+    def _where(self, metric: str, phase: str, total: Total, model: str, in_phase: str | None = None,
+               counts: Callable[[ComponentDelta], bool] | None = None) -> str | None:
         """Where a total's change is, in one clause that starts with a word, never with a path.
 
         Shares are given only where they mean something: between 0 and 100 %, never for peak memory (a
-        maximum, see NO_SHARE) and never where the own changes cancel out (`cancelled`); otherwise amounts."""
-        label = _GROWTH_LABELS[metric]
+        maximum, see NO_SHARE) and never where the own changes cancel out (`cancelled`); otherwise amounts.
+        `in_phase`: the phase the clause names ("the backward latency growth"), None to name none."""
+        label = (f"{in_phase} " if in_phase else "") + _GROWTH_LABELS[metric]
         what = f"{label} {'growth' if total.delta > 0 else 'reduction'}"
         if (cancel := self.cancelled(metric, phase)) is not None:
-            return (f"{LABELS[metric]}: own changes cancel out ({format_delta(metric, cancel.up)} up, "
+            return (f"{(in_phase + ' ') if in_phase else ''}{LABELS[metric]}: own changes cancel out ({format_delta(metric, cancel.up)} up, "
                     f"{format_delta(metric, cancel.down)} down, {format_delta(metric, cancel.net)} net"
                     + ("" if cancel.complete else "; some own changes unknown") + ")")
         # The largest own change in the direction of the total: a component that moved the other way is an
         # offset, not where the growth is.
         growing = total.delta > 0
-        best = [c for c in self.top(metric, phase, len(self.components)) if (c.self_delta[metric] > 0) == growing]
+        best = [c for c in self.top(metric, phase, len(self.components), counts) if (c.self_delta[metric] > 0) == growing]
         if not best:
             return None
         c, own = best[0], best[0].self_delta[metric]

@@ -30,7 +30,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from cbsite import diff as cdiff
 from cbsite import throughput, traffic
@@ -381,6 +381,29 @@ def latency_rows(evidence: LatencyEvidence | None, rd: RunDiff, phases: Sequence
     return rows
 
 
+CHANGE_VERDICTS = ("regressed", "improved")
+
+
+def latency_changed(c: ComponentDelta, verdicts: Mapping[tuple[str, str], Any] | None) -> bool:
+    """Does a component's latency count as a change? The one rule of the diff page, the summary and this
+    comment: present on one side only, or a verdict of regressed or improved where latency was judged
+    (`verdicts`: (path, phase) -> stats.Verdict); unjudged, a difference beyond the within-run noise."""
+    if c.kind in ("added", "removed"):
+        return bool(c.delta["latency_ms"])
+    if verdicts is None:
+        return bool(c.delta["latency_ms"]) and not c.noise["latency_ms"]
+    v = verdicts.get((c.path, c.phase))
+    return v is not None and v.verdict in CHANGE_VERDICTS
+
+
+def latency_counts(evidence: LatencyEvidence | None) -> Callable[[ComponentDelta], bool] | None:
+    """`latency_changed` bound to the evidence's verdicts, for RunDiff.summary and top (None: not judged)."""
+    if evidence is None:
+        return None
+    verdicts = evidence.verdicts()
+    return lambda c: latency_changed(c, verdicts)
+
+
 def root_verdicts(evidence: LatencyEvidence | None, rd: RunDiff) -> dict[str, str] | None:
     """phase -> the whole model's latency verdict, so the summary sentence agrees with the verdicts."""
     if evidence is None:
@@ -425,7 +448,8 @@ def markdown(rd: RunDiff, gate: GateResult | None = None, *, phase: str | None =
     out = [f"## cbsite: {_title(rd)}", ""]
     if gate is not None and gate.rules:
         out += [_gate_line(gate), ""]
-    out += [rd.summary(latency=root_verdicts(latency, rd)), ""]
+    counts = latency_counts(latency)
+    out += [rd.summary(latency=root_verdicts(latency, rd), latency_counts=counts), ""]
     out += _latency_section(rd, latency, phases, model)
 
     out += ["| metric | phase | base | head | change | ratio |", "|---|---|--:|--:|--:|--:|"]
@@ -442,7 +466,7 @@ def markdown(rd: RunDiff, gate: GateResult | None = None, *, phase: str | None =
     sections = []
     for metric in REPORT_METRICS:
         t = rd.totals[main][metric]
-        rows = rd.top(metric, main, top)
+        rows = rd.top(metric, main, top, counts if metric == "latency_ms" else None)
         if not rows or not t.delta or t.noise:
             continue
         lines = [f"**{_cap(cdiff.LABELS[metric])}** {cdiff.format_delta(metric, t.delta)} ({cdiff.format_ratio(t)})",
@@ -568,7 +592,8 @@ def print_table(rd: RunDiff, gate: GateResult | None, console: Any, *, phase: st
 
     model = rd.head_meta.get("model", "?")
     main = main_phase(rd, phase)
-    console.print(rd.summary(latency=root_verdicts(latency, rd)), markup=False, highlight=False)
+    console.print(rd.summary(latency=root_verdicts(latency, rd), latency_counts=latency_counts(latency)),
+                  markup=False, highlight=False)
     phases = [phase] if phase else rd.phases
     console.print(latency_summary(latency, phases), markup=False, highlight=False)
     rows = latency_rows(latency, rd, phases)

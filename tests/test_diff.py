@@ -287,9 +287,10 @@ def test_widening_an_over_arch_layer() -> None:
         "2.0× forward peak memory (+200 kB), 2.3× forward latency (+0.102 ms), "
         "3.9× backward FLOPs (+25.6 MFLOP), 2.0× backward peak memory (+300 kB), "
         "2.3× backward latency (+0.204 ms). "
-        "Most of the FLOP growth (98%) is in over_arch.0 (Linear); most of the parameter memory growth (98%) "
-        "is in over_arch.0 (Linear); the largest own peak memory growth is in over_arch.0 (Linear, +200 kB); "
-        "most of the latency growth (98%) is in over_arch.0 (Linear). "
+        "Most of the forward FLOP growth (98%) is in over_arch.0 (Linear); most of the parameter memory growth (98%) "
+        "is in over_arch.0 (Linear); the largest own forward peak memory growth is in over_arch.0 (Linear, +200 kB); "
+        "most of the forward latency growth (98%) is in over_arch.0 (Linear); "
+        "most of the backward latency growth (98%) is in over_arch.0 (Linear). "
         "Forward components: 4 increased, 1 unchanged."
     )
 

@@ -31,7 +31,6 @@ from cbsite.archive import Run
 
 LISTED = ("regressed", "improved", "inconclusive")  # what a reader acts on; unchanged ones are counted
 MAX_LISTED = 40
-CHANGE_VERDICTS = ("regressed", "improved")
 
 
 class Judged:
@@ -67,13 +66,9 @@ def root_verdicts(judged: Judged, rd: cdiff.RunDiff) -> dict[str, str] | None:
 
 
 def latency_changed(c: cdiff.ComponentDelta, judged: Judged) -> bool:
-    """Does this component's latency count as a change on the page? (See the module docstring.)"""
-    if c.kind in ("added", "removed"):
-        return bool(c.delta["latency_ms"])
-    if not judged.judged:
-        return bool(c.delta["latency_ms"]) and not c.noise["latency_ms"]
-    v = judged.get(c.path, c.phase)
-    return v is not None and v.verdict in CHANGE_VERDICTS
+    """Does this component's latency count as a change on the page? (review.latency_changed: one rule for
+    the page, its summary and the PR comment.)"""
+    return review.latency_changed(c, judged.verdicts if judged.judged else None)
 
 
 def _verdict_row(v: stats.Verdict) -> dict[str, Any]:
