@@ -88,3 +88,13 @@ def test_an_inverted_pair_is_timed_again_interleaved_holding_one_graph_at_a_time
     assert sorted({s["path"] for s in samples}) == ["", "0"]
     assert len(samples) == 2 * hierarchy.REMEASURE_PAIRS
     assert all(isinstance(fn, GraphCycle) and fn.switches >= 2 for fn in built.values())
+
+
+def test_a_contention_note_never_says_more_than_all_of_the_time():
+    """Every thread's run-queue wait counts, so a sharded run's communication threads waiting at once once
+    made a note read "waited for a CPU (220% of their time)"."""
+    from cbsite.collector.measure import _waited_words
+
+    assert _waited_words(0.37) == "37% of their time"
+    assert _waited_words(2.2) == "its threads waited 2.2x the blocks' wall time between them"
+    assert "%" not in _waited_words(1.01)

@@ -196,6 +196,15 @@ def summarise(blocks: list[Block]) -> tuple[float, float, float, list[Block], bo
     return times[0], times[0], times[0], used, flagged
 
 
+def _waited_words(share: float) -> str:
+    """The run-queue wait of a process's threads against the blocks' wall time, in words. Every thread counts
+    (contention.run_queue_wait_s), so several waiting at once can add up to more than the wall time (a sharded
+    run's communication threads once read "220% of their time")."""
+    if share <= 1.0:
+        return f"{share:.0%} of their time"
+    return f"its threads waited {share:.1f}x the blocks' wall time between them"
+
+
 def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_s: float | None = None) -> Timing:
     """Time `fn` (which makes `calls_per_stmt` calls of the component) and return per-call figures.
 
@@ -253,7 +262,7 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_
     if flagged:
         waited = sum(b.wait_s for b in used) / max(1e-12, sum(b.seconds_per_call * b.calls for b in used))
         notes.append(
-            f"contended: {n_contended} of {len(blocks)} timed blocks waited for a CPU ({waited:.0%} of their time) "
+            f"contended: {n_contended} of {len(blocks)} timed blocks waited for a CPU ({_waited_words(waited)}) "
             f"and the machine did not become quiet; this latency includes waiting"
         )
     if cut_short:
