@@ -9,8 +9,8 @@
 2. **Component shapes.** A measured row whose achieved FLOP/s beats the peak takes the matmul and
    convolution calls (shapes, strides, dtypes) its counting pass recorded (counting.py: the same calls
    whose FLOPs the row counts, so nothing is replayed or captured again); those calls are timed
-   standalone in a clean worker (best of repeats) and their FLOP/s is that component's ceiling. A ceiling above the peak raises the peak, with its source
-   `calibrated (component shapes: <path>)`.
+   standalone in a clean worker (best of repeats) and their FLOP/s is that component's ceiling. A
+   ceiling above the peak raises the peak, with its source `calibrated (component shapes: <path>)`.
 3. Every row's ratios are derived again from the peak used; a row still above 100 % MFU gets a note,
    and the run a warning that names it. Bandwidth utilisation above 100 % is normal for a working
    set that stays in cache (the bandwidth peak is a DRAM copy): a note, never a peak change.
