@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 
@@ -475,4 +476,89 @@ def test_study_charts_follow_the_dark_scheme(site, page):
     assert len(dark) == n and all(bg == "transparent" and ink > 0.6 for bg, ink in dark), dark
     page.evaluate("document.body.setAttribute('data-md-color-scheme', 'default')")
     page.wait_for_function("() => Array.from(document.querySelectorAll('[data-cbsite-study-chart] svg')).every(s => s.style.backgroundColor === 'white')", timeout=30000)
+    assert page.errors == []
+
+
+# The run table's artifacts, per row: the row's height, a text line's height, the drawn lines of its links (distinct
+# tops), whether any is clipped or covered, and each link: text, href or data-trace, title, accessible name.
+ARTIFACTS = """() => { const d = window.cbsiteRun.data, wrap = document.querySelector('#cbsite-table .cbsite-table-wrap');
+  const room = wrap.getBoundingClientRect();
+  return Array.from(document.querySelectorAll('#cbsite-table tbody tr[data-index]')).map(tr => {
+    tr.scrollIntoView({block: 'center'});
+    const td = tr.querySelector('td.links'), cell = td.getBoundingClientRect(), line = parseFloat(getComputedStyle(td).lineHeight);
+    const items = Array.from(td.querySelectorAll('a, button'));
+    const tops = items.concat(Array.from(td.querySelectorAll('.cbsite-art-phase'))).map(e => e.getBoundingClientRect().top);
+    const lines = tops.length ? Math.round((Math.max(...tops) - Math.min(...tops)) / line) + 1 : 0;
+    return { path: d.path[+tr.dataset.index], index: +tr.dataset.index, height: tr.getBoundingClientRect().height, line: line, lines: lines,
+      clipped: td.scrollWidth > td.clientWidth + 1 || items.some(e => { const r = e.getBoundingClientRect();
+        return r.left < cell.left - 0.5 || r.right > cell.right + 0.5 || r.right > room.right + 0.5 || r.width < 4; }),
+      covered: items.filter(e => { const r = e.getBoundingClientRect(), hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+        return !hit || (hit !== e && !e.contains(hit)); }).map(e => e.textContent),
+      items: items.map(e => ({ text: e.textContent, tag: e.tagName, href: e.getAttribute('href'), trace: e.getAttribute('data-trace'),
+        title: e.title, name: e.getAttribute('aria-label'), group: (e.closest('[role=group]') || {getAttribute: () => null}).getAttribute('aria-label') })) };
+  }); }"""
+
+
+def test_run_table_rows_are_one_line_with_every_artifact_named(site, page):
+    """The screenshots of the dlrm v2 run page: the "artifacts" cell took three lines a row ("fwd trace [Perfetto]
+    memory" / "bwd ..." / "[ops]", 94 px a row, the table 2,700 px tall) while 140 px right of the table stayed empty.
+    Now every row is one text line high, its artifacts on that line ("fwd trace Perfetto mem | bwd trace Perfetto mem
+    | ops"), none clipped or covered, the table within the page; every artifact of the run is still there, each with a
+    title and an accessible name that say what it is, of which phase and component."""
+    server, built = site
+    _run_page(page, server, built, "dlrm")
+    page.select_option("#cbsite-table select.cbsite-depth", "")
+    t = page.evaluate(TABLE)
+    assert t["width"] <= t["room"] and t["right"] <= t["content"] + 0.5, t["width"]
+    rows = page.evaluate(ARTIFACTS)
+    d = page.evaluate("(() => { const d = window.cbsiteRun.data; return { phases: d.phases, model: d.model, files: Object.fromEntries("
+                      "d.phases.map(p => [p, { trace: d[p].trace_file, memory: d[p].memory_file, log: d[p].log_file }])) }; })()")
+    ops = page.evaluate("(() => window.cbsiteRun.ops ? Object.keys(window.cbsiteRun.ops.components || {}) : [])()")
+    assert len(rows) == 29 and d["phases"] == ["forward", "backward"]
+    line = rows[0]["line"]
+    with_links = [r for r in rows if r["items"]]
+    assert len(with_links) >= 28
+    for r in rows:
+        assert r["height"] < 2 * line, (r["path"], r["height"], line)  # one text line (and its padding): once 94 px
+        assert r["lines"] <= 1 and not r["clipped"] and r["covered"] == [], r
+    assert max(r["height"] for r in rows) - min(r["height"] for r in rows) < 1
+    table = page.evaluate("document.querySelector('#cbsite-table table').getBoundingClientRect().height")
+    assert table < 29 * 2 * line, table  # once 2,700 px
+    for r in with_links:
+        i, who = r["index"], (r["path"] or d["model"] + " (root)")
+        expected = []
+        for phase in d["phases"]:
+            f = d["files"][phase]
+            if f["trace"][i]:
+                expected += [("A", "trace", f["trace"][i], phase), ("BUTTON", "Perfetto", f["trace"][i], phase)]
+            if f["memory"][i]:
+                expected.append(("A", "mem", f["memory"][i], phase))
+        log = next((d["files"][p]["log"][i] for p in d["phases"] if d["files"][p]["log"][i]), None)
+        if log:
+            expected.append(("A", "log", log, None))
+        if r["path"] in ops:
+            expected.append(("BUTTON", "ops", None, None))
+        got = r["items"]
+        assert [(e["tag"], e["text"]) for e in got] == [(e[0], e[1]) for e in expected], (r["path"], got)
+        for e, (tag, text, file, phase) in zip(got, expected):
+            if text == "mem":
+                assert "memory.html?data=" in e["href"] and e["href"].endswith(file.rsplit("/", 1)[-1]), e
+            elif tag == "A":
+                assert e["href"] == file, e
+            elif text == "Perfetto":
+                assert e["trace"] == file, e
+            assert e["title"] and e["name"] and who in e["title"] and who in e["name"], e  # whose it is
+            what = {"trace": "trace", "Perfetto": "Perfetto UI", "mem": "memory timeline", "log": "printed or warned",
+                    "ops": "op breakdown"}[text]
+            assert what in e["title"] and what in e["name"], e  # what it is
+            if phase:  # and of which phase, in its name and its group's
+                assert phase in e["title"] and phase in e["name"] and e["group"] == f"{phase} artifacts of {who}", e
+    # The links work: "mem" opens the site's memory viewer, "ops" the component's op breakdown.
+    root = next(r for r in with_links if r["path"] == "")
+    mem = next(e for e in root["items"] if e["text"] == "mem")
+    assert page.request.get(server.url.rstrip("/") + unquote(mem["href"].split("?data=", 1)[1])).ok
+    first = next(r for r in with_links if any(e["text"] == "ops" for e in r["items"]))
+    page.locator("#cbsite-table tbody tr[data-index] td.links button", has_text="ops").first.click()
+    page.wait_for_function("!document.getElementById('cbsite-details').hidden", timeout=5000)
+    assert page.inner_text("#cbsite-details h3") == (first["path"] or d["model"] + " (root)")
     assert page.errors == []

@@ -225,7 +225,7 @@ def test_memory_view_opens_from_the_run_page_offline(fast_config, tmp_path):
         run_dir = next((built / "runs" / "mlp" / "v0").iterdir())
         page.goto(f"{base}runs/mlp/v0/{run_dir.name}/")
         page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=15000)
-        link = page.locator("#cbsite-table a", has_text="memory").first
+        link = page.locator("#cbsite-table a[aria-label*='memory timeline']").first  # "mem", named in full
         href = link.get_attribute("href")
         assert "memory.html?data=" in href and href.endswith(".memory.json")  # the site's one viewer
         page.goto(page.url + href)

@@ -114,37 +114,44 @@
     return b;
   }
 
-  /* Artifact links of component i: traces (+ Perfetto) and memory timelines per phase, log, op breakdown. */
-  /* Artifact links of component i, one line per phase (trace, Perfetto, memory timeline), then the log and
-     the op breakdown: short words, so that the column stays narrow. */
+  /* Artifact links of component i on one line: per phase its tag ("fwd", "bwd") then the trace, the trace in the
+     Perfetto UI and the memory timeline, then the log and the op breakdown. Short words, each with a title and an
+     accessible name that say what it is, of which phase and component (the row keeps one text line high). */
+  function artLink(href, text, what) {
+    var a = link(href, text);
+    a.title = what; a.setAttribute("aria-label", what);
+    return a;
+  }
   function artifacts(root, d, i, td, opsComponents, onOps) {
-    var log = null;
+    var log = null, who = fullPath(d, i);
     (d.phases || []).forEach(function (phase) {
       var c = d[phase], short = phase === "forward" ? "fwd" : "bwd";
       log = log || c.log_file[i];
       if (!c.trace_file[i] && !c.memory_file[i]) return;
-      var line = document.createElement("div");
-      line.className = "cbsite-art";
+      var group = document.createElement("span");
+      group.className = "cbsite-art";
+      group.setAttribute("role", "group");
+      group.setAttribute("aria-label", phase + " artifacts of " + who);
       var tag = document.createElement("span");
-      tag.className = "cbsite-art-phase"; tag.textContent = short;
-      line.appendChild(tag);
+      tag.className = "cbsite-art-phase"; tag.textContent = short; tag.title = phase;
+      group.appendChild(tag);
       if (c.trace_file[i]) {
-        var t = link(c.trace_file[i], "trace"); t.title = "the " + phase + " trace (gzipped Chrome trace JSON)";
-        line.appendChild(t);
-        line.appendChild(perfettoButton(root, d, i, phase, c.trace_file[i]));
+        group.appendChild(artLink(c.trace_file[i], "trace", "the " + phase + " trace of " + who + " (gzipped Chrome trace JSON)"));
+        var p = perfettoButton(root, d, i, phase, c.trace_file[i]);
+        p.setAttribute("aria-label", "open the " + phase + " trace of " + who + " in the Perfetto UI");
+        group.appendChild(p);
       }
-      if (c.memory_file[i]) {
-        var m = link(memoryView(root, c.memory_file[i]), "memory"); m.title = "the " + phase + " memory timeline";
-        line.appendChild(m);
-      }
-      td.appendChild(line);
+      if (c.memory_file[i]) group.appendChild(artLink(memoryView(root, c.memory_file[i]), "mem", "the " + phase + " memory timeline of " + who));
+      td.appendChild(group);
     });
-    var rest = document.createElement("div");
+    var rest = document.createElement("span");
     rest.className = "cbsite-art";
-    if (log) rest.appendChild(link(log, "log"));
+    if (log) rest.appendChild(artLink(log, "log", "what " + who + " printed or warned while measured (and its traceback if it failed)"));
     if (opsComponents && opsComponents[d.path[i]]) {
       var b = document.createElement("button");
       b.type = "button"; b.className = "cbsite-ops"; b.textContent = "ops";
+      b.title = "the op breakdown of " + who + " (opens its details below the table)";
+      b.setAttribute("aria-label", b.title);
       b.addEventListener("click", function () { onOps(i); });
       rest.appendChild(b);
     }
