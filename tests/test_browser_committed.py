@@ -562,3 +562,82 @@ def test_run_table_rows_are_one_line_with_every_artifact_named(site, page):
     page.wait_for_function("!document.getElementById('cbsite-details').hidden", timeout=5000)
     assert page.inner_text("#cbsite-details h3") == (first["path"] or d["model"] + " (root)")
     assert page.errors == []
+
+
+# The study charts of examples/s: per chart its key, accessible name, title, legend labels, and every point's tooltip
+# (series, measures, value) as Vega draws it.
+EPS_CHARTS = """() => Array.from(document.querySelectorAll('[data-cbsite-study-chart]'))
+  .filter(c => /examples_per_s$/.test(c.dataset.cbsiteStudyChart)).map(c => ({ key: c.dataset.cbsiteStudyChart,
+    name: c.getAttribute('aria-label'), title: Array.from(c.querySelectorAll('svg .role-title-text')).map(t => t.textContent).pop(),
+    legend: Array.from(c.querySelectorAll('svg .role-legend-label text')).map(t => t.textContent),
+    axis: Array.from(c.querySelectorAll('svg .role-axis-title text')).map(t => t.textContent) }))"""
+
+
+def test_study_examples_per_second_says_what_each_series_measures(site, page):
+    """The screenshots of the study page: one "Examples per second" chart drew the whole model's training step (a
+    series named just "model", 16k examples/s) beside its parts' forward alone (DenseArch 380k, InteractionArch 526k):
+    unlike things, read as like. Now they are two charts: the whole model's training step and eval forward (step
+    timing), then the forward alone of the model and of each component class (batch / forward latency); every legend
+    entry says what it measures ("model: training step", "DenseArch: forward"), and so does every point's tooltip,
+    with its value in examples/s, the training step's the run's own step figure."""
+    server, _ = site
+    page.goto(server.url + "studies/demo-dense-sparse/")
+    n = page.locator("[data-cbsite-study-chart]").count()
+    page.wait_for_function("(n) => document.querySelectorAll('[data-cbsite-study-chart] svg .mark-line').length >= n", arg=n, timeout=30000)
+    charts = page.evaluate(EPS_CHARTS)
+    axes = ["dense_features", "sparse_features"]
+    assert sorted(c["key"] for c in charts) == sorted(f"{a}|{m}" for a in axes for m in ("examples_per_s", "step_examples_per_s"))
+    classes = ["DenseArch", "InteractionArch", "OverArch", "SparseArch"]
+    for c in charts:
+        assert "examples per second" in c["axis"], c
+        assert c["name"].startswith(c["title"]) and c["name"].endswith("against " + c["key"].split("|")[0]), c  # its accessible name
+        if c["key"].endswith("|step_examples_per_s"):
+            assert "whole model" in c["title"] and c["legend"] == ["model: training step", "model: eval forward"], c
+        else:
+            assert "forward only" in c["title"], c
+            assert c["legend"] == ["model: forward"] + [f"{k}: forward" for k in classes], c
+        assert "model" not in c["legend"], c  # never a bare "model" beside its parts
+    # Every point's tooltip says which run, what the value measures and its unit.
+    steps = {}
+    for run in (RUNS / "demo-dense-sparse").glob("*/*/run.json"):
+        meta = json.loads(run.read_text())
+        steps[meta["study"]["point"]] = meta["step"]
+    for key, series, words in [("dense_features|step_examples_per_s", "model: training step", "training step"),
+                               ("dense_features|step_examples_per_s", "model: eval forward", "eval mode"),
+                               ("dense_features|examples_per_s", "DenseArch: forward", "forward of DenseArch alone"),
+                               ("dense_features|examples_per_s", "model: forward", "forward of model alone")]:
+        tips = _tooltips(page, key, series)
+        assert len(tips) == 4, (key, series, tips)
+        for tip in tips:
+            assert tip["series"] == series and words in tip["measures"] and "examples/s" in tip, tip
+            if series == "model: training step":
+                want = steps[tip["point"]]["train"]["examples_per_s"]
+                assert _si(tip["examples/s"]) == pytest.approx(want, rel=1e-3), (tip, want)
+    assert page.errors == []
+
+
+def _si(text: str) -> float:
+    return float(text[:-1]) * {"k": 1e3, "M": 1e6, "G": 1e9}[text[-1]] if text[-1] in "kMG" else float(text)
+
+
+def _tooltips(page, key: str, series: str) -> list[dict[str, str]]:
+    """Hover every point of `series` in the chart `key` (found by its colour in the legend); each tooltip's rows."""
+    colour = page.evaluate("""([key, series]) => { const c = document.querySelector(`[data-cbsite-study-chart="${key}"]`);
+        const labels = Array.from(c.querySelectorAll('svg .role-legend-label text')).map(t => t.textContent);
+        const symbols = Array.from(c.querySelectorAll('svg .role-legend-symbol path'));
+        return getComputedStyle(symbols[labels.indexOf(series)]).fill; }""", [key, series])
+    points = page.locator(f"[data-cbsite-study-chart='{key}'] svg .mark-symbol.role-mark path")
+    out = []
+    for i in range(points.count()):
+        p = points.nth(i)
+        if p.evaluate("e => getComputedStyle(e).stroke") != colour and p.evaluate("e => getComputedStyle(e).fill") != colour:
+            continue
+        p.scroll_into_view_if_needed()
+        box = p.bounding_box()
+        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        page.wait_for_selector("#vg-tooltip-element.visible", timeout=5000)
+        rows = page.evaluate("""() => Array.from(document.querySelectorAll('#vg-tooltip-element tr'))
+            .map(tr => [tr.querySelector('.key').textContent, tr.querySelector('.value').textContent])""")
+        out.append(dict(rows))
+        page.mouse.move(0, 0)
+    return out

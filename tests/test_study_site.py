@@ -66,8 +66,17 @@ def test_study_page_has_charts_per_axis_points_and_configuration(built):
     assert {r["held"] for r in spec["linear"]["data"]["values"]} == {"sparse_features=4", "sparse_features=32"}
     assert spec["log"]["spec"]["encoding"]["y"]["scale"]["type"] == "log"
     assert spec["linear"]["facet"]["sort"] == ["sparse_features=4", "sparse_features=32"]  # the grid's order, not text order
-    eps = {r["series"] for r in specs["sparse_features|examples_per_s"]["linear"]["data"]["values"]}
-    assert {"model", "model (eval forward)"} <= eps
+    # Examples/s: the whole model's step timing apart from the forward alone of the model and its parts, each series
+    # saying what it measures (its tooltip too).
+    step = specs["sparse_features|step_examples_per_s"]["linear"]["data"]["values"]
+    assert {r["series"] for r in step} == {"model: training step", "model: eval forward"}
+    assert sorted(r["value"] for r in step if r["series"] == "model: training step") == pytest.approx(sorted(
+        8000 / (d / 64 * (1 + f / 32)) for d in (64, 512, 4096) for f in (4, 32) if (d, f) != (4096, 32)))  # the runs' step
+    forward = specs["sparse_features|examples_per_s"]["linear"]["data"]["values"]
+    assert {r["series"] for r in forward} == {"model: forward", "SparseArch: forward", "DenseArch: forward", "OverArch: forward"}
+    assert all("forward of" in r["measures"] for r in forward) and all("step timing" in r["measures"] for r in step)
+    tips = [t.get("title", t["field"]) for t in specs["sparse_features|examples_per_s"]["linear"]["spec"]["encoding"]["tooltip"]]
+    assert tips == ["point", "series", "measures", "examples/s"], tips
     # The table links every done point's run and says why the failed one has none.
     assert page.count('href="../../runs/dlrm-grid/') == 5
     assert "MemoryError: planted" in page and "failed" in page
@@ -90,6 +99,8 @@ def test_study_charts_sum_component_classes():
     assert dense["latency_forward_ms"] == pytest.approx(2.0)
     assert dense["examples_per_s"] == pytest.approx(8 / 2e-3)
     assert dense["mfu"] == pytest.approx(4e9 / 2e-3 / 1e12)  # the run's peak (runfactory: 1e12)
+    root = run.table("forward").filter(run.table("forward")["path"] == "")["latency_ms"][0]
+    assert figures["model"]["examples_per_s"] == pytest.approx(8 / (root / 1e3))  # the model's forward, like its parts'
     assert figures["model"]["param_bytes"] == run.table("forward").filter(run.table("forward")["path"] == "")["param_bytes"][0]
 
 

@@ -4,7 +4,9 @@ A study is found from its runs (run.json `study`: name, point, options, axes; se
 where the archive has it, its record `_studies/<name>/study.json` (grid order, failed points and their
 errors, the executor). Per point (its newest run), per series:
 
-* the **model**: the root row's figures and the step's examples/s (train step and eval forward);
+* the **model**: the root row's figures, its forward examples/s (batch / the root's forward latency) and, as
+  the series "model: training step" and "model: eval forward", the step timing's examples/s of the whole
+  training iteration (forward, backward, optimizer step) and of the eval forward;
 * each **component class**: the model's direct children grouped by module type (a DLRM's SparseArch,
   DenseArch, InteractionArch, OverArch): latency and parameter bytes summed, peak memory the largest,
   MFU and bandwidth utilisation recomputed from the summed FLOPs and bytes over the summed latency
@@ -12,6 +14,10 @@ errors, the executor). Per point (its newest run), per series:
 
 One chart per axis and metric: the metric against the axis, one line per series; with other axes, one
 panel per combination of their values (held fixed within a panel). Each chart comes linear and log.
+Examples per second are two charts, never one: the whole model's training step and eval forward (what a
+training or serving loop gets), and the forward alone of the model and of each component class (like with
+like: the parts' throughput is forward-only, the training step's is forward + backward + update); each
+series there says what it measures ("model: training step", "DenseArch: forward"), and so does the tooltip.
 """
 
 from __future__ import annotations
@@ -33,13 +39,26 @@ from cbsite.generator.charts import MS_FORMAT, PERCENT_FORMAT, _finish, value_ax
 METRICS = (
     ("latency_forward_ms", "Forward latency (ms)"),
     ("latency_backward_ms", "Backward latency (ms)"),
-    ("examples_per_s", "Examples per second"),
+    ("step_examples_per_s", "Examples per second, whole model (step timing)"),
+    ("examples_per_s", "Examples per second, forward only (batch / forward latency)"),
     ("mfu", "MFU (forward)"),
     ("bandwidth_util", "Bandwidth utilisation (forward)"),
     ("peak_memory_bytes", "Peak memory, forward (bytes)"),
     ("param_bytes", "Parameter bytes"),
 )
 MODEL = "model"
+TRAIN, EVAL = "model: training step", "model: eval forward"  # the step timing's series (step_examples_per_s)
+# What a value of a metric measures, for its tooltip; {series} is the series it belongs to.
+MEASURES = {
+    TRAIN: "the whole model's training step: zero_grad, forward, loss, backward, optimizer step (step timing)",
+    EVAL: "the whole model's forward in eval mode under no_grad (step timing)",
+    "examples_per_s": "the forward of {series} alone: batch / forward latency (component timing)",
+}
+# Colours fixed per series name, the same in every chart of a study: the model green, its step timing's
+# training step green too and its eval forward purple, the component classes Vega's category colours in
+# name order (as each chart drew them before: blue, orange, red, teal, ...).
+PALETTE = ["#4c78a8", "#f58518", "#e45756", "#72b7b2", "#eeca3b", "#9d755d", "#ff9da6", "#bab0ac"]
+MODEL_COLOUR, EVAL_COLOUR = "#54a24b", "#b279a2"
 
 
 def study_url(name: str) -> str:
@@ -132,16 +151,18 @@ def point_figures(run: Run) -> dict[str, dict[str, Any]]:
     fwd, bwd = root.get("forward", {}), root.get("backward", {})
     step = run.meta.get("step") if isinstance(run.meta.get("step"), dict) else {}
     train = step.get("train") if isinstance(step.get("train"), dict) else {}
+    fwd_ms = fwd.get("latency_ms")
     model = {
-        "latency_forward_ms": fwd.get("latency_ms"), "latency_backward_ms": bwd.get("latency_ms"),
-        "examples_per_s": train.get("examples_per_s") if train.get("status") == "measured" else None,
+        "latency_forward_ms": fwd_ms, "latency_backward_ms": bwd.get("latency_ms"),
+        "examples_per_s": batch / (fwd_ms / 1e3) if batch and fwd_ms else None,
         "mfu": fwd.get("mfu"), "bandwidth_util": fwd.get("bandwidth_util"),
         "peak_memory_bytes": fwd.get("peak_memory_bytes"), "param_bytes": fwd.get("param_bytes"),
     }
     out[MODEL] = model
     ev = step.get("eval") if isinstance(step.get("eval"), dict) else {}
-    if ev.get("status") == "measured":
-        out["model (eval forward)"] = {"examples_per_s": ev.get("examples_per_s")}
+    for name, record in ((TRAIN, train), (EVAL, ev)):
+        if record.get("status") == "measured":
+            out[name] = {"step_examples_per_s": record.get("examples_per_s")}
     children = rows.filter(pl.col("depth") == 1)
     if children.is_empty():
         return out
@@ -201,8 +222,10 @@ def chart_specs(view: StudyView, records: list[dict[str, Any]]) -> dict[str, dic
                 if r["metric"] != metric or f"axis:{key}" not in r:
                     continue
                 held = ", ".join(f"{o}={_axis_text(r.get(f'axis:{o}'))}" for o in others) or "all points"
-                rows.append({"x": r[f"axis:{key}"] if numeric else _axis_text(r[f"axis:{key}"]), "value": r["value"],
-                             "series": r["series"], "label": r["label"], "held": held})
+                row = {"x": r[f"axis:{key}"] if numeric else _axis_text(r[f"axis:{key}"]), "value": r["value"],
+                       "series": series_label(r["series"], metric), "label": r["label"], "held": held}
+                what = measures(r["series"], metric)
+                rows.append({**row, "measures": what} if what else row)
             if not rows:
                 continue
             # Panels in the grid's order of the other axes' values (sparse_features=4 before 16), not as text.
@@ -210,9 +233,44 @@ def chart_specs(view: StudyView, records: list[dict[str, Any]]) -> dict[str, dic
                     for combo in itertools.product(*[a["values"] for a in view.axes if a["key"] != key])]
             held = {r["held"] for r in rows}
             panels = [h for h in grid if h in held] + sorted(held - set(grid))
-            specs[f"{key}|{metric}"] = {scale: _spec(rows, key, metric, title, numeric, order, panels, scale == "log")
+            colours = series_colours(view.series, metric)
+            specs[f"{key}|{metric}"] = {scale: _spec(rows, key, metric, title, numeric, order, panels, scale == "log", colours)
                                         for scale in ("linear", "log")}
     return specs
+
+
+def series_label(series: str, metric: str) -> str:
+    """A series as a chart's legend names it: on the forward examples/s chart with what it measures ("DenseArch:
+    forward", "model: forward"), so that it never reads as the training step's; elsewhere its name."""
+    return f"{series}: forward" if metric == "examples_per_s" else series
+
+
+def measures(series: str, metric: str) -> str | None:
+    """What a value of `series` on `metric`'s chart measures (its tooltip's line); None where the title says it."""
+    text = MEASURES.get(series) or MEASURES.get(metric)
+    return text.format(series=series) if text else None
+
+
+def series_colours(series: list[str], metric: str) -> tuple[list[str], list[str]]:
+    """(legend labels, colours) of a study's series on `metric`'s chart, the same colour for a series in every chart."""
+    classes = [s for s in series if s not in (MODEL, TRAIN, EVAL)]
+    colour = {s: PALETTE[i % len(PALETTE)] for i, s in enumerate(sorted(classes))}
+    colour.update({MODEL: MODEL_COLOUR, TRAIN: MODEL_COLOUR, EVAL: EVAL_COLOUR})
+    names = [s for s in (MODEL, TRAIN, EVAL) if s in series] + sorted(classes)
+    return [series_label(s, metric) for s in names], [colour[s] for s in names]
+
+
+# The tooltip's name of a value, per metric (also the value axis's title where the chart's title is long).
+UNIT = {"latency_forward_ms": "forward ms", "latency_backward_ms": "backward ms", "step_examples_per_s": "examples/s",
+        "examples_per_s": "examples/s", "mfu": "MFU", "bandwidth_util": "bandwidth utilisation",
+        "peak_memory_bytes": "peak memory (bytes)", "param_bytes": "parameter bytes"}
+
+
+def _tip_format(metric: str) -> str:
+    """d3-format of a tooltip's value: utilisations as percentages, milliseconds as decimals, the rest SI (4 digits)."""
+    if metric in ("mfu", "bandwidth_util"):
+        return ".3~%"
+    return ".4~r" if metric.endswith("_ms") else ".4~s"
 
 
 def _axis_format(metric: str) -> str:
@@ -223,18 +281,24 @@ def _axis_format(metric: str) -> str:
 
 
 def _spec(rows: list[dict[str, Any]], key: str, metric: str, title: str, numeric: bool, order: list[str], panels: list[str],
-          log: bool) -> dict[str, Any]:
+          log: bool, colours: tuple[list[str], list[str]]) -> dict[str, Any]:
     positive = all(r["value"] > 0 for r in rows)
+    present = {r["series"] for r in rows}  # a series with no value on this chart gets no legend entry
     y_scale = alt.Scale(type="log") if log and positive else alt.Scale(zero=not log)
     if numeric:
         xs = [r["x"] for r in rows]
         x = alt.X("x:Q", title=key, scale=alt.Scale(type="log") if log and min(xs) > 0 else alt.Scale(zero=False))
     else:
         x = alt.X("x:O", title=key, sort=order)
+    y_title = "examples per second" if metric.endswith("examples_per_s") else title  # the chart's title says which
+    shown = [(s, c) for s, c in zip(*colours) if s in present]
     base = alt.Chart(alt.Data(values=rows)).mark_line(point=True).encode(
-        x=x, y=alt.Y("value:Q", title=title, scale=y_scale, axis=value_axis(_axis_format(metric))),
-        color=alt.Color("series:N", title="series"),
-        tooltip=[alt.Tooltip("label:N", title="point"), alt.Tooltip("series:N"), alt.Tooltip("value:Q", format=".4~s")],
+        x=x, y=alt.Y("value:Q", title=y_title, scale=y_scale, axis=value_axis(_axis_format(metric))),
+        color=alt.Color("series:N", title="series", legend=alt.Legend(labelLimit=260),
+                        scale=alt.Scale(domain=[s for s, _ in shown], range=[c for _, c in shown])),
+        tooltip=[alt.Tooltip("label:N", title="point"), alt.Tooltip("series:N"),
+                 *([alt.Tooltip("measures:N", title="measures")] if any(r.get("measures") for r in rows) else []),
+                 alt.Tooltip("value:Q", title=UNIT.get(metric, "value"), format=_tip_format(metric))],
     )
     if len(panels) > 1:
         chart = base.properties(width=260, height=180).facet(
@@ -251,10 +315,11 @@ def point_rows(view: StudyView) -> list[dict[str, Any]]:
         run = p["run"]
         figures = point_figures(run) if run is not None else {}
         model = figures.get(MODEL, {})
-        eval_eps = figures.get("model (eval forward)", {}).get("examples_per_s")
+        train_eps = figures.get(TRAIN, {}).get("step_examples_per_s")
+        eval_eps = figures.get(EVAL, {}).get("step_examples_per_s")
         out.append({"label": p["label"], "options": [p["options"].get(a["key"]) for a in view.axes],
                     "status": p["status"], "error": p["error"], "run": run,
-                    "latency_forward_ms": model.get("latency_forward_ms"), "train_eps": model.get("examples_per_s"),
+                    "latency_forward_ms": model.get("latency_forward_ms"), "train_eps": train_eps,
                     "eval_eps": eval_eps, "param_bytes": model.get("param_bytes"), "mfu": model.get("mfu")})
     return out
 

@@ -17,7 +17,11 @@
         opts.theme = "dark";
         chosen = C.darken(JSON.parse(JSON.stringify(chosen)));
       }
+      // vega-embed names its container "Vega visualization": keep the page's name of the chart (what it shows).
+      var name = el.getAttribute("data-cbsite-name") || el.getAttribute("aria-label");
+      if (name) el.setAttribute("data-cbsite-name", name);
       window.cbsiteVegaEmbed(el, chosen, opts).then(function (r) {
+        if (name) el.setAttribute("aria-label", name);
         views.push(r);
       }).catch(function (err) { el.textContent = "chart unavailable: " + err.message; });
     });
