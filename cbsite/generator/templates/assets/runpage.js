@@ -51,25 +51,24 @@
     if (key === "mfu" && F.suspect(v)) { td.classList.add("cbsite-suspect"); td.title = SUSPECT; }
   }
 
-  /* A child slower than its parent, as the table shows them: its latency per forward above its parent's by more
-     than INVERTED_MARGIN and above the parent's p75 too (so not the noise of a wrapper and its one child, which do
-     the same work), with equal calls per forward. In the view shown: one rank's, or a sharded run's all-ranks view,
-     where each row is its own slowest rank. The collector notes such pairs of a single-process run when they
-     persist beyond both intervals (cbsite/collector/hierarchy.py); a sharded run's ranks are timed apart and its
-     rows' intervals need not hold their medians, so the mark here reads the medians shown.
-     null, or the words that say so. */
-  var INVERTED_MARGIN = 0.05;
+  /* A child slower than its parent beyond both intervals: the collector's rule (cbsite/collector/hierarchy.py,
+     README "Consistent hierarchies": the child's p25 above the parent's p75, a median where a quartile is missing,
+     equal calls per forward), so the page marks the pairs run.json's `hierarchy` counts as inverted. In the view
+     shown: one rank's, or a sharded run's all-ranks view, where each row is its own slowest rank (a pair whose
+     slowest ranks differ can be marked there only). null, or the words that say so. */
   function slowerThanParent(d, phase, i) {
     var p = d.parent[i], c = d[phase];
     if (p < 0 || !c || calls(d, i) !== calls(d, p)) return null;
     var mine = metric(d, phase, "latency_ms", i), theirs = metric(d, phase, "latency_ms", p);
-    if (!F.isNum(mine) || !F.isNum(theirs) || !(mine > theirs * (1 + INVERTED_MARGIN))) return null;
-    var hi = c.latency_p75_ms && F.isNum(c.latency_p75_ms[p]) ? c.latency_p75_ms[p] * calls(d, p) : null;
-    if (hi !== null && !(mine > hi)) return null;
+    if (!F.isNum(mine) || !F.isNum(theirs)) return null;
+    var quartile = function (key, j) { return c[key] && F.isNum(c[key][j]) ? c[key][j] * calls(d, j) : null; };
+    var lo = quartile("latency_p25_ms", i), hi = quartile("latency_p75_ms", p);
+    if (!((lo !== null ? lo : mine) > (hi !== null ? hi : theirs))) return null;
     var ranks = c.rank && F.isNum(c.rank[i]) && F.isNum(c.rank[p]) ?
       (c.rank[i] === c.rank[p] ? " (rank " + c.rank[i] + ")" : " (this row rank " + c.rank[i] + ", the parent's rank " + c.rank[p] + ")") : "";
-    return "slower than its parent " + fullPath(d, p) + ": " + F.ms(mine) + " vs " + F.ms(theirs) +
-      (hi !== null ? " (p75 " + F.ms(hi) + ")" : "") + ranks + ": timed alone it pays a cost the parent amortises, or a disturbance";
+    var beyond = lo !== null && hi !== null ? " (its p25 " + F.ms(lo) + " above the parent's p75 " + F.ms(hi) + ")" : "";
+    return "slower than its parent " + fullPath(d, p) + ": " + F.ms(mine) + " vs " + F.ms(theirs) + beyond + ranks +
+      ": timed alone it pays a cost the parent amortises, or a disturbance";
   }
   function latencyCell(d, phase, i, td) {
     td.textContent = F.ms(metric(d, phase, "latency_ms", i));
