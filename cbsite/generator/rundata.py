@@ -234,7 +234,7 @@ ROUTINE_NOTES = ("container: never called on its own", "estimated: sum of childr
 SLOWEST_N = 8
 COMPILE_N = 3
 OWN_MIN_SHARE = 0.02  # a container's own time listed among the slowest from 2 % of the phase
-NEST_SLACK = 0.05  # a child up to 5 % over its parent still nests (the table marks one slower by more)
+NEST_SLACK = 0.05  # a child up to 5 % over its parent still nests (two independent timings of the same work)
 
 
 def own_time(comps: dict[str, Any], phase: str, calls: list[int]) -> dict[int, float]:
@@ -242,7 +242,7 @@ def own_time(comps: dict[str, Any], phase: str, calls: list[int]) -> dict[int, f
     positive; sizes as the icicle lays them out (a child without a latency counts as the sum of its own). Only
     where the numbers nest: the container and its ancestors each within their parent (+5 %), and none of its
     children smaller than the children under it (an under-measured child would inflate its parent's own time);
-    elsewhere independent timings disagree (the table's ⚠) and a difference of them is no one's own time."""
+    elsewhere independent timings disagree and a difference of them is no one's own time."""
     n, parent, cols = len(comps["path"]), comps["parent"], comps[phase]
     size, kids_sum, kids = [0.0] * n, [0.0] * n, [[] for _ in range(n)]
     for i in range(n - 1, -1, -1):  # pre-order: children after their parent
