@@ -6,6 +6,7 @@ configuration is a key = value table, not raw JSON."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from urllib.parse import unquote
@@ -641,3 +642,61 @@ def _tooltips(page, key: str, series: str) -> list[dict[str, str]]:
         out.append(dict(rows))
         page.mouse.move(0, 0)
     return out
+
+
+# The roofline as drawn: the plot area (the axes' domain lines), each axis's domain (from its accessible name), every
+# point's box (legend symbols left out), the ridge's rule and the roofs' line.
+ROOFLINE = """() => { const s = document.querySelector('.cbsite-roofline svg'), box = e => { const b = e.getBoundingClientRect();
+    return { left: b.left, right: b.right, top: b.top, bottom: b.bottom, x: (b.left + b.right) / 2, y: (b.top + b.bottom) / 2 }; };
+  const axis = (name) => s.querySelector(`.role-axis[aria-label^="${name}"]`);
+  const x = axis('X-axis'), y = axis('Y-axis'), plot = { left: box(x.querySelector('.role-axis-domain line')).left,
+    right: box(x.querySelector('.role-axis-domain line')).right, top: box(y.querySelector('.role-axis-domain line')).top,
+    bottom: box(y.querySelector('.role-axis-domain line')).bottom };
+  const mark = (sel) => Array.from(s.querySelectorAll(sel)).filter(e => !e.closest('.role-axis, .role-legend'));
+  return { plot: plot, x: x.getAttribute('aria-label'), y: y.getAttribute('aria-label'),
+    points: mark('.mark-symbol path').map(box), ridge: mark('.mark-rule line').map(box), roof: mark('.mark-line path').map(box) }; }"""
+
+
+def _domain(label: str) -> tuple[float, float]:
+    """An axis's domain from its accessible name ("... values from 0.05 to 100", "... from 500M to 500G")."""
+    unit = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+    lo, hi = re.search(r"values from (\S+) to (\S+)$", label).groups()
+    return tuple(float(v[:-1]) * unit[v[-1]] if v[-1] in unit else float(v) for v in (lo, hi))
+
+
+@pytest.mark.parametrize("model", ["dlrm", "nanogpt", "deepfm", "dlrm-sharded"])
+def test_roofline_axes_follow_the_data(site, page, model):
+    """The screenshots of the dlrm v2 run page: the roofline's log axes ran from 0.01 to 1000 FLOP/byte and 1G to 1T
+    FLOP/s (Vega's whole decades around roofs drawn 4x past the data) while its points spanned 0.2-25 FLOP/byte: more
+    than a decade empty on the left, two on the right, the points crowded in the middle. Now the domains are the data's:
+    every point and the ridge with half a decade to spare (widened to 1, 2 or 5 x 10^k), so every point lies inside
+    the plot and the points spread over most of it; the ridge and both roofs are drawn inside too."""
+    server, built = site
+    _run_page(page, server, built, model)
+    page.locator(".cbsite-roofline").scroll_into_view_if_needed()
+    page.wait_for_selector(".cbsite-roofline svg .mark-symbol path", timeout=20000)
+    r = page.evaluate(ROOFLINE)
+    plot, points = r["plot"], r["points"]
+    width, height = plot["right"] - plot["left"], plot["bottom"] - plot["top"]
+    assert width > 800 and height > 250, plot
+    spec = json.loads((sorted((built / "runs" / model).glob("*/*"))[-1] / "roofline.json").read_text())["roofline"]
+    assert len(points) == len(spec["layer"][-1]["data"]["values"]) > 5
+    inside = lambda b, pad=0.5: (plot["left"] - pad <= b["left"] and b["right"] <= plot["right"] + pad  # noqa: E731
+                                 and plot["top"] - pad <= b["top"] and b["bottom"] <= plot["bottom"] + pad)
+    assert [p for p in points if not inside(p)] == [], plot  # no point cut by an edge or drawn outside the axes
+    # The ridge (the roofs' corner) inside, well clear of the edges; the roofs drawn from edge to edge, inside.
+    assert len(r["ridge"]) == 1 and plot["left"] + 20 < r["ridge"][0]["x"] < plot["right"] - 20, (r["ridge"], plot)
+    assert len(r["roof"]) == 1 and inside(r["roof"][0], pad=2) and r["roof"][0]["right"] >= plot["right"] - 2, r["roof"]
+    # Half a decade (to under 0.85 of one) between the data and each edge: no empty decades, in either direction.
+    (x0, x1), (y0, y1) = _domain(r["x"]), _domain(r["y"])
+    per_x, per_y = width / math.log10(x1 / x0), height / math.log10(y1 / y0)
+    left = min([p["x"] for p in points] + [r["ridge"][0]["x"]])
+    right = max([p["x"] for p in points] + [r["ridge"][0]["x"]])
+    top, bottom = min([p["y"] for p in points] + [r["roof"][0]["top"] + 1]), max(p["y"] for p in points)
+    margins = [(left - plot["left"]) / per_x, (plot["right"] - right) / per_x,
+               (top - plot["top"]) / per_y, (plot["bottom"] - bottom) / per_y]
+    assert all(0.45 <= m <= 0.85 for m in margins), (model, margins, r["x"], r["y"])
+    if model != "nanogpt":  # nanogpt's points lie within a factor of 2.3 of each other, 7x right of the ridge
+        spread = max(p["x"] for p in points) - min(p["x"] for p in points)
+        assert spread >= width / 3, (model, spread, width)  # dlrm v2: 0.21-25.6 FLOP/byte, 63 % of the axis (once 42 %)
+    assert page.errors == []

@@ -262,14 +262,38 @@ def roofline_spec(comps: dict[str, Any]) -> dict[str, Any] | None:
     for r in rows:
         del r["_cost"]
     spec = json.loads(_roofline_template())
-    lo, hi = min(r["ai"] for r in rows), max(r["ai"] for r in rows)
+    ais, ys = [r["ai"] for r in rows], [r["flops_s"] for r in rows]
     if peak and bw:
         ridge = peak / bw
-        lo, hi = min(lo, ridge) / 4, max(hi, ridge) * 4
-        spec["layer"][0]["data"] = {"values": [{"ai": lo, "flops_s": lo * bw}, {"ai": ridge, "flops_s": peak},
-                                               {"ai": hi, "flops_s": peak}]}
+        x = _log_domain(min(min(ais), ridge), max(max(ais), ridge))
+        y = _log_domain(min(ys), max(max(ys), peak))
+        # The bandwidth roof starts where it enters the plot: at the x domain's left end, or higher up where it
+        # crosses the y domain's floor; it ends at the right end, flat at peak FLOP/s from the ridge on.
+        start = max(x[0], y[0] / bw)
+        spec["layer"][0]["data"] = {"values": [{"ai": start, "flops_s": start * bw}, {"ai": ridge, "flops_s": peak},
+                                               {"ai": x[1], "flops_s": peak}]}
         spec["layer"][1]["data"] = {"values": [{"ai": ridge, "label": f"{ridge:.3g} FLOP/byte: peak {peak:.3g} FLOP/s, {bw:.3g} B/s"}]}
     else:  # no peaks recorded: points only
+        x, y = _log_domain(min(ais), max(ais)), _log_domain(min(ys), max(ys))
         spec["layer"] = spec["layer"][2:]
+    for layer in spec["layer"]:  # one domain for every layer: the data's, never Vega's whole decades
+        for channel, domain in (("x", x), ("y", y)):
+            if channel in layer["encoding"]:
+                layer["encoding"][channel]["scale"].update(domain=list(domain), nice=False)
     spec["layer"][-1]["data"] = {"values": rows}
     return spec
+
+
+_STEPS = (1.0, 2.0, 5.0, 10.0)
+
+
+def _log_domain(lo: float, hi: float, margin: float = 0.5) -> tuple[float, float]:
+    """A log axis's domain for data from lo to hi: half a decade more on each side, widened to the next 1, 2 or 5
+    times a power of ten (0.05, 100), so every point and the roofs' corner lie well inside and the data fill the
+    plot. Vega's own "nice" rounds to whole decades: 0.01 to 1000 for points from 0.2 to 25."""
+    lo, hi = lo / 10 ** margin, hi * 10 ** margin
+    e = math.floor(math.log10(lo))
+    low = max(s for s in _STEPS if s * 10 ** e <= lo * (1 + 1e-9)) * 10 ** e
+    e = math.floor(math.log10(hi))
+    high = min(s for s in _STEPS if s * 10 ** e >= hi * (1 - 1e-9)) * 10 ** e
+    return float("%.6g" % low), float("%.6g" % high)
