@@ -700,3 +700,70 @@ def test_roofline_axes_follow_the_data(site, page, model):
         spread = max(p["x"] for p in points) - min(p["x"] for p in points)
         assert spread >= width / 3, (model, spread, width)  # dlrm v2: 0.21-25.6 FLOP/byte, 63 % of the axis (once 42 %)
     assert page.errors == []
+
+
+# The run table's module types, per shown cell: the title (the full dotted name), the text drawn (the abbreviation's
+# span where there is one), the cell's whole text, whether the cell is clipped, the drawn text's right edge and the
+# cell's content edge.
+TYPES = """() => Array.from(document.querySelectorAll('#cbsite-table tbody td.type')).map(td => {
+  const short = td.querySelector('.cbsite-type-short'), shown = short || td, r = document.createRange();
+  r.selectNodeContents(shown); const st = getComputedStyle(td);
+  return { title: td.title, shown: shown.textContent, text: td.textContent, clipped: td.scrollWidth > td.clientWidth,
+    overflow: st.textOverflow, right: r.getBoundingClientRect().right,
+    edge: td.getBoundingClientRect().right - parseFloat(st.paddingRight) - parseFloat(st.borderRightWidth) }; })"""
+
+
+def _check_types(cells) -> dict[str, str]:
+    """Every type cell whole and unclipped: its class name, or an abbreviation that keeps the name's start and its
+    last word(s) whole, dropping whole middle words where it has three or more ("Sharded\u2026Collection"); the full
+    dotted name in its title, the class name in its text; two names never read the same. Returns {name: shown}."""
+    assert cells
+    shown: dict[str, str] = {}
+    for c in cells:
+        name = c["title"].rsplit(".", 1)[-1]
+        assert c["title"] and name and name in c["text"], c  # the full name: title, and text for find-in-page
+        assert not c["clipped"] and c["right"] <= c["edge"] + 0.5, c  # nothing cut off at the cell's edge
+        if c["shown"] != name:
+            head, sep, tail = c["shown"].partition("\u2026")
+            assert sep and "\u2026" not in tail, c
+            assert name.startswith(head) and name.endswith(tail) and len(head) + len(tail) < len(name), c
+            assert len(head) >= 2 and len(tail) >= 3 and tail[0].isupper(), c  # its start, its last word(s) whole
+            if sum(ch.isupper() for ch in name) >= 3:  # three CamelCase words or more: whole words dropped ("Tw…")
+                assert name[len(head)].isupper(), c
+            else:
+                assert len(head) >= 3, c
+        shown[name] = c["shown"]
+    assert len(set(shown.values())) == len(shown), shown  # two types never look alike
+    return shown
+
+
+@pytest.mark.parametrize("model", ["dlrm", "dlrm-sharded"])
+def test_run_table_module_types_are_whole_or_cut_in_the_middle(site, page, model):
+    """The screenshots of the dlrm v2 run page: the component table cut module types at 5rem with an ellipsis
+    ("EmbeddingB\u2026"; the sharded run's "ShardedEmb\u2026", "GroupedPool\u2026", "RwPooledE\u2026") while the type tells
+    what a component is. Now the type column takes the room the other columns leave (their headers on two lines
+    where the table needs it): dlrm v2 shows every type whole ("EmbeddingBagCollection"); a name that still does not
+    fit keeps its start and end and drops whole middle words ("Sharded\u2026Collection", the full name in its title).
+    Nothing is clipped, every row is one line and the table fits the page; so at 1,100 px, where it scrolls."""
+    server, built = site
+    _run_page(page, server, built, model)
+    page.select_option("#cbsite-table select.cbsite-depth", "")
+    shown = _check_types(page.evaluate(TYPES))
+    t = page.evaluate(TABLE)
+    assert t["width"] <= t["room"] and t["right"] <= t["content"] + 0.5, t["width"]
+    rows = page.evaluate("""() => Array.from(document.querySelectorAll('#cbsite-table tbody tr')).map(tr =>
+        [tr.getBoundingClientRect().height, parseFloat(getComputedStyle(tr.querySelector('td')).lineHeight)])""")
+    assert all(h < 2 * line for h, line in rows), rows  # one text line a row (artifacts included)
+    if model == "dlrm":
+        assert shown["EmbeddingBagCollection"] == "EmbeddingBagCollection"  # once "EmbeddingB\u2026"
+        assert all(v == k for k, v in shown.items()), shown
+    else:
+        assert {"ShardedEmbeddingBagCollection", "GroupedPooledEmbeddingsLookup"} <= set(shown), shown
+        assert shown["SparseArch"] == "SparseArch" and shown["InteractionArch"] == "InteractionArch"
+    # Sorted by type, filtered, or in a narrower window: never clipped.
+    page.click("#cbsite-table th[data-key='module_type']")
+    _check_types(page.evaluate(TYPES))
+    page.set_viewport_size({"width": 1100, "height": 1000})
+    page.wait_for_timeout(400)
+    _check_types(page.evaluate(TYPES))
+    assert page.errors == []

@@ -159,6 +159,85 @@
 
   function text(td, s, title) { td.textContent = s; if (title) td.title = title; }
 
+  /* Module types in the run table: the class name whole wherever the table has room for it. Where the table is
+     wider than the page with every name whole and every row one line, its headers go on two lines (every header
+     broken between its words: "fwd / latency"), and the types get what the other columns leave; a name wider than
+     that keeps its first and last words and drops whole words from the middle ("Sharded\u2026Collection"), never its
+     start or its end. The full dotted name is the cell's title, the class name its (hidden) text. */
+  var TYPE_MIN_PX = 90;  // the narrowest the column gets (the old 5rem cut): a narrow window scrolls the table
+  function typeInto(td, full, shown) {
+    var name = full.split(".").pop();
+    td.className = "type"; td.title = full; td.textContent = ""; td.setAttribute("data-name", name);
+    if (!shown || shown === name) { td.textContent = name; return; }
+    span(td, "cbsite-hidden-text", name);  // first: its static place is the cell's start, never past its end
+    span(td, "cbsite-type-short", shown).setAttribute("aria-hidden", "true");
+  }
+  /* A CamelCase name's words: "FMInteractionArch" is FM, Interaction, Arch; "RwSparseFeaturesDist" four. */
+  function camelWords(s) { return s.match(/[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+|[^A-Za-z0-9]+/g) || [s]; }
+  /* The longest abbreviation of `name` that `fits`: a run of whole words dropped from the middle, its first and last
+     words kept ("Sharded\u2026Collection"), never one another name reads as; where none fits, the shortest of them (a
+     narrow window scrolls the table anyway). A name of one or two words keeps its last word whole and as much of its start as fits, 3 letters at
+     least ("Fact\u2026Machine"); one word, its start and end. */
+  function abbreviate(name, fits, taken) {
+    if (fits(name)) return name;
+    var w = camelWords(name), best = null, shortest = null, E = "\u2026";
+    for (var i = 1; i < w.length - 1; i++) {
+      for (var j = i + 1; j <= w.length - 1; j++) {
+        var c = w.slice(0, i).join("") + E + w.slice(j).join("");
+        if (taken[c]) continue;  // another name already reads so ("Tw\u2026Dist"): this one keeps more
+        if ((!best || c.length > best.length) && fits(c)) best = c;
+        if (!shortest || c.length < shortest.length) shortest = c;
+      }
+    }
+    if (best || shortest) return best || shortest;
+    var last = w.length > 1 ? w[w.length - 1] : "";
+    if (last) {
+      for (var k = name.length - last.length - 1; k >= 3; k--) {
+        c = name.slice(0, k) + E + last;
+        if (fits(c)) return c;
+      }
+      return name.slice(0, 3) + E + last;
+    }
+    for (k = name.length - 1; k > 6; k--) {
+      c = name.slice(0, k - Math.floor(k / 2)) + E + name.slice(name.length - Math.floor(k / 2));
+      if (fits(c)) return c;
+    }
+    return name.slice(0, 3) + E + name.slice(-3);
+  }
+  var measurer = null;
+  function fitTypes(box) {
+    var wrap = box.querySelector(".cbsite-table-wrap"), table = wrap && wrap.querySelector("table");
+    var cells = table ? Array.prototype.slice.call(table.querySelectorAll("tbody td.type")) : [];
+    if (!cells.length || !wrap.clientWidth) return;
+    cells.forEach(function (td) { typeInto(td, td.title); });
+    var st = getComputedStyle(cells[0]);
+    measurer = measurer || document.createElement("canvas").getContext("2d");
+    measurer.font = st.fontStyle + " " + st.fontWeight + " " + st.fontSize + " " + st.fontFamily;
+    var width = function (s) { return measurer.measureText(s).width; };
+    var widest = Math.max.apply(null, cells.map(function (td) { return width(td.getAttribute("data-name")); }));
+    var over = function () { return table.scrollWidth - wrap.clientWidth; };  // how much wider than the page
+    table.classList.remove("cbsite-tight");
+    table.classList.add("cbsite-one-line");
+    if (over() <= 0) return;  // all whole, each row one line, the headers too
+    table.classList.add("cbsite-tight");
+    var px = over();
+    if (px > 0) {
+      var room = Math.max(widest - px - 2, TYPE_MIN_PX), done = {}, taken = {};
+      cells.forEach(function (td) {
+        var name = td.getAttribute("data-name");
+        if (width(name) <= room) return;
+        if (!(name in done)) {
+          done[name] = abbreviate(name, function (s) { return width(s) <= room; }, taken);
+          taken[done[name]] = true;
+        }
+        typeInto(td, td.title, done[name]);
+      });
+      px = over();
+    }
+    // A window too narrow even so: the table as it was (it scrolls; its artifacts break between the groups).
+    if (px > 0) { table.classList.remove("cbsite-tight"); table.classList.remove("cbsite-one-line"); }
+  }
+
   /* A path as the run table shows it: its last segment, indented by depth (the cell's padding), the parent part
      kept in the text for find-in-page, the filter and copying, but visually hidden; the full path in the title. */
   function pathInto(el, d, i) {
@@ -521,7 +600,7 @@
           td.appendChild(a);
         } },
       { key: "module_type", label: "module type", value: function (i) { return d.module_type[i]; },
-        cell: function (i, td) { td.className = "type"; text(td, d.module_type[i].split(".").pop(), d.module_type[i]); } },
+        cell: function (i, td) { typeInto(td, d.module_type[i]); } },
       latencyColumn("forward", "fwd latency", "forward latency per forward of the model (median x calls; \u26a0 slower than its parent)"),
       latencyColumn("backward", "bwd latency", "backward latency per forward of the model (median x calls; \u26a0 slower than its parent)"),
       { key: "param_bytes", label: "size", title: "static size: parameters and buffers of the subtree", numeric: true,
@@ -564,6 +643,7 @@
     state.group = "compute";
     var t = new window.CbsiteTable(document.getElementById("cbsite-table"), {
       columns: columns, count: d.path.length, pageSize: 100,
+      onRefresh: function () { fitTypes(document.getElementById("cbsite-table")); },
       visible: function (c) { return !c.group || c.group === state.group; },
       text: function (i) { return d.path[i] === "" ? d.model : d.path[i]; },
       depth: function (i) { return d.depth[i]; },
@@ -587,6 +667,8 @@
         bar.appendChild(g);
       }
     });
+    var resized = null;  // the room for the types follows the window
+    window.addEventListener("resize", function () { clearTimeout(resized); resized = setTimeout(function () { fitTypes(document.getElementById("cbsite-table")); }, 100); });
     return t;
   }
 
