@@ -104,6 +104,10 @@ class LatencyEvidence:
     flagged: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     alpha: float = stats.ALPHA  # the level and floor the verdicts of reports use (a comparison's own)
     floor: float = stats.FLOOR
+    # verdicts() per (alpha, floor, units judged): a report asks for them once per section and a page once per
+    # use (summary, tables, gate), each a t-test per component.
+    _judged: dict[tuple[float, float, int], dict[tuple[str, str], stats.Verdict]] = field(
+        default_factory=dict, repr=False, compare=False)
 
     @property
     def paired(self) -> bool:
@@ -128,12 +132,15 @@ class LatencyEvidence:
         floor default to the evidence's own (a comparison's `--alpha` / `--floor`)."""
         alpha = self.alpha if alpha is None else alpha
         floor = self.floor if floor is None else floor
-        keys = list(self.units)
-        if self.paired:
-            judged = stats.paired_many([self.units[k] for k in keys], alpha=alpha, floor=floor)
-        else:
-            judged = stats.unpaired_many([tuple(self.units[k]) for k in keys], alpha=alpha, floor=floor)
-        return dict(zip(keys, judged))
+        memo = (alpha, floor, len(self.units))
+        if memo not in self._judged:
+            keys = list(self.units)
+            if self.paired:
+                judged = stats.paired_many([self.units[k] for k in keys], alpha=alpha, floor=floor)
+            else:
+                judged = stats.unpaired_many([tuple(self.units[k]) for k in keys], alpha=alpha, floor=floor)
+            self._judged[memo] = dict(zip(keys, judged))
+        return dict(self._judged[memo])  # a copy: callers may filter it
 
     def describe(self) -> str:
         if self.paired:

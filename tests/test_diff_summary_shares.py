@@ -166,3 +166,24 @@ def test_where_latency_grew_follows_the_verdicts_and_names_each_phase():
     unchanged = {k for k, v in evidence.verdicts().items() if v.verdict not in review.CHANGE_VERDICTS}
     for c in rd.top("latency_ms", "backward", 100, review.latency_counts(evidence)):
         assert (c.path, "backward") not in unchanged or c.kind in ("added", "removed")
+
+
+@needs_runs
+def test_a_comparisons_verdicts_are_judged_once(monkeypatch):
+    """A PR comment asks the evidence for its verdicts once per section (summary, where, latency table, gate):
+    each a t-test per component, judged once and handed out as copies."""
+    from cbsite import comparison, review, stats
+
+    base, head = _newest(RUNS / "dlrm" / "v1"), _newest(RUNS / "dlrm" / "v2")
+    rd = cdiff.diff_runs(base, head)
+    evidence = comparison.evidence_for(RUNS, base, head, {c.path: c.base_path for c in rd.components if c.base_path})
+    calls = []
+    judge = stats.paired_many
+    monkeypatch.setattr(stats, "paired_many", lambda *a, **k: calls.append(1) or judge(*a, **k))
+    first = evidence.verdicts()
+    review.markdown(rd, latency=evidence)
+    assert len(calls) == 1 and evidence.verdicts() == first
+    first.clear()  # a caller's copy: the evidence keeps its own
+    assert evidence.verdicts() and len(calls) == 1
+    evidence.verdicts(floor=0.5)  # another floor is another judgement
+    assert len(calls) == 2

@@ -168,8 +168,8 @@ def _diff_job(job: tuple[Path, Path, Path, str, dict[str, Any] | None]) -> dict[
     if specs:
         pages.dump_json(specs, folder / "charts.json")
     return {
-        "summary": rd.summary(latency=latencydata.root_verdicts(judged, rd),
-                              latency_counts=(lambda c: latencydata.latency_changed(c, judged)) if judged.judged else None), "warnings": list(rd.warnings), "phases": rd.phases,
+        "summary": rd.summary(latency=latencydata.root_verdicts(judged, rd), latency_counts=latencydata.latency_counts(judged)),
+        "warnings": list(rd.warnings), "phases": rd.phases,
         "totals": diffdata.totals_rows(rd, judged), "tops": tops, "ties": diffdata.ties(tops),
         "chart_metrics": list(specs), "counts": {p: rd.counts(p) for p in rd.phases},
         "latency": latencydata.latency_context(judged, rd, model),

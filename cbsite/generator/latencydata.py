@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from cbsite import comparison, review, stats
 from cbsite import diff as cdiff
@@ -69,6 +69,11 @@ def latency_changed(c: cdiff.ComponentDelta, judged: Judged) -> bool:
     """Does this component's latency count as a change on the page? (review.latency_changed: one rule for
     the page, its summary and the PR comment.)"""
     return review.latency_changed(c, judged.verdicts if judged.judged else None)
+
+
+def latency_counts(judged: Judged) -> Callable[[cdiff.ComponentDelta], bool] | None:
+    """`latency_changed` bound to `judged`, for RunDiff.summary (None where latency is not judged: the noise rule)."""
+    return (lambda c: latency_changed(c, judged)) if judged.judged else None
 
 
 def _verdict_row(v: stats.Verdict) -> dict[str, Any]:
