@@ -9,6 +9,7 @@ import copy
 import json
 import math
 import random
+import time
 
 import pytest
 import torch
@@ -268,3 +269,42 @@ def test_show_lines_read_the_record():
     assert "eval forward: failed (RuntimeError: x)" in throughput.step_lines({"step": failed})[2]
     assert throughput.step_lines({"step": None}) == [] and throughput.format_rate(math.nan) == "n/a"
     assert copy.deepcopy(failed) == failed
+
+
+def test_a_step_the_components_stage_has_just_run_past_the_budget_takes_no_warm_up():
+    """The root's forward and backward ran the step's work on the same batches just before: where that took the
+    budget, the step's warm-up calls are skipped (run.json says so); a fresh or short one is still warmed up."""
+    model = Mixed()
+    warm = {"train": 1.0, "eval": 1.0}  # seconds, past FAST's budget
+    record = measure_step(model, _batches(), FAST, warm=warm)
+    for mode in ("train", "eval"):
+        assert record[mode]["warm_up_s"] == [0.0] and record[mode]["warm_from_components_s"] == 1.0
+    cold = measure_step(model, _batches(), FAST, warm={"train": FAST.min_run_time / 10})
+    assert cold["train"]["warm_up_s"][0] > 0 and cold["train"]["warm_from_components_s"] is None
+    assert cold["eval"]["warm_up_s"][0] > 0
+    assert "none in a collection" in record["warm_up"]
+
+
+class Sleepy(nn.Module):
+    """A forward that takes past the step's budget (a sleep stands for the work)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(12, 3)
+
+    def forward(self, x):
+        time.sleep(0.06)
+        return self.lin(x)
+
+
+def test_the_collection_hands_the_roots_timing_to_the_step():
+    from cbsite.collector.profiler import CollectConfig, profile_model
+
+    config = CollectConfig(min_run_time=0.01, calibrate=False, progress=False, max_component_s=2.0)
+    run = profile_model(Sleepy(), _batches(), config)
+    root = {r["phase"]: r["latency_ms"] for r in run.rows.to_dicts() if r["path"] == ""}
+    step = run.meta["step"]
+    # The step's budget is 5 component budgets (0.05 s): the root's 60 ms forward is past it.
+    assert step["train"]["warm_from_components_s"] == pytest.approx((root["forward"] + root["backward"]) / 1e3)
+    assert step["eval"]["warm_from_components_s"] == pytest.approx(root["forward"] / 1e3)
+    assert step["train"]["warm_up_s"] == [0.0] and step["eval"]["warm_up_s"] == [0.0]

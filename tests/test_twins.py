@@ -4,6 +4,8 @@ a component whose work depends on tensor values never lends its counts."""
 
 from __future__ import annotations
 
+import time
+
 import torch
 from torch import nn
 
@@ -117,3 +119,51 @@ def test_the_cli_can_count_every_twin():
     args = build_parser().parse_args(["collect", "nanogpt", "--count-every-twin"])
     assert args.count_every_twin
     assert not build_parser().parse_args(["collect", "nanogpt"]).count_every_twin
+
+
+class Slow(nn.Module):
+    """A block whose one call outlasts the budget (a sleep stands for the work), counting its own calls."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.seconds = seconds
+        self.calls = {"forward": 0}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls["forward"] += 1
+        time.sleep(self.seconds)
+        return self.lin(x)
+
+
+class Chain(nn.Module):
+    """Three Slow twins in a row; counts its own calls, each of which calls every twin once."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(Slow(seconds) for _ in range(3))
+        self.calls = {"forward": 0}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls["forward"] += 1
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def test_a_twin_timed_just_after_a_long_twin_takes_no_warm_up_call():
+    """A twin runs no counting or peak pass. Its warm-up call is skipped where the twin timed just before it ran a
+    statement past the budget (the same code on the same shapes); a short one still gets its one call."""
+    budget = 0.02
+    for seconds, long in ((0.05, True), (0.0, False)):
+        model = Chain(seconds)
+        batches = [((torch.randn(2, 4),), {})]
+        config = CollectConfig(min_run_time=budget, calibrate=False, step=False, progress=False, phases=("forward",))
+        rows = _rows(profile_model(model, batches, config))
+        for twin in ("blocks.1", "blocks.2"):
+            assert _twin_note(rows[(twin, "forward")]), twin
+            # Its own calls (those the chain made for it are the chain's: census, passes, timing) less the timed ones:
+            # none for a long twin (no warm-up, and a call past a block needs no sizing runs); for a short one its
+            # warm-up call and the runs that size its blocks.
+            untimed = model.get_submodule(twin).calls["forward"] - model.calls["forward"] - rows[(twin, "forward")]["samples"]
+            assert untimed == 0 if long else untimed >= 1, (seconds, twin, untimed)

@@ -220,7 +220,10 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_
     # still needs one call (on dlrm medium, first blocks over 5 % slower than the rest of theirs: 25 % without
     # it, 19 % with it, 17 % with the old budget-bounded warm-up). A component whose passes took the budget needs
     # none; more calls were up to a budget of untimed work per component and phase (14.6 of the 37 s untimed
-    # rest of a GPT-2 small 2 x 128 collection).
+    # rest of a GPT-2 small 2 x 128 collection). A twin's `warm_s` is one statement of the twin timed just before
+    # it (the same code on the same shapes): past the budget, the warm-up call is skipped as well. What such a call
+    # would warm is the twin's own data, and a statement that long streams data far past the last-level cache on
+    # every call (GPT-2 small at 8 x 512: 60 s of warm-up calls, 11 of 12 blocks and everything in them).
     t_warm = time.perf_counter()
     if warm_s is None:
         last_warm = warm_up(fn, cfg)
@@ -344,15 +347,15 @@ class Known:
     counts: Counts  # per call
     peak: int
     source: str  # the twin's path
+    # Seconds of one timed statement of the twin timed just before (twins.Source.statement_s): the same code on
+    # the same shapes ran for this long right before, so time_fn treats it as this one's warm-up, as it does a
+    # component's own counting and peak passes.
+    warm_s: float = 0.0
 
     def note(self) -> str:
         return (f"FLOPs, bytes moved and peak memory counted on its twin {self.source or '<root>'} (same modules, "
                 "parameters and input shapes, no value-dependent op); timed on its own inputs")
 
-
-# A twin runs no counting or peak pass (which warm a component up): time_fn gives it one plain call first
-# (`warm_s` 0: nothing ran just before). Its twin has just run the same code on the same shapes.
-TWIN_WARM_S = 0.0
 
 
 def _grad(graph: Graph) -> Any:
@@ -531,11 +534,12 @@ class ComponentMeasurement:
 
     def forward(self, known: Known | None = None) -> PhaseResult:
         """Count, take the allocator peak, then time. `known`: an identical component's counts and peak
-        (twins.py), which stand for this one's; its passes are then replaced by one plain warm-up call."""
+        (twins.py), which stand for this one's; its passes are then replaced by one plain warm-up call, or none
+        where the twin timed just before ran past the budget (`Known.warm_s`)."""
         statement = self.rotation("forward")
         notes = ["timed with a copy of the inputs per run (in-place module)"] if self.inplace else []
         if known is not None:
-            timing = time_fn(statement, self.calls_per_batch, self.cfg, warm_s=TWIN_WARM_S)
+            timing = time_fn(statement, self.calls_per_batch, self.cfg, warm_s=known.warm_s)
             return PhaseResult(timing, known.counts, known.peak, notes + [known.note()] + timing.notes, _around(timing))
         first_inputs = [c.replay_inputs(with_grad=c.grad_enabled) for c in self.batches[0]]
         first_modes = [c.grad_enabled for c in self.batches[0]]
@@ -639,7 +643,7 @@ class ComponentMeasurement:
             )
         del graph
         if known is not None:
-            peak_s = TWIN_WARM_S
+            peak_s = known.warm_s
         timing = time_fn(statement, self.calls_per_batch, self.cfg, warm_s=peak_s)
         untimed["backward_graphs"] += getattr(statement, "build_s", 0.0)
         untimed.update(_around(timing))

@@ -56,6 +56,10 @@ OPTIMIZERS: dict[str, Callable[..., torch.optim.Optimizer]] = {
 OPTIMIZER_WHY = ("lr 0: the update arithmetic runs in full but no parameter changes, so every timed iteration "
                  "does equal work on equal values")
 MIN_CLEAN_BLOCKS = 3  # a round with fewer uncontended blocks is summarised over all of them (as rounds.py)
+WARM_UP_RULE = ("untimed calls before the first block until they have taken the budget (at least one); none in "
+                "a collection where the components stage has just run the same work past the budget: the root's "
+                "forward and backward for a training step, its forward for an inference forward (the round's "
+                "warm_from_components_s); a fresh round's process is always warmed up")
 
 Batch = tuple[tuple[Any, ...], dict[str, Any]]
 
@@ -140,23 +144,28 @@ def _block(b: Block, round_: int) -> dict[str, Any]:
             "wait_s": b.wait_s, "contended": b.contended}
 
 
-def measure_round(model: nn.Module, batches: Sequence[Batch], cfg: StepConfig, round_: int = 0) -> dict[str, Any]:
+def measure_round(model: nn.Module, batches: Sequence[Batch], cfg: StepConfig, round_: int = 0,
+                  warm: dict[str, float] | None = None) -> dict[str, Any]:
     """One round of both modes in this process: {"train"|"eval": {"status", "blocks", "notes", ...}}.
 
-    The model is put back as it was found afterwards (parameters, grads, flags, random states).
+    `warm`: per mode, seconds of the same work this process ran just before (`warm_from_components`); a mode
+    warm past its budget takes no warm-up call. The model is put back as it was found afterwards (parameters,
+    grads, flags, random states).
     """
+    warm = warm or {}
     batches = [_plain(b) for b in batches]
     out: dict[str, Any] = {}
     with preserved(model):
         if cfg.train:
-            out["train"] = _time_mode("train", model, batches, cfg, round_)
+            out["train"] = _time_mode("train", model, batches, cfg, round_, warm.get("train"))
         else:
             out["train"] = {"status": "skipped", "error": "the run collects no backward phase, so no training step"}
-        out["eval"] = _time_mode("eval", model, batches, cfg, round_)
+        out["eval"] = _time_mode("eval", model, batches, cfg, round_, warm.get("eval"))
     return out
 
 
-def _time_mode(mode: str, model: nn.Module, batches: Sequence[Batch], cfg: StepConfig, round_: int) -> dict[str, Any]:
+def _time_mode(mode: str, model: nn.Module, batches: Sequence[Batch], cfg: StepConfig, round_: int,
+               warm_s: float | None = None) -> dict[str, Any]:
     try:
         if mode == "train":
             model.train()
@@ -168,7 +177,10 @@ def _time_mode(mode: str, model: nn.Module, batches: Sequence[Batch], cfg: StepC
         else:
             model.eval()
             fn = _eval_fn(model, batches)
-        timing = time_fn(fn, 1, cfg.timing())
+        # A mode the components stage has just run past the budget needs no warm-up call; otherwise warm-up
+        # stops once it has taken the budget.
+        warm_s = warm_s if warm_s is not None and warm_s >= cfg.min_run_time else None
+        timing = time_fn(fn, 1, cfg.timing(), warm_s=warm_s)
     except StepNotApplicable as exc:
         return {"status": "skipped", "error": str(exc)}
     except Exception as exc:  # noqa: BLE001 - the user's model: recorded, never fatal to the run
@@ -176,7 +188,8 @@ def _time_mode(mode: str, model: nn.Module, batches: Sequence[Batch], cfg: StepC
             torch.cuda.empty_cache()
         return {"status": "failed", "error": _error_text(exc)}
     return {"status": "measured", "blocks": [_block(b, round_) for b in timing.blocks], "notes": list(timing.notes),
-            "device_time_ms": timing.device_time_ms}
+            "device_time_ms": timing.device_time_ms, "warm_up_s": round(timing.warm_up_s, 6),
+            "warm_from_components_s": warm_s}
 
 
 def summarise(mode_rounds: list[dict[str, Any]], batch_size: int | None) -> dict[str, Any]:
@@ -213,6 +226,10 @@ def summarise(mode_rounds: list[dict[str, Any]], batch_size: int | None) -> dict
         "examples_per_s": None, "examples_per_s_p25": None, "examples_per_s_p75": None,
         "notes": notes,
         "blocks": blocks,
+        # Per round: seconds of untimed warm-up calls, and (the in-process round) the components stage's run of the
+        # same work that stood for them (WARM_UP_RULE).
+        "warm_up_s": [r.get("warm_up_s") for r in measured],
+        "warm_from_components_s": measured[0].get("warm_from_components_s"),
     }
     if batch_size:
         record.update(examples_per_s=batch_size / median, examples_per_s_p25=batch_size / p75,
@@ -233,15 +250,17 @@ def measure_step(
     *,
     rounds: int = 1,
     rebuild: Any = None,
+    warm: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """The run.json `step` record of `model` on `batches` (already on the device, in the run's dtype).
 
     `rounds` > 1 repeats the measurement in fresh processes; `rebuild` says how a process gets the
     model: a `CollectRequest` (deterministic provider), else the model and batches are saved to a
-    temporary file and loaded there.
+    temporary file and loaded there. `warm` (measure_round) applies to the in-process round only: a fresh
+    process is cold.
     """
     batch_size = batch_size_of(ProvidedInputs(*batches[0])) if batches else None
-    per_round = [measure_round(model, batches, cfg, 0)]
+    per_round = [measure_round(model, batches, cfg, 0, warm)]
     extra_error = None
     if rounds > 1:
         try:
@@ -257,6 +276,7 @@ def measure_step(
         "config": {k: v for k, v in asdict(cfg).items() if k not in ("optimizer", "lr")},
         "rule": "ms = median over rounds of each round's median of uncontended blocks; p25/p75 = quartiles of the "
                 "pooled clean blocks; examples/s = batch size / seconds per iteration",
+        "warm_up": WARM_UP_RULE,
     }
     for mode in ("train", "eval"):
         record[mode] = summarise([r[mode] for r in per_round], batch_size)
@@ -324,6 +344,21 @@ def step_config_for(config: Any, num_threads: int) -> StepConfig:
     )
 
 
-def collect_step(model: nn.Module, batches: Sequence[Batch], config: Any, num_threads: int, request: Any = None) -> dict[str, Any]:
-    """What `profiler._profile` calls: the step record for a CollectConfig (rounds as it asks)."""
-    return measure_step(model, batches, step_config_for(config, num_threads), rounds=getattr(config, "rounds", 1), rebuild=request)
+def warm_from_components(root_seconds: dict[str, float]) -> dict[str, float]:
+    """Per mode, how long the components stage ran the same work as one step just before: the root's forward and
+    backward (one call each, on the same batches) for a training step, its forward for an inference forward.
+    `root_seconds`: phase -> median seconds of one call of the root, as measured."""
+    out = {}
+    if "forward" in root_seconds:
+        out["eval"] = root_seconds["forward"]
+        if "backward" in root_seconds:
+            out["train"] = root_seconds["forward"] + root_seconds["backward"]
+    return out
+
+
+def collect_step(model: nn.Module, batches: Sequence[Batch], config: Any, num_threads: int, request: Any = None,
+                 root_seconds: dict[str, float] | None = None) -> dict[str, Any]:
+    """What `profiler._profile` calls: the step record for a CollectConfig (rounds as it asks). `root_seconds`:
+    the root component's median seconds per call by phase (warm_from_components)."""
+    return measure_step(model, batches, step_config_for(config, num_threads), rounds=getattr(config, "rounds", 1),
+                        rebuild=request, warm=warm_from_components(root_seconds or {}))

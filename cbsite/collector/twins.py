@@ -126,6 +126,9 @@ class Source:
     path: str
     counts: dict[str, Any] = dataclasses.field(default_factory=dict)  # phase -> Counts
     peaks: dict[str, int] = dataclasses.field(default_factory=dict)  # phase -> peak bytes
+    # phase -> seconds of one timed statement of the set's member measured last (the same code on the same
+    # shapes, just before the next one): how warm the next twin already is (measure.Known.warm_s).
+    statement_s: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 class Twins:
@@ -139,7 +142,7 @@ class Twins:
     def source(self, sig: str | None) -> Source | None:
         return self._by_sig.get(sig) if sig is not None else None
 
-    def offer(self, sig: str | None, path: str, phase: str, counts: Any, peak: int) -> None:
+    def offer(self, sig: str | None, path: str, phase: str, counts: Any, peak: int, statement_s: float = 0.0) -> None:
         """Keep a measured phase's counts for the twins to come, unless its ops depended on values."""
         if sig is None or counts.value_dependent:
             return
@@ -147,3 +150,10 @@ class Twins:
         if src.path == path:
             src.counts[phase] = counts
             src.peaks[phase] = peak
+        src.statement_s[phase] = statement_s
+
+    def timed(self, sig: str | None, phase: str, statement_s: float) -> None:
+        """A twin of a known set was timed: the next one follows it (Source.statement_s)."""
+        src = self.source(sig)
+        if src is not None:
+            src.statement_s[phase] = statement_s
