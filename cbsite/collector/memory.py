@@ -10,9 +10,11 @@ batch 2 x 128). The plan here bounds both by the model's own footprint:
   bytes autograd saves in one forward of the whole model); each group is captured, measured and freed
   before the next. One extra forward per group and batch is the price.
 * **Rotation where it matters**: batches rotate so that ids and activations of one batch do not stay hot
-  in cache. A component whose inputs or outputs of one batch exceed the last-level cache streams them
-  through memory on every call anyway (an output that large evicts whatever an earlier call left), so it
-  is replayed on batch 0 only (its row says so) and its other batches are never captured.
+  in cache. A component whose inputs of one batch exceed the last-level cache streams them through memory
+  on every call anyway; one that writes more than the cache holds in a call (its outputs and the activations
+  autograd saves: a GPT-2 block at 8 x 512 reads 13 MB and writes over 300 MB) has evicted its inputs by the
+  time the next call reads them, whichever batch it gets. Either is replayed on batch 0 only (its row says
+  so), its other batches are never captured, and its backward holds one graph.
 * **Graphs**: a component may hold the backward graphs of all its batches only if the extra ones fit the
   same allowance; otherwise they are built one at a time (measure.GraphCycle). A graph's size is what
   autograd saved plus the outputs and their gradients (capture.Capture.graph_bytes): a language model's
@@ -90,11 +92,28 @@ class Plan:
     batches: int  # batches captured for the run
     input_bytes: dict[str, int]  # per component, its inputs in one forward (all calls)
     output_bytes: dict[str, int] = field(default_factory=dict)  # per component, its outputs in one forward
+    saved_bytes: dict[str, int] = field(default_factory=dict)  # per component, what autograd saved in one forward
 
     def batches_for(self, path: str) -> int:
-        """Batches a component rotates through: all, or batch 0 alone when its inputs or outputs outgrow the cache."""
-        big = max(self.input_bytes.get(path, 0), self.output_bytes.get(path, 0)) > self.cache_bytes
-        return 1 if big else self.batches
+        """Batches a component rotates through: all, or batch 0 alone when its inputs, or what one call writes
+        (outputs and saved activations), outgrow the cache (`past_cache`)."""
+        return 1 if self.past_cache(path) else self.batches
+
+    def written_bytes(self, path: str) -> int:
+        """What one forward of the component writes that the census sees: its outputs and the activations
+        autograd saves (a lower bound: temporaries freed within the call are not counted)."""
+        return self.output_bytes.get(path, 0) + self.saved_bytes.get(path, 0)
+
+    def past_cache(self, path: str) -> str | None:
+        """Why rotating batches cannot change what the component finds in cache, in words, or None."""
+        mib = 2**20
+        if self.input_bytes.get(path, 0) > self.cache_bytes:
+            return f"its inputs ({self.input_bytes[path] / mib:,.0f} MiB) exceed the last-level cache ({self.cache_bytes / mib:,.0f} MiB)"
+        if self.written_bytes(path) > self.cache_bytes:
+            return (f"a call writes more than the last-level cache holds ({self.written_bytes(path) / mib:,.0f} MiB of outputs "
+                    f"and saved activations against {self.cache_bytes / mib:,.0f} MiB), so the next call finds none of its "
+                    "inputs cached, whichever batch it gets")
+        return None
 
     def group(self, candidates: Sequence[str]) -> list[str]:
         """The next capture group: `candidates` in order while their inputs fit the allowance (at least one)."""
@@ -123,11 +142,13 @@ def provisional_allowance(model_bytes: int) -> int:
 
 
 def plan(input_bytes: dict[str, int], model_bytes: int, saved_bytes: int, batches: int, cache: int,
-         output_bytes: dict[str, int] | None = None) -> Plan:
-    """The plan of a collection from batch 0's census (capture.Capture) and the model's static size."""
+         output_bytes: dict[str, int] | None = None, saved_by_component: dict[str, int] | None = None) -> Plan:
+    """The plan of a collection from batch 0's census (capture.Capture) and the model's static size
+    (`saved_bytes`: what the whole model's forward saved; `saved_by_component`: each component's share)."""
     footprint = model_bytes + saved_bytes
     allowance = max(MIN_ALLOWANCE, int(EXTRA_FRACTION * footprint))
-    return Plan(footprint, allowance, cache, batches, dict(input_bytes), dict(output_bytes or {}))
+    return Plan(footprint, allowance, cache, batches, dict(input_bytes), dict(output_bytes or {}),
+                dict(saved_by_component or {}))
 
 
 def is_out_of_memory(exc: BaseException) -> bool:

@@ -223,15 +223,17 @@ def _measure(
             source = twins.source(sig) if twins is not None else None
             known = None
             if source is not None and phase in source.counts:
-                known = Known(source.counts[phase], source.peaks[phase], source.path)
+                known = Known(source.counts[phase], source.peaks[phase], source.path, source.statement_s.get(phase, 0.0))
             with watch:
                 outcomes[phase] = _measure_phase(measurement, phase, shapes, cfg, known)
             result = outcomes[phase].result
             if twins is not None and result is not None:
+                statement_s = result.timing.median_ms / 1e3 * measurement.calls_per_batch
                 if known is None:
-                    twins.offer(sig, path, phase, result.counts, result.peak_memory_bytes)
+                    twins.offer(sig, path, phase, result.counts, result.peak_memory_bytes, statement_s)
                 else:
                     twins.reused += 1
+                    twins.timed(sig, phase, statement_s)
             outcomes[phase].patch = patch
             if phase == "forward" and outcomes[phase].status == "failed":
                 forward_failed = outcomes[phase]
@@ -404,7 +406,7 @@ def planned_captures(model: nn.Module, batches: Sequence[Inputs], grad: bool, de
     census = _captured(model, *batches[0], grad, 0,
                        keep_bytes=None if everything else memory.provisional_allowance(model_bytes))
     mem_plan = memory.plan(census.input_bytes, model_bytes, census.saved_bytes.get("", 0), len(batches),
-                           memory.cache_bytes(device), census.output_bytes)
+                           memory.cache_bytes(device), census.output_bytes, census.saved_bytes)
     return census, mem_plan, GroupedCaptures(model, batches, grad, mem_plan, census, everything=everything)
 
 
@@ -546,13 +548,10 @@ def _profile(
                                            comp.path)
             raisers.step("measurement", comp.path)
             if mem_plan.batches_for(comp.path) < len(batches):
-                ins, outs = census.input_bytes.get(comp.path, 0), census.output_bytes.get(comp.path, 0)
-                which = (f"its inputs ({ins / 2**20:,.0f} MiB)" if ins > mem_plan.cache_bytes
-                         else f"its outputs ({outs / 2**20:,.0f} MiB)")
                 for outcome in outcomes[comp.path].values():
                     outcome.notes.append(
-                        f"replayed on batch 0 only: {which} exceed the last-level cache ({mem_plan.cache_bytes / 2**20:,.0f} "
-                        "MiB), so rotating batches would not change what is cached; the other batches were not captured")
+                        f"replayed on batch 0 only: {mem_plan.past_cache(comp.path)}, so rotating batches would not change "
+                        "what is cached; the other batches were not captured")
     stages.done("components")
     # The components stage's own captures: re-captures for the hierarchy re-measurement belong to that stage.
     capture_s = captures.seconds
@@ -591,7 +590,10 @@ def _profile(
     counts["failed"] = sum(1 for per in outcomes.values() for o in per.values() if o.status == "failed")
     out_of_memory = sorted(f"{path or '<root>'} ({phase})" for path, per in outcomes.items() for phase, o in per.items()
                            if o.status == "failed" and (o.error or "").startswith(memory.OOM_PREFIX))
-    step = collect_step(model, batches, config, num_threads, request) if config.step else None
+    # The root's forward and backward ran the step's work on the same batches: the step's warm-up (step.py).
+    root_seconds = {phase: o.result.timing.median_ms / 1e3 for phase, o in outcomes.get("", {}).items()
+                    if o.status == "measured" and o.result is not None}
+    step = collect_step(model, batches, config, num_threads, request, root_seconds) if config.step else None
     stages.done("step")
     timed_s = sum(o.result.timing.timed_s for per in outcomes.values() for o in per.values() if o.result)
     quiet_s = sum(o.result.timing.quiet_wait_s for per in outcomes.values() for o in per.values() if o.result)
