@@ -84,7 +84,9 @@ def collection(provider: str, options: dict, extra: list[str]) -> dict:
         if done.returncode != 0:
             tail = (done.stderr or done.stdout).strip().splitlines()
             return {"error": tail[-1] if tail else f"exit {done.returncode} (killed?)", "process_wall_s": wall}
-        meta = json.loads(next(Path(runs).rglob("run.json")).read_text())
+        meta_file = next(Path(runs).rglob("run.json"))
+        meta = json.loads(meta_file.read_text())
+        first_blocks = _first_blocks(meta_file.parent)
     step_timed = 0.0
     for mode in ("train", "eval"):
         record = (meta.get("step") or {}).get(mode) or {}
@@ -95,7 +97,27 @@ def collection(provider: str, options: dict, extra: list[str]) -> dict:
         "components": meta["components"], "counts": meta["counts"],
         # What the end of the run did about peaks (the peak check's seconds, rows re-calibrated on their shapes).
         "peak_check": _peak_check(meta["device"]), "warnings": meta.get("warnings") or [],
+        "first_blocks": first_blocks, "step_warm_up_s": {m: ((meta.get("step") or {}).get(m) or {}).get("warm_up_s")
+                                                         for m in ("train", "eval")},
     }
+
+
+def _first_blocks(folder: Path) -> dict:
+    """The sceptic's check on warm-up: per component and phase with at least 3 blocks, its first block against the
+    median of the rest (a cold first block is slower), for twins (no counting or peak pass) and counted components."""
+    import polars as pl
+
+    samples = pl.read_parquet(folder / "samples.parquet").filter(pl.col("arm") == "run").sort("pair")
+    rows = pl.read_parquet(folder / "components.parquet").select("path", "phase", "notes").to_dicts()
+    twin = {(r["path"], r["phase"]) for r in rows if any("counted on its twin" in n for n in r["notes"] or [])}
+    out: dict = {"twins": [], "counted": []}
+    for (path, phase), group in samples.group_by(["path", "phase"]):
+        secs = group["seconds_per_call"].to_list()
+        if len(secs) >= 3:
+            out["twins" if (path, phase) in twin else "counted"].append(secs[0] / statistics.median(secs[1:]))
+    return {k: {"n": len(v), "first_over_5pct": sum(r > 1.05 for r in v), "median_ratio": statistics.median(v) if v else None,
+                "worst": max(v) if v else None}
+            for k, v in out.items()}
 
 
 def _peak_check(device: dict) -> dict:

@@ -167,3 +167,68 @@ def test_a_twin_timed_just_after_a_long_twin_takes_no_warm_up_call():
             # warm-up call and the runs that size its blocks.
             untimed = model.get_submodule(twin).calls["forward"] - model.calls["forward"] - rows[(twin, "forward")]["samples"]
             assert untimed == 0 if long else untimed >= 1, (seconds, twin, untimed)
+
+
+class Caching(nn.Module):
+    """Keeps a tensor from its first call (a rotary table, say): a pass on fake tensors must not leave one behind."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.table = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.table is None or self.table.shape != x.shape:
+            self.table = torch.ones_like(x)
+        return self.lin(x * self.table)
+
+
+class Mixed(nn.Module):
+    """Conv, BatchNorm (running statistics), a cached tensor and a value-dependent gate in one model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(4, 8, 3, padding=1)
+        self.bn = nn.BatchNorm1d(8)
+        self.cache = Caching()
+        self.gate = Gate()
+        self.masked = Masked()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.bn(self.conv(x)).flatten(1)[:, :8]
+        return self.masked(self.gate(self.cache(h)))
+
+
+def test_counting_on_shapes_gives_exactly_the_counts_of_a_real_run(monkeypatch):
+    """Every row's FLOPs, bytes, unsupported ops and peak are the same whether components are counted on fake
+    tensors or on real runs; value-dependent components (the gate's branch, the masked select, torchrec's fbgemm
+    lookups) are counted for real, and no fake tensor is left in a module."""
+    import cbsite.collector.measure as measure
+
+    cases = [
+        (lambda: provide("nanogpt", {"size": "tiny"}, batches=2), None),
+        (lambda: provide("dlrm", {"size": "small"}, batches=2), None),
+        (lambda: Mixed(), [((torch.randn(4, 4, 8),), {}), ((torch.randn(4, 4, 8),), {})]),
+    ]
+    for make, given in cases:
+        runs = []
+        for on_shapes in (True, False):
+            if not on_shapes:
+                monkeypatch.setattr(measure, "count_on_shapes", lambda *args: None)
+            torch.manual_seed(0)  # the same weights both ways: the masked select's work depends on values
+            made = make()
+            model, batches = (made, given) if given is not None else (made.model, [(i.args, i.kwargs) for i in made.inputs])
+            runs.append(_collect(model, batches, once=False))
+            from torch._subclasses.fake_tensor import FakeTensor
+
+            for module in model.modules():
+                assert not any(isinstance(v, FakeTensor) for v in vars(module).values()), type(module)
+        shaped, real = (_rows(r) for r in runs)
+        assert shaped.keys() == real.keys()
+        for key in real:
+            assert {c: shaped[key][c] for c in COUNTED} == {c: real[key][c] for c in COUNTED}, key
+        assert runs[1].meta["counting"]["on_shapes"] == 0
+        assert runs[0].meta["counting"]["on_shapes"] > 0
+        monkeypatch.undo()
+    # The Mixed model's value-dependent components were counted for real, the rest on shapes.
+    assert runs[0].meta["counting"]["real"] >= 4

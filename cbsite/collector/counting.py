@@ -10,6 +10,11 @@ Definitions (experts check these):
   `unsupported_ops`, never silently counted as zero.
 - Bytes moved is a roofline estimate: for every aten op, the bytes of its distinct input tensors plus
   its output tensors (numel x itemsize). View ops move nothing.
+- Work set by shapes alone is counted on shapes (`count_on_shapes`): the same pass on fake tensors, which carry
+  shapes, strides and dtypes but do no arithmetic (GPT-2 small's root at 8 x 512: 37 s of real counting). Where
+  that pass cannot stand for a real one (an op without a shape rule, a value-dependent output or control flow, or
+  any op whose work may depend on values: twins.value_dependent) the component is counted for real. A test
+  checks both ways give the same counts.
 - Peak memory is not counted here: a dispatch mode changes autograd's in-place choices, so it is
   measured from the allocator instead (cpu_memory.py, measure.py).
 """
@@ -17,9 +22,10 @@ Definitions (experts check these):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import torch
+from torch import nn
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, flop_registry, sdpa_backward_flop_count, sdpa_flop_count
@@ -143,6 +149,10 @@ GATHER_OPS = {
 }
 
 
+# Queries of a tensor's metadata that dispatch only for tensor subclasses (a fake tensor's `.device`): no work.
+METADATA_QUERIES = frozenset({torch.ops.prim.device.default})
+
+
 @dataclass
 class Census:
     """What the counting pass saw."""
@@ -165,6 +175,8 @@ class _CensusMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
         kwargs = kwargs or {}
+        if func in METADATA_QUERIES:  # a fake tensor's `.device` reaches the dispatcher; a real one's never does
+            return func(*args, **kwargs)
         packet = func.overloadpacket
         if packet.__name__ in RECORDED_OPS:  # described before the call: an in-place op may change its inputs
             try:
@@ -213,6 +225,7 @@ class Counts:
     # without replaying the component again.
     matmul_calls: dict[Signature, int] = field(default_factory=dict)
     undescribed_matmuls: list[str] = field(default_factory=list)
+    on_shapes: bool = False  # counted on fake tensors (count_on_shapes), not on a real run
 
 
 def count(fn: Callable[[], Any]) -> tuple[Any, Counts]:
@@ -233,3 +246,50 @@ def count(fn: Callable[[], Any]) -> tuple[Any, Counts]:
         matmul_calls=census.matmul_calls,
         undescribed_matmuls=sorted(census.undescribed),
     )
+
+
+def _module_state(modules: Iterable[nn.Module]) -> list[tuple[nn.Module, dict[str, Any], dict[str, Any], dict[str, Any]]]:
+    return [(m, dict(vars(m)), dict(m._parameters), dict(m._buffers)) for m in modules]
+
+
+def _restore(state: list[tuple[nn.Module, dict[str, Any], dict[str, Any], dict[str, Any]]]) -> None:
+    """Put back what a pass on fake tensors set on a module (a cached tensor, a lazily made parameter): no fake
+    tensor may outlive the pass."""
+    for module, attrs, params, buffers in state:
+        for now, before in ((vars(module), attrs), (module._parameters, params), (module._buffers, buffers)):
+            for key in [k for k in now if k not in before]:
+                del now[key]
+            for key, value in before.items():
+                if now.get(key, _MISSING) is not value:
+                    now[key] = value
+
+
+_MISSING = object()
+# Ops whose shape rule returns auxiliary outputs of other sizes than their CPU kernel does, so bytes moved on fake
+# tensors would differ (found by tests/test_twins.py: `_embedding_bag`'s bag sizes, 1 KiB per call of 128 bags).
+SHAPE_RULE_DIFFERS = frozenset(f"aten::{name}" for name in (
+    "_embedding_bag", "_embedding_bag_forward_only", "_embedding_bag_backward", "_embedding_bag_dense_backward",
+    "_embedding_bag_sparse_backward", "_embedding_bag_per_sample_weights_backward"))
+
+
+def count_on_shapes(prepare: Callable[[], Any], run: Callable[[Any], Any], modules: Iterable[nn.Module]) -> Counts | None:
+    """`count(lambda: run(prepare()))` with every tensor fake (`FakeTensorMode`): the ops, shapes and strides of a
+    real run without its arithmetic; `prepare` (building a backward graph, say) is not counted. None where the
+    pass cannot stand for a real one: it raised (an op with no shape rule, a value-dependent output or branch), or
+    it met an op whose work may depend on values (then only a real run says what it did). `modules`: whose Python
+    state is put back afterwards."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    state = _module_state(modules)
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            prepared = prepare()
+            counts = count(lambda: run(prepared))[1]
+    except Exception:  # noqa: BLE001 - any failure on fake tensors means: count for real
+        return None
+    finally:
+        _restore(state)
+    if counts.value_dependent or SHAPE_RULE_DIFFERS & set(counts.op_calls):
+        return None
+    counts.on_shapes = True
+    return counts

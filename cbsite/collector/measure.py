@@ -26,7 +26,7 @@ from torch.utils.benchmark import Timer
 
 from cbsite.collector.capture import Call, describe, tensors_in
 from cbsite.collector.contention import WaitProbe, contended, wait_for_quiet
-from cbsite.collector.counting import Counts, count
+from cbsite.collector.counting import Counts, count, count_on_shapes
 from cbsite.collector.cpu_memory import cpu_peak
 
 
@@ -544,7 +544,9 @@ class ComponentMeasurement:
         first_inputs = [c.replay_inputs(with_grad=c.grad_enabled) for c in self.batches[0]]
         first_modes = [c.grad_enabled for c in self.batches[0]]
         t0 = time.perf_counter()
-        counts = count(lambda: self._run(first_inputs, first_modes))[1]  # the output (and its graph) is let go at once
+        counts = count_on_shapes(lambda: None, lambda _: self._run(first_inputs, first_modes), self.module.modules())
+        if counts is None:
+            counts = count(lambda: self._run(first_inputs, first_modes))[1]  # the output (and its graph) is let go at once
         counting_s = time.perf_counter() - t0
         # The peak of one warm call (the counting pass warmed it), then timing, warm from both.
         peak, peak_s = _timed_peak(self.cfg.device, lambda: self._run(first_inputs, first_modes))
@@ -606,9 +608,12 @@ class ComponentMeasurement:
         untimed = {"backward_graphs": t1 - t0}
         notes = []
         if known is None:
-            counts = per_call(count(lambda: differentiate(graph))[1], self.calls_per_batch)
+            # On shapes where they stand for a real run (counting.count_on_shapes): a graph of fake tensors, which also
+            # leaves the real one for the peak pass.
+            shaped = count_on_shapes(lambda: self._graph(self.batches[0], seed=0), differentiate, self.module.modules())
+            counts = per_call(shaped or count(lambda: differentiate(graph))[1], self.calls_per_batch)
             untimed["counting"] = time.perf_counter() - t1
-            if fresh:  # the counting pass used the graph up: another for the peak pass, the first let go first
+            if fresh and shaped is None:  # the counting pass used the graph up: another for the peak pass, the first let go first
                 graph = None
                 t0 = time.perf_counter()
                 graph = self._graph(self.batches[0], seed=0)
@@ -684,4 +689,5 @@ def per_call(counts: Counts, calls: int) -> Counts:
         value_dependent=counts.value_dependent,
         matmul_calls=counts.matmul_calls,  # a ceiling is a ratio of sums: all calls of the batch, undivided
         undescribed_matmuls=counts.undescribed_matmuls,
+        on_shapes=counts.on_shapes,
     )

@@ -443,6 +443,10 @@ def _load_warnings(num_threads: int, when: str) -> list[str]:
     return []
 
 
+COUNTING_RULE = ("FLOPs and bytes moved are counted on fake tensors (shapes, strides and dtypes, no arithmetic) where "
+                 "that pass runs and meets no op whose work may depend on values; otherwise on a real run of batch 0")
+
+
 def _profile(
     model: nn.Module,
     batches: Sequence[Inputs],
@@ -643,6 +647,12 @@ def _profile(
         "samples": {"file": archive.SAMPLES_FILE, "rows": len(samples)} if samples else None,
         "session": session_record,
         "hierarchy": hierarchy_record,
+        # How each measured phase's FLOPs and bytes were counted (counting.count_on_shapes); a twin's as its twin's.
+        "counting": {
+            "on_shapes": sum(1 for per in outcomes.values() for o in per.values() if o.result and o.result.counts.on_shapes),
+            "real": sum(1 for per in outcomes.values() for o in per.values() if o.result and not o.result.counts.on_shapes),
+            "rule": COUNTING_RULE,
+        },
         # Phases whose FLOPs, bytes and peak memory were taken from an identical component (twins.py).
         "twins": {"phases_counted_on_a_twin": twins.reused if twins is not None else 0,
                   "enabled": twins is not None, "rule": TWINS_RULE},
