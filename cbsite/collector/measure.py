@@ -215,8 +215,8 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_
     reporting the waiting. Every block is kept for samples.parquet.
     """
     started = time.perf_counter()
-    # `warm_s`: how long the untimed run just before took. The counting and peak passes have just run the
-    # statement's work twice on the same inputs, but under a dispatch mode and the profiler: the plain path
+    # `warm_s`: how long the untimed run just before took. The peak pass (and a counting pass not done on shapes)
+    # has just run the statement's work on the same inputs, but under the profiler (a dispatch mode): the plain path
     # still needs one call (on dlrm medium, first blocks over 5 % slower than the rest of theirs: 25 % without
     # it, 19 % with it, 17 % with the old budget-bounded warm-up). A component whose passes took the budget needs
     # none; more calls were up to a budget of untimed work per component and phase (14.6 of the 37 s untimed
@@ -355,7 +355,6 @@ class Known:
     def note(self) -> str:
         return (f"FLOPs, bytes moved and peak memory counted on its twin {self.source or '<root>'} (same modules, "
                 "parameters and input shapes, no value-dependent op); timed on its own inputs")
-
 
 
 def _grad(graph: Graph) -> Any:
@@ -548,7 +547,7 @@ class ComponentMeasurement:
         if counts is None:
             counts = count(lambda: self._run(first_inputs, first_modes))[1]  # the output (and its graph) is let go at once
         counting_s = time.perf_counter() - t0
-        # The peak of one warm call (the counting pass warmed it), then timing, warm from both.
+        # The allocator peak of one call, then timing, warmed by it (and by a real counting pass, where there was one).
         peak, peak_s = _timed_peak(self.cfg.device, lambda: self._run(first_inputs, first_modes))
         timing = time_fn(statement, self.calls_per_batch, self.cfg, warm_s=peak_s)
         return PhaseResult(timing, per_call(counts, self.calls_per_batch), peak, notes + timing.notes,
@@ -618,7 +617,7 @@ class ComponentMeasurement:
                 t0 = time.perf_counter()
                 graph = self._graph(self.batches[0], seed=0)
                 untimed["backward_graphs"] += time.perf_counter() - t0
-            # The peak of one warm call (the counting pass warmed it), before timing: a graph cycle may hold
+            # The allocator peak of one call, before timing: a graph cycle may hold
             # another batch's graph once timing ends.
             peak, peak_s = _timed_peak(self.cfg.device, lambda: differentiate(graph))
             untimed["memory_peaks"] = peak_s
