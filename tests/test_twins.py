@@ -201,13 +201,16 @@ class Mixed(nn.Module):
 
 def test_counting_on_shapes_gives_exactly_the_counts_of_a_real_run(monkeypatch):
     """Every row's FLOPs, bytes, unsupported ops and peak are the same whether components are counted on fake
-    tensors or on real runs; value-dependent components (the gate's branch, the masked select, torchrec's fbgemm
-    lookups) are counted for real, and no fake tensor is left in a module."""
+    tensors or on real runs (nanoGPT, dlrm, deepfm, the synthetic DLRM, and a model mixing a conv, BatchNorm, a
+    cached tensor, a gate and a masked select); value-dependent components (the gate's branch, the masked select,
+    torchrec's lookups) are counted for real, and no fake tensor is left in a module."""
     import cbsite.collector.measure as measure
 
     cases = [
         (lambda: provide("nanogpt", {"size": "tiny"}, batches=2), None),
         (lambda: provide("dlrm", {"size": "small"}, batches=2), None),
+        (lambda: provide("deepfm", {}, batches=2), None),
+        (lambda: provide("dlrm-synthetic", {"size": "tiny"}, batches=2), None),
         (lambda: Mixed(), [((torch.randn(4, 4, 8),), {}), ((torch.randn(4, 4, 8),), {})]),
     ]
     for make, given in cases:
