@@ -225,9 +225,9 @@ def test_the_plan_groups_captures_within_the_allowance_and_rotates_only_what_fit
     # Outputs past the cache too (a language model's head: 12 MB in, 0.8 GB of logits out).
     with_outputs = memory.plan(sizes, 100 * 2**20, 300 * 2**20, 3, 32 * 2**20, output_bytes={"c": 800 * 2**20})
     assert with_outputs.batches_for("c") == 1 and with_outputs.record()["batch0_only"] == ["a", "c", "d"]
-    # What a call writes: outputs and saved activations together past the cache (a GPT-2 block at 8 x 512 reads
-    # 13 MB, returns 13 MB and saves over 300 MB), though neither alone is; parameters do not count (a lookup
-    # reads a few rows of a large table).
+    # What a call writes: outputs and saved activations together past the cache (a block that reads and returns
+    # 12 MiB and saves 300 MiB), though neither alone is; parameters do not count (a lookup reads a few rows of a
+    # large table).
     mib = 2**20
     written = memory.plan({"blk": 12 * mib, "ln": 12 * mib}, 100 * mib, 300 * mib, 3, 32 * mib,
                           output_bytes={"blk": 12 * mib, "ln": 12 * mib}, saved_by_component={"blk": 300 * mib, "ln": 1 * mib})

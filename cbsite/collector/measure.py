@@ -223,7 +223,7 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_
     # rest of a GPT-2 small 2 x 128 collection). A twin's `warm_s` is one statement of the twin timed just before
     # it (the same code on the same shapes): past the budget, the warm-up call is skipped as well. What such a call
     # would warm is the twin's own data, and a statement that long streams data far past the last-level cache on
-    # every call (GPT-2 small at 8 x 512: 60 s of warm-up calls, 11 of 12 blocks and everything in them).
+    # every call (GPT-2 small at 8 x 512: 60 s of warm-up calls, 11 of 12 blocks and everything in them being twins).
     t_warm = time.perf_counter()
     if warm_s is None:
         last_warm = warm_up(fn, cfg)

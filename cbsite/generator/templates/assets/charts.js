@@ -33,30 +33,37 @@
     })(spec);
     return spec;
   }
+  /* vega-embed's spec and options for the page's scheme now: [spec, options] (the spec copied before darkening). */
+  function themed(spec) {
+    var opts = { actions: false, renderer: "svg" };
+    if (!dark()) return [spec, opts];
+    opts.theme = "dark";
+    return [darken(JSON.parse(JSON.stringify(spec))), opts];
+  }
+  /* Call `redraw` when the palette toggle switches the scheme on <body>. */
+  function onSchemeChange(redraw) {
+    if (typeof MutationObserver === "undefined") return;
+    var was = dark();
+    new MutationObserver(function () { var now = dark(); if (now !== was) { was = now; redraw(); } })
+      .observe(document.body, { attributes: true, attributeFilter: ["data-md-color-scheme"] });
+  }
   function renderAll() {
     var els = document.querySelectorAll("[data-cbsite-chart]");
     Array.prototype.forEach.call(els, function (el) {
       specs(el.getAttribute("data-cbsite-specs")).then(function (all) {
         var spec = all[el.getAttribute("data-cbsite-chart")];
         if (!spec) return;
-        var opts = { actions: false, renderer: "svg" };
-        if (dark()) {
-          opts.theme = "dark";
-          spec = darken(JSON.parse(JSON.stringify(spec)));
-        }
-        return window.cbsiteVegaEmbed(el, spec, opts);
+        var t = themed(spec);
+        return window.cbsiteVegaEmbed(el, t[0], t[1]);
       }).catch(function (err) {
         el.textContent = "chart unavailable: " + err.message;
       });
     });
   }
-  window.CbsiteCharts = { dark: dark, darken: darken };  // the study page's charts (study.js) use the same dark scheme
+  window.CbsiteCharts = { themed: themed, onSchemeChange: onSchemeChange };  // the study page's charts (study.js)
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", renderAll);
   else renderAll();
   // The palette toggle switches the scheme on <body>: draw the charts again in the new one.
-  if (typeof MutationObserver !== "undefined") {
-    var was = null;
-    new MutationObserver(function () { var now = dark(); if (was !== null && now !== was) renderAll(); was = now; })
-      .observe(document.body, { attributes: true, attributeFilter: ["data-md-color-scheme"] });
-  }
+  if (document.body) onSchemeChange(renderAll);
+  else document.addEventListener("DOMContentLoaded", function () { onSchemeChange(renderAll); });
 })();

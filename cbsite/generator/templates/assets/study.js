@@ -12,15 +12,12 @@
     Array.prototype.forEach.call(els, function (el) {
       var spec = all[el.getAttribute("data-cbsite-study-chart")];
       if (!spec) return;
-      var opts = { actions: false, renderer: "svg" }, chosen = spec[scale], C = window.CbsiteCharts;
-      if (C && C.dark()) {  // Material's dark scheme: Vega's dark theme on a transparent background (charts.js)
-        opts.theme = "dark";
-        chosen = C.darken(JSON.parse(JSON.stringify(chosen)));
-      }
+      // Material's dark scheme: Vega's dark theme on a transparent background (charts.js).
+      var t = window.CbsiteCharts ? window.CbsiteCharts.themed(spec[scale]) : [spec[scale], { actions: false, renderer: "svg" }];
       // vega-embed names its container "Vega visualization": keep the page's name of the chart (what it shows).
       var name = el.getAttribute("data-cbsite-name") || el.getAttribute("aria-label");
       if (name) el.setAttribute("data-cbsite-name", name);
-      window.cbsiteVegaEmbed(el, chosen, opts).then(function (r) {
+      window.cbsiteVegaEmbed(el, t[0], t[1]).then(function (r) {
         if (name) el.setAttribute("aria-label", name);
         views.push(r);
       }).catch(function (err) { el.textContent = "chart unavailable: " + err.message; });
@@ -36,13 +33,7 @@
       draw(box && box.checked ? "log" : "linear");
       if (box) box.addEventListener("change", function () { draw(box.checked ? "log" : "linear"); });
       // The palette toggle switches the scheme on <body>: draw the charts again in the new one.
-      var was = window.CbsiteCharts ? window.CbsiteCharts.dark() : false;
-      if (typeof MutationObserver !== "undefined" && window.CbsiteCharts) {
-        new MutationObserver(function () {
-          var now = window.CbsiteCharts.dark();
-          if (now !== was) { was = now; draw(box && box.checked ? "log" : "linear"); }
-        }).observe(document.body, { attributes: true, attributeFilter: ["data-md-color-scheme"] });
-      }
+      if (window.CbsiteCharts) window.CbsiteCharts.onSchemeChange(function () { draw(box && box.checked ? "log" : "linear"); });
     }).catch(function (err) {
       Array.prototype.forEach.call(document.querySelectorAll("[data-cbsite-study-chart]"), function (el) {
         el.textContent = "chart unavailable: " + err.message;
