@@ -235,3 +235,28 @@ def test_counting_on_shapes_gives_exactly_the_counts_of_a_real_run(monkeypatch):
         monkeypatch.undo()
     # The Mixed model's value-dependent components were counted for real, the rest on shapes.
     assert runs[0].meta["counting"]["real"] >= 4
+
+
+def test_the_census_on_shapes_is_the_census_of_a_real_forward():
+    """What the memory plan reads (calls, input, output and saved bytes of every module) is the same from a census on
+    fake tensors as from a real forward; a value-dependent model (torchrec's lookups, the Mixed model's gate) gets a real
+    census, and a census whose inputs fit the keep is left to the real one, which keeps batch 0's inputs."""
+    from cbsite.collector.capture import capture
+    from cbsite.collector.profiler import census_on_shapes
+
+    fields = ("counts", "input_bytes", "output_bytes", "saved_bytes")
+    torch.manual_seed(0)
+    made = provide("nanogpt", {"size": "tiny"}, batches=1)
+    convolutional = nn.Sequential(nn.Conv1d(4, 8, 3, padding=1), nn.BatchNorm1d(8), nn.ReLU(), nn.Flatten(), nn.Linear(64, 4))
+    for model, args, kwargs in ((made.model.train(), made.inputs[0].args, made.inputs[0].kwargs),
+                                (convolutional, (torch.randn(4, 4, 8),), {})):
+        shaped = census_on_shapes(model, args, kwargs, True, keep_bytes=0)  # 0: as if batch 0's inputs did not fit
+        real = capture(model, args, kwargs, grad=True)
+        assert shaped is not None and shaped.on_shapes and not shaped.calls
+        for name in fields:
+            assert getattr(shaped, name) == getattr(real, name), name
+        assert census_on_shapes(model, args, kwargs, True, keep_bytes=2**40) is None  # fits: the real census keeps it
+    for name, options in (("dlrm", {"size": "small"}), ("deepfm", {})):
+        made = provide(name, options, batches=1)
+        assert census_on_shapes(made.model.train(), made.inputs[0].args, made.inputs[0].kwargs, True, keep_bytes=0) is None
+    assert census_on_shapes(Mixed(), (torch.randn(4, 4, 8),), {}, True, keep_bytes=0) is None

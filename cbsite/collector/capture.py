@@ -23,6 +23,7 @@ from typing import Any, Callable, Collection, Sequence
 
 import torch
 from torch import nn
+from torch._guards import detect_fake_mode
 from torch.utils import _pytree as pytree
 
 from cbsite.errors import CbsiteError
@@ -102,6 +103,7 @@ class Capture:
     output_bytes: dict[str, int] = field(default_factory=dict)  # distinct output tensors of all its calls (census)
     # False when a `keep_bytes` cap stopped the cloning: then `calls` is empty, only the census counts.
     complete: bool = True
+    on_shapes: bool = False  # a census taken on fake tensors (profiler.census_on_shapes): no input was kept
 
     def call_count(self, path: str) -> int:
         return self.counts.get(path, len(self.calls.get(path, ())))
@@ -162,9 +164,10 @@ class _Enough(BaseException):
 
 
 def _storage_key(t: torch.Tensor) -> tuple[int, int]:
+    # The storage itself (its C++ object), not its data pointer: a fake tensor's storage has no data (census on shapes).
     try:
         storage = t.untyped_storage()
-        return storage.data_ptr(), storage.nbytes()
+        return storage._cdata, storage.nbytes()
     except (RuntimeError, NotImplementedError):  # sparse or wrapper tensors have no plain storage
         return id(t), t.numel() * t.element_size()
 
@@ -202,7 +205,13 @@ def capture(
     kept = [0]
     pending: dict[str, list[Any]] = {}  # per path, the calls running now (a module may call itself)
     # The model's own parameters and buffers are not the graph's: a Linear saves its weight, which exists anyway.
-    static = {_storage_key(t) for t in list(model.parameters()) + list(model.buffers())}
+    own = list(model.parameters()) + list(model.buffers())
+    static = {_storage_key(t) for t in own}
+    fake_mode = detect_fake_mode()
+    # A census on shapes: an op sees (and saves) the fake twin of a parameter, made once and kept alive here (a
+    # freed one's storage address goes to the next).
+    fakes = [fake_mode.from_tensor(t) for t in own] if fake_mode is not None else []
+    static |= {_storage_key(t) for t in fakes}
     handles = []
     left = {p: n for p, n in (stop_after or {}).items() if n > 0}  # calls still to come per path
 

@@ -372,10 +372,11 @@ class GraphCycle:
     whether consecutive calls see the same batch does not change what is cached.
     """
 
-    def __init__(self, build: Callable[[int], Graph], batches: int, first: Graph) -> None:
+    def __init__(self, build: Callable[[int], Graph], batches: int, first: Graph, index: int = 0) -> None:
         self.build = build
         self.batches = batches
-        self.index = 0
+        self.index = index  # the batch of `first` (a graph the forward phase left, ComponentMeasurement.held)
+        self.start = index  # the turn starts there
         self.graph: Graph | None = first
         self.switches = 0
 
@@ -384,7 +385,7 @@ class GraphCycle:
 
     def before_block(self, index: int, expected: int) -> None:
         per_batch = max(1, expected // self.batches)
-        wanted = (index // per_batch) % self.batches
+        wanted = (index // per_batch + self.start) % self.batches
         if wanted != self.index:
             self.graph = None  # freed first: never two graphs at once
             self.graph = self.build(wanted)
@@ -417,11 +418,13 @@ class FreshGraphs:
 
     one_call_per_block = True
 
-    def __init__(self, build: Callable[[int], Graph], batches: int) -> None:
+    def __init__(self, build: Callable[[int], Graph], batches: int, first: tuple[int, Graph] | None = None) -> None:
         self.build = build
         self.batches = batches
         self.graph: Graph | None = None
         self.built = 0
+        if first is not None:  # a graph the forward phase left (ComponentMeasurement.held): the first block's
+            self.built, self.graph = first[0] + 1, first[1]
         self.build_s = 0.0  # untimed seconds spent building graphs between blocks
 
     def _ready(self) -> None:
@@ -459,6 +462,15 @@ class ComponentMeasurement:
         self.inplace = any(seen) if None not in seen else _mutated_inputs(module, self.batches[0][0])
         self.params = [p for p in module.parameters() if p.requires_grad]
         self.static = list(module.parameters()) + list(module.buffers())
+        # Set by the collector when backward is measured right after forward with nothing in between (no
+        # plugin replays): the forward phase then leaves the graphs its own runs built for backward to take
+        # (`held`), instead of backward building them again with forwards of its own (one per graph: 58 s of
+        # GPT-2 small's collection at 8 x 512, whose root alone built two at 12 s each).
+        self.hold_graphs = False
+        self.held: dict[int, Graph] = {}  # batch index -> a graph the forward phase's runs built
+        # Backward's counts, peak and untimed seconds, taken on the forward peak pass's graph before forward was
+        # timed: for a component that frees its graphs, which cannot hold that graph through forward's timing.
+        self.early_backward: tuple[Counts, int, dict[str, float]] | None = None
 
     def input_shapes(self) -> str:
         call = self.batches[0][0]
@@ -496,11 +508,15 @@ class ComponentMeasurement:
         return lambda: torch.autograd.grad(roots, wrt, grads, retain_graph=True, allow_unused=True)
 
     def rotation(self, phase: str, graphs: list[Any] | None = None, freeing: bool | None = None,
-                 one_graph: bool = False) -> Callable[[], Any]:
+                 one_graph: bool = False, keep_last: bool = False) -> Callable[[], Any]:
         """The timed statement of `phase`: one run of every call of batch i, cycling through the batches.
 
         Inputs (and for backward the forward graphs, one per batch) are prepared once, here, so the
         statement holds only the component's own work. The session's workers time the same statement.
+        `keep_last` (forward): the statement keeps its last run's outputs (`statement.last`: batch index, inputs,
+        grad modes, outputs), so that the graph that run built can serve backward. Each run lets the previous
+        one's outputs go before it starts, as each run let its own go at its end before: a timed block still
+        frees as many outputs as it makes, and never holds two.
         """
         state = {"i": 0}
         if phase == "forward":
@@ -514,7 +530,19 @@ class ComponentMeasurement:
                 state["i"] += 1
                 self._run(inputs, modes)
 
-            return forward_fn
+            if not keep_last:
+                return forward_fn
+            last: dict[str, Any] = {}
+
+            def forward_keeping() -> None:
+                last.clear()
+                index = state["i"] % len(prepared)
+                inputs, modes = prepared[index]
+                state["i"] += 1
+                last["run"] = (index, inputs, modes, self._run(inputs, modes))
+
+            forward_keeping.last = last  # type: ignore[attr-defined]
+            return forward_keeping
         # `freeing`: the caller's choice (a comparison times both arms alike), else this component's own.
         if graphs is None and (self.frees_graphs() if freeing is None else freeing):
             return FreshGraphs(lambda i: self._graph(self.batches[i], seed=i), len(self.batches))
@@ -534,11 +562,13 @@ class ComponentMeasurement:
     def forward(self, known: Known | None = None) -> PhaseResult:
         """Count, take the allocator peak, then time. `known`: an identical component's counts and peak
         (twins.py), which stand for this one's; its passes are then replaced by one plain warm-up call, or none
-        where the twin timed just before ran past the budget (`Known.warm_s`)."""
-        statement = self.rotation("forward")
+        where the twin timed just before ran past the budget (`Known.warm_s`). With `hold_graphs`, the graphs
+        these runs build are left for backward (`held`, `early_backward`)."""
+        statement = self.rotation("forward", keep_last=self.hold_graphs)
         notes = ["timed with a copy of the inputs per run (in-place module)"] if self.inplace else []
         if known is not None:
             timing = time_fn(statement, self.calls_per_batch, self.cfg, warm_s=known.warm_s)
+            self._hold_last(statement)
             return PhaseResult(timing, known.counts, known.peak, notes + [known.note()] + timing.notes, _around(timing))
         first_inputs = [c.replay_inputs(with_grad=c.grad_enabled) for c in self.batches[0]]
         first_modes = [c.grad_enabled for c in self.batches[0]]
@@ -548,10 +578,66 @@ class ComponentMeasurement:
             counts = count(lambda: self._run(first_inputs, first_modes))[1]  # the output (and its graph) is let go at once
         counting_s = time.perf_counter() - t0
         # The allocator peak of one call, then timing, warmed by it (and by a real counting pass, where there was one).
-        peak, peak_s = _timed_peak(self.cfg.device, lambda: self._run(first_inputs, first_modes))
+        # The peak pass's outputs are kept only where backward takes their graph.
+        outs: list[Any] = []
+        peak, peak_s = _timed_peak(self.cfg.device, lambda: outs.append(self._run(first_inputs, first_modes)))
+        if self.hold_graphs:
+            self._hold_peak_graph(self._graph_of(first_inputs, first_modes, outs.pop(), seed=0))
+        outs.clear()
         timing = time_fn(statement, self.calls_per_batch, self.cfg, warm_s=peak_s)
+        self._hold_last(statement)
         return PhaseResult(timing, per_call(counts, self.calls_per_batch), peak, notes + timing.notes,
                            {"counting": counting_s, "memory_peaks": peak_s, **_around(timing)})
+
+    def _hold_peak_graph(self, graph: Graph | None) -> None:
+        """Batch 0's graph from the forward peak pass. Held through forward's timing (beside the graph each timed run
+        builds) only where backward holds a graph per batch anyway (several batches, within the allowance): a
+        component replayed on batch 0 alone would hold two graphs where its backward holds one, and GPT-2 small's root
+        at 2 x 128, which sets the collection's peak, did (0.1 GiB more). There forward's last timed run leaves batch
+        0's graph instead (`_hold_last`). A component that frees its graphs (past the allowance) takes its backward
+        counting and peak pass on this graph now, before forward is timed (`early_backward`)."""
+        if graph is None:
+            return
+        if not self.frees_graphs():
+            if len(self.batches) > 1 and self.graphs_fit():
+                self.held[0] = graph
+            return
+        t0 = time.perf_counter()
+        shaped = count_on_shapes(lambda: self._graph(self.batches[0], seed=0), _grad_freeing, self.module.modules())
+        counting_s = time.perf_counter() - t0
+        if shaped is None:
+            return  # counted for real in backward, which uses a graph of its own up
+        peak, peak_s = _timed_peak(self.cfg.device, lambda: _grad_freeing(graph))
+        self.early_backward = (per_call(shaped, self.calls_per_batch), peak, {"counting": counting_s, "memory_peaks": peak_s})
+
+    def _hold_last(self, statement: Callable[[], Any]) -> None:
+        """The graph of forward's last timed run, held for backward where it adds a batch backward needs and the
+        graphs held stay within what backward itself would hold: one graph at a time where its graphs do not fit
+        together, and then batch 0's, which backward's peak pass and first block take."""
+        run = getattr(statement, "last", {}).pop("run", None)
+        if run is None:
+            return
+        index, inputs, modes, outs = run
+        del run
+        if index in self.held or (index != 0 and not self.graphs_fit()):
+            return
+        graph = self._graph_of(inputs, modes, outs, seed=index)
+        if graph is not None:
+            self.held[index] = graph
+
+    def _graph_of(self, inputs: list[tuple[tuple[Any, ...], dict[str, Any]]], modes: list[bool], outs: list[Any],
+                  seed: int) -> Graph | None:
+        """(outputs to differentiate, their grad_outputs, tensors to differentiate for) of a run's calls with grad
+        enabled, or None where there is nothing to differentiate. Seeded per batch: the same graph `_graph` builds."""
+        live = [(i, o) for i, m, o in zip(inputs, modes, outs) if m]
+        leaves = [t for t in tensors_in([i for i, _ in live]) if t.requires_grad]
+        roots = [t for t in tensors_in([o for _, o in live]) if t.requires_grad and t.grad_fn is not None]
+        wrt = leaves + self.params
+        if not roots or not wrt:
+            return None
+        gen = torch.Generator(device=roots[0].device).manual_seed(seed)
+        grads = [torch.randn(r.shape, dtype=r.dtype, device=r.device, generator=gen) for r in roots]
+        return roots, grads, wrt
 
     def _graph(
         self, batch: list[Call], seed: int, module: nn.Module | None = None
@@ -567,17 +653,12 @@ class ComponentMeasurement:
                 "runs no backward through it"
             )
         inputs = [c.replay_inputs(with_grad=True) for c in batch]
-        leaves = [t for t in tensors_in(inputs) if t.requires_grad]
         outs = self._run(inputs, [True] * len(batch), module)
-        roots = [t for t in tensors_in(outs) if t.requires_grad and t.grad_fn is not None]
-        wrt = leaves + self.params
-        if not roots or not wrt:
-            raise NothingToDifferentiate(
-                "no output requires grad" if not roots else "no input or parameter requires grad"
-            )
-        gen = torch.Generator(device=roots[0].device).manual_seed(seed)
-        grads = [torch.randn(r.shape, dtype=r.dtype, device=r.device, generator=gen) for r in roots]
-        return roots, grads, wrt
+        graph = self._graph_of(inputs, [True] * len(batch), outs, seed)
+        if graph is None:
+            roots = [t for t in tensors_in(outs) if t.requires_grad and t.grad_fn is not None]
+            raise NothingToDifferentiate("no output requires grad" if not roots else "no input or parameter requires grad")
+        return graph
 
     def graphs_fit(self) -> bool:
         """May the backward graphs of every batch be held at once (within the allowance)?"""
@@ -599,14 +680,41 @@ class ComponentMeasurement:
         per call for a component whose graph is past the allowance)."""
         fresh = self.frees_graphs()
         differentiate = _grad_freeing if fresh else _grad
-        t0 = time.perf_counter()
-        # The first graph serves the counting and peak passes and the first batch's timing (not a twin's freeing
-        # timing, which builds its own; but its build still says whether there is anything to differentiate).
-        graph: Graph | None = self._graph(self.batches[0], seed=0)
-        t1 = time.perf_counter()
-        untimed = {"backward_graphs": t1 - t0}
+        held, self.held = self.held, {}  # graphs the forward phase's runs built (hold_graphs), by batch
+        early, self.early_backward = self.early_backward, None
+        untimed = {"backward_graphs": 0.0}
         notes = []
-        if known is None:
+        build = lambda i: self._graph(self.batches[i], seed=i)  # noqa: E731
+
+        def batch0_graph() -> Graph:
+            if 0 in held:
+                return held.pop(0)
+            t0 = time.perf_counter()
+            built = build(0)
+            untimed["backward_graphs"] += time.perf_counter() - t0
+            return built
+
+        graph: Graph | None = None
+        index = 0
+        if known is not None or early is not None:
+            if known is not None:
+                counts, peak, peak_s = known.counts, known.peak, None
+                notes.append(known.note())
+            else:
+                counts, peak, early_untimed = early
+                peak_s = early_untimed["memory_peaks"]
+                untimed.update(early_untimed)
+            # The first block's graph: one the forward phase left, else batch 0's (whose build also says whether there
+            # is anything to differentiate; a twin's freeing timing would build its own, but not that).
+            if held:
+                index = min(held)
+                graph = held.pop(index)
+            elif not (fresh and early is not None):
+                graph = batch0_graph()
+        else:
+            # The first graph serves the counting and peak passes and the first batch's timing.
+            graph = batch0_graph()
+            t1 = time.perf_counter()
             # On shapes where they stand for a real run (counting.count_on_shapes): a graph of fake tensors, which also
             # leaves the real one for the peak pass.
             shaped = count_on_shapes(lambda: self._graph(self.batches[0], seed=0), differentiate, self.module.modules())
@@ -614,37 +722,40 @@ class ComponentMeasurement:
             untimed["counting"] = time.perf_counter() - t1
             if fresh and shaped is None:  # the counting pass used the graph up: another for the peak pass, the first let go first
                 graph = None
-                t0 = time.perf_counter()
-                graph = self._graph(self.batches[0], seed=0)
-                untimed["backward_graphs"] += time.perf_counter() - t0
+                graph = batch0_graph()
             # The allocator peak of one call, before timing: a graph cycle may hold
             # another batch's graph once timing ends.
             peak, peak_s = _timed_peak(self.cfg.device, lambda: differentiate(graph))
             untimed["memory_peaks"] = peak_s
-        else:
-            counts, peak, peak_s = known.counts, known.peak, None
-            notes.append(known.note())
+            if fresh:  # used up by the peak pass; a graph the forward phase left serves the first block
+                graph = None
+                if held:
+                    index = min(held)
+                    graph = held.pop(index)
         if fresh:
+            statement: Callable[[], Any] = FreshGraphs(build, len(self.batches), None if graph is None else (index, graph))
             graph = None
-            statement: Callable[[], Any] = FreshGraphs(lambda i: self._graph(self.batches[i], seed=i), len(self.batches))
             notes.append(
                 f"backward timed as a training step runs it: each call on a graph of its own, freed as it goes; the "
                 f"activations one graph saves ({self.saved_bytes / 2**20:,.0f} MiB) are past the collection's allowance "
                 f"of {self.cfg.graph_allowance_bytes / 2**20:,.0f} MiB for holding graphs"
             )
         elif self.graphs_fit():
+            graphs: list[Graph | None] = [held.pop(i, None) for i in range(len(self.batches))]
+            graphs[index] = graph
             t0 = time.perf_counter()
-            graphs = [graph] + [self._graph(batch, seed=i) for i, batch in enumerate(self.batches[1:], 1)]
+            graphs = [g if g is not None else build(i) for i, g in enumerate(graphs)]
             untimed["backward_graphs"] += time.perf_counter() - t0
             statement = self.rotation("backward", graphs)
             del graphs
         else:
-            statement = GraphCycle(lambda i: self._graph(self.batches[i], seed=i), len(self.batches), graph)
+            statement = GraphCycle(build, len(self.batches), graph, index)
             notes.append(
                 f"backward graphs built one batch at a time (rotation batch by batch between blocks): the graphs "
                 f"of {len(self.batches)} batches would hold {len(self.batches) * self.graph_bytes / 2**20:,.0f} MiB "
                 f"at once, past the collection's allowance of {self.cfg.graph_allowance_bytes / 2**20:,.0f} MiB"
             )
+        held.clear()
         del graph
         if known is not None:
             peak_s = known.warm_s

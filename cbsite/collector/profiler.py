@@ -32,7 +32,7 @@ from cbsite.collector.session import rounds
 from cbsite.collector.device import describe_device, kept_worker
 from cbsite.collector.measure import (BLOCKS_PER_BUDGET, ComponentMeasurement, Known, NothingToDifferentiate, PhaseResult,
                                       TimingConfig)
-from cbsite.collector.counting import Counts
+from cbsite.collector.counting import Counts, count_on_shapes
 from cbsite.collector.peaks import check_peaks
 from cbsite.collector.preprocess import batch_size_of
 from cbsite.collector.restore import preserved
@@ -204,6 +204,11 @@ def _measure(
     sig = None
     try:
         measurement = ComponentMeasurement(module, batches, cfg, graph_bytes, saved_bytes)
+        # Backward right after forward, with no plugin replaying either in between: forward's own runs build the
+        # graphs backward differentiates (measure.ComponentMeasurement.hold_graphs).
+        order = list(phases)
+        measurement.hold_graphs = (plugged is None and "forward" in order and "backward" in order
+                                   and order.index("backward") == order.index("forward") + 1)
         shapes = measurement.input_shapes()
         sig = signature(module, measurement.batches[0]) if twins is not None else None
     except Exception as exc:  # noqa: BLE001 - any failure of user code is recorded, never fatal
@@ -310,12 +315,35 @@ def _captured(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], g
     try:
         return capture(model, args, kwargs, grad=grad, keep_bytes=keep_bytes)
     except Exception as exc:  # noqa: BLE001 - the user's model, not cbsite
-        if memory.is_out_of_memory(exc):
-            raise CbsiteError(
-                f"the model's own forward on example batch {index} does not fit in memory ({_error_text(exc)}); "
-                "give a larger --memory-limit, a smaller batch (-o batch_size=...) or a smaller model"
-            ) from exc
-        raise user_code_error(f"the model's forward on example batch {index}", exc, "forward") from exc
+        raise _forward_error(exc, index) from exc
+
+
+def _forward_error(exc: Exception, index: int) -> CbsiteError:
+    """The one line a collection stops with when the model's own forward raises or does not fit."""
+    if memory.is_out_of_memory(exc):
+        return CbsiteError(
+            f"the model's own forward on example batch {index} does not fit in memory ({_error_text(exc)}); "
+            "give a larger --memory-limit, a smaller batch (-o batch_size=...) or a smaller model"
+        )
+    return user_code_error(f"the model's forward on example batch {index}", exc, "forward")
+
+
+def census_on_shapes(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], grad: bool,
+                     keep_bytes: int) -> Capture | None:
+    """The census on fake tensors (counting.count_on_shapes: the same ops, shapes and what autograd saves, without
+    the arithmetic), where a real census would not keep batch 0's inputs anyway (they pass `keep_bytes`): GPT-2
+    small's at 8 x 512 took 17 s for real. None where it cannot stand for a real one (a value-dependent op, an op
+    without a shape rule) or where batch 0's inputs fit: the real census keeps them, and saves the groups a forward
+    of batch 0 each."""
+    found: list[Capture] = []
+    # The same keep as the real census's (a fake clone costs nothing), so `complete` says what the real one would do.
+    counted = count_on_shapes(lambda: None, lambda _: found.append(capture(model, args, kwargs, grad=grad, keep_bytes=keep_bytes)),
+                              model.modules())
+    if counted is None or not found or found[0].complete:
+        return None
+    census = found.pop()
+    census.calls, census.on_shapes = {}, True
+    return census
 
 
 class _CaptureOutOfMemory(Exception):
@@ -335,6 +363,9 @@ class GroupedCaptures:
         # models): then groups need no forward of batch 0, and a model captures in as many forwards as
         # it has batches, as before the plan.
         self.batch0 = census.calls if census.complete else None
+        # Has a real forward of the whole model run? Not yet after a census on shapes: until one has, a forward that
+        # does not fit is the model's own (the collection stops with one line), not one component's.
+        self.whole_forward_ran = not census.on_shapes
         self.held: dict[str, list[list[Any]]] = {}
         self.groups = 0
         self.forwards = 0
@@ -381,11 +412,12 @@ class GroupedCaptures:
                 cap = capture(self.model, args, kwargs, grad=self.grad, census=False,
                               paths=None if group is None else wanted,
                               stop_after=None if group is None else {p: self.counts.get(p, 0) for p in wanted})
-            except Exception as exc:  # noqa: BLE001 - the census forward succeeded, so only memory can differ
+            except Exception as exc:  # noqa: BLE001 - after a real census forward, only memory can differ
                 self.held = {}
-                if memory.is_out_of_memory(exc):
+                if memory.is_out_of_memory(exc) and self.whole_forward_ran:
                     raise _CaptureOutOfMemory(_error_text(exc)) from exc
-                raise user_code_error(f"the model's forward on example batch {i}", exc, "forward") from exc
+                raise _forward_error(exc, i) from exc
+            self.whole_forward_ran = self.whole_forward_ran or group is None or "" in wanted
             self.forwards += 1
             held_bytes += cap.kept_bytes()
             for p in wanted:
@@ -403,8 +435,10 @@ def planned_captures(model: nn.Module, batches: Sequence[Inputs], grad: bool, de
     every module received and how much its graph saved), the memory plan made from it and the model's own
     size, and the captures that follow that plan. Used by the collection and by session workers alike."""
     model_bytes = _static_size(model)[0]
-    census = _captured(model, *batches[0], grad, 0,
-                       keep_bytes=None if everything else memory.provisional_allowance(model_bytes))
+    keep_bytes = None if everything else memory.provisional_allowance(model_bytes)
+    census = None if everything else census_on_shapes(model, *batches[0], grad, keep_bytes)
+    if census is None:
+        census = _captured(model, *batches[0], grad, 0, keep_bytes=keep_bytes)
     mem_plan = memory.plan(census.input_bytes, model_bytes, census.saved_bytes.get("", 0), len(batches),
                            memory.cache_bytes(device), census.output_bytes, census.saved_bytes)
     return census, mem_plan, GroupedCaptures(model, batches, grad, mem_plan, census, everything=everything)
@@ -658,7 +692,9 @@ def _profile(
                   "enabled": twins is not None, "rule": TWINS_RULE},
         "memory": {
             **(limit.record() if limit else {}), **mem_plan.record(),
-            "capture_groups": captures.groups, "capture_forwards": captures.forwards + 1,  # + the census
+            # Real forwards that captured inputs (+ the census, unless it was taken on shapes: census_on_shapes).
+            "capture_groups": captures.groups, "capture_forwards": captures.forwards + (0 if census.on_shapes else 1),
+            "census": "on shapes" if census.on_shapes else "real",
             "largest_capture_bytes": captures.most_bytes,
             "peak_rss_bytes": memory.peak_rss_bytes() if stages.memory else None,
             "peak_rss_bytes_after_stage": dict(stages.memory.peaks) if stages.memory else None,
