@@ -7,6 +7,7 @@ tests' allocations do not count.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import subprocess
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 from cbsite.collector import memory, restore
@@ -301,3 +304,84 @@ def test_the_capture_sees_which_modules_write_into_their_inputs():
     assert seen == {"": False, "0": False, "1": True, "2": False, "2.0": False}
     m = ComponentMeasurement(model[1], [cap.calls["1"]], TimingConfig(min_run_time=0.001, warmup=1))
     assert m.inplace
+
+
+def test_a_capture_forward_keeps_nothing_autograd_saves_and_the_census_sees_it_all():
+    """A group's capture forward runs with grad on (the model takes its training path; inputs require grad as in
+    training) but lets every activation go as the forward goes: the allocator's peak is a few layers' worth, not the
+    whole forward's, and its inputs and flags are those the census forward sees."""
+    from cbsite.collector.cpu_memory import cpu_peak
+
+    model = nn.Sequential(*[nn.Sequential(nn.Linear(256, 256), nn.Tanh()) for _ in range(16)])
+    x = torch.randn(64, 256, requires_grad=True)
+    kept: list = []
+    census_peak = cpu_peak(lambda: kept.append(capture(model, (x,), {}, grad=True, paths=["8.0"])))
+    group_peak = cpu_peak(lambda: kept.append(capture(model, (x,), {}, grad=True, paths=["8.0"], census=False)))
+    activation = 64 * 256 * 4
+    assert census_peak > 16 * activation  # the census's forward holds every Linear's input and Tanh's output
+    assert group_peak < 6 * activation  # the group's: what is alive at once, and its one clone
+    census, group = kept
+    (a,), (b,) = census.calls["8.0"], group.calls["8.0"]
+    assert torch.equal(a.args[0], b.args[0]) and a.requires_grad == b.requires_grad == [True] and b.grad_enabled
+
+
+def test_the_whole_models_inputs_are_the_batch_and_take_no_forward():
+    from cbsite.collector.capture import root_calls
+
+    class Doubling(nn.Module):  # writes into its input: the census sees it, and the root's call says so
+        def forward(self, x, scale=None):
+            x.mul_(2)
+            return x * scale
+
+    x, scale = torch.randn(3, 4), torch.ones(4, requires_grad=True)
+    seen = capture(Doubling(), (x.clone(),), {"scale": scale}, grad=True)
+    (call,) = root_calls((x,), {"scale": scale}, True, seen.mutates_inputs[""])
+    (captured,) = seen.calls[""]
+    assert torch.equal(call.args[0], x) and call.args[0] is not x and call.kwargs["scale"] is not scale
+    assert call.requires_grad == captured.requires_grad == [False, True]
+    assert call.grad_enabled and call.mutates_inputs is True and captured.mutates_inputs is True
+    assert capture(nn.Linear(4, 4), (x,), {}, grad=True).mutates_inputs == {"": False}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    inputs=st.lists(st.integers(1, 400), min_size=1, max_size=12),
+    graphs=st.lists(st.integers(0, 600), min_size=12, max_size=12),
+    headroom=st.integers(0, 3000),
+)
+def test_a_group_never_holds_more_than_the_whole_models_measurement(inputs, graphs, headroom):
+    """Property: a group's inputs and what measuring its largest member holds stay within the room of the whole model's
+    measurement, or within the allowance, whichever is larger (a lone member excepted: it must be captured anyway);
+    the groups cover the candidates in order; no room is taken where there is none (headroom 0)."""
+    mib = 2**20
+    paths = [f"m{i}" for i in range(len(inputs))]
+    plan = memory.plan({p: n * mib for p, n in zip(paths, inputs)}, 400 * mib, 0, 3, 32 * mib,
+                       saved_by_component={p: g * mib for p, g in zip(paths, graphs)})
+    plan = dataclasses.replace(plan, headroom_bytes=headroom * mib)
+    rest, groups = list(paths), []
+    while rest:
+        group = plan.group(rest)
+        assert group == rest[: len(group)] and group
+        groups.append(group)
+        rest = rest[len(group):]
+        held = sum(plan.input_bytes[p] * plan.batches_for(p) for p in group)
+        largest = max(plan.working_bytes(p) for p in group)
+        assert len(group) == 1 or held <= max(plan.allowance_bytes, plan.headroom_bytes - largest)
+    plain = dataclasses.replace(plan, headroom_bytes=0)
+    first = plain.group(paths)
+    assert len(first) == 1 or sum(plain.input_bytes[p] * plain.batches_for(p) for p in first) <= plain.allowance_bytes
+    assert len(plan.group(paths)) >= len(first)  # room only ever adds to a group
+
+
+def test_the_whole_model_is_captured_alone_without_a_forward():
+    from cbsite.collector.profiler import planned_captures
+
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    batches = [((torch.randn(3, 4),), {}) for _ in range(3)]
+    census, plan, captures = planned_captures(model, batches, True, torch.device("cpu"))
+    captures.held = {"0": [[]]}  # a group held before: let go first
+    root = captures.calls("", lambda: ["", "0", "1", "2"])
+    assert captures.forwards == 0 and set(captures.held) == {""}
+    assert [torch.equal(calls[0].args[0], b[0][0]) for calls, b in zip(root, batches)] == [True] * plan.batches_for("")
+    assert captures.calls("0", lambda: ["0", "1", "2"])[0][0].args[0].shape == (3, 4)
+    assert "" not in captures.held

@@ -104,6 +104,8 @@ class Capture:
     # False when a `keep_bytes` cap stopped the cloning: then `calls` is empty, only the census counts.
     complete: bool = True
     on_shapes: bool = False  # a census taken on fake tensors (profiler.census_on_shapes): no input was kept
+    # Did the module write into an input in any call (seen from the inputs' version counters)? Every module's.
+    mutates_inputs: dict[str, bool] = field(default_factory=dict)
 
     def call_count(self, path: str) -> int:
         return self.counts.get(path, len(self.calls.get(path, ())))
@@ -161,6 +163,22 @@ class _Enough(BaseException):
 
     A BaseException, so a model's own `except Exception` cannot swallow it, and torch runs no other
     module's always-call hook while it unwinds (their state is thrown away with the capture)."""
+
+
+def _drop_saved(t: torch.Tensor) -> None:
+    return None
+
+
+def _never_unpacked(packed: None) -> torch.Tensor:
+    raise RuntimeError("a capture forward keeps no tensor for backward: differentiating through it is a cbsite bug")
+
+
+def root_calls(args: tuple[Any, ...], kwargs: dict[str, Any], grad: bool, mutates: bool | None) -> list[Call]:
+    """The whole model's one call: its inputs are the batch itself, so no forward is needed to capture them (a
+    capture's pre-hook on the root sees exactly these). `mutates`: what the census saw the model do to them."""
+    leaves = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+    return [Call(args=clone_detached(args), kwargs=clone_detached(kwargs), grad_enabled=grad,
+                 requires_grad=[t.requires_grad for t in leaves], mutates_inputs=mutates)]
 
 
 def _storage_key(t: torch.Tensor) -> tuple[int, int]:
@@ -228,7 +246,7 @@ def capture(
                     result.complete = False
                     result.calls.clear()  # a census only from here: what was cloned is let go
                     cloner.memo.clear()
-            watched = None
+            call = None
             if result.complete and (keep is None or path in keep):
                 call = Call(
                     args=cloner.clone(hook_args),
@@ -237,8 +255,7 @@ def capture(
                     requires_grad=[t.requires_grad for t in leaves],
                 )
                 result.calls.setdefault(path, []).append(call)
-                watched = (call, leaves, [t._version for t in leaves])
-            pending.setdefault(path, []).append(watched)
+            pending.setdefault(path, []).append((call, leaves, [t._version for t in leaves]))
 
         return hook
 
@@ -250,10 +267,12 @@ def capture(
                 outs = {id(t): t.numel() * t.element_size() for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor)}
                 result.output_bytes[path] = result.output_bytes.get(path, 0) + sum(outs.values())
             running = pending.get(path)
-            watched = running.pop() if running else None
-            if watched is not None:
-                call, leaves, versions = watched
-                call.mutates_inputs = any(t._version != v for t, v in zip(leaves, versions))
+            if running:
+                call, leaves, versions = running.pop()
+                wrote = any(t._version != v for t, v in zip(leaves, versions))
+                result.mutates_inputs[path] = result.mutates_inputs.get(path, False) or wrote
+                if call is not None:
+                    call.mutates_inputs = wrote
             if path in left:
                 left[path] -= 1
                 if left[path] <= 0:
@@ -285,8 +304,15 @@ def capture(
             path = module_path[id(module)]
             handles.append(module.register_forward_pre_hook(make_pre_hook(path), with_kwargs=True))
             handles.append(module.register_forward_hook(make_post_hook(path), always_call=True))
-        hooks = (torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t) if grad and census
-                 else contextlib.nullcontext())
+        # A capture forward that is not a census keeps nothing autograd saves: no backward ever runs on it, and
+        # grad mode stays on, so the model takes the same path and its inputs require grad as in training. It holds
+        # the model, the inputs it clones and what is alive at the moment, not a whole forward's activations.
+        if not grad:
+            hooks = contextlib.nullcontext()
+        elif census:
+            hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+        else:
+            hooks = torch.autograd.graph.saved_tensors_hooks(_drop_saved, _never_unpacked)
         try:
             with torch.set_grad_enabled(grad), hooks:
                 output = model(*args, **kwargs)

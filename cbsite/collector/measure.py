@@ -471,6 +471,7 @@ class ComponentMeasurement:
         # Backward's counts, peak and untimed seconds, taken on the forward peak pass's graph before forward was
         # timed: for a component that frees its graphs, which cannot hold that graph through forward's timing.
         self.early_backward: tuple[Counts, int, dict[str, float]] | None = None
+        self.holding_s = 0.0  # seconds forward spent making the graphs it leaves (their grad_outputs): backward's graphs
 
     def input_shapes(self) -> str:
         call = self.batches[0][0]
@@ -582,7 +583,11 @@ class ComponentMeasurement:
         outs: list[Any] = []
         peak, peak_s = _timed_peak(self.cfg.device, lambda: outs.append(self._run(first_inputs, first_modes)))
         if self.hold_graphs:
-            self._hold_peak_graph(self._graph_of(first_inputs, first_modes, outs.pop(), seed=0))
+            t0 = time.perf_counter()
+            graph = self._graph_of(first_inputs, first_modes, outs.pop(), seed=0)
+            self.holding_s += time.perf_counter() - t0
+            self._hold_peak_graph(graph)
+            del graph
         outs.clear()
         timing = time_fn(statement, self.calls_per_batch, self.cfg, warm_s=peak_s)
         self._hold_last(statement)
@@ -621,7 +626,9 @@ class ComponentMeasurement:
         del run
         if index in self.held or (index != 0 and not self.graphs_fit()):
             return
+        t0 = time.perf_counter()
         graph = self._graph_of(inputs, modes, outs, seed=index)
+        self.holding_s += time.perf_counter() - t0
         if graph is not None:
             self.held[index] = graph
 
@@ -682,7 +689,8 @@ class ComponentMeasurement:
         differentiate = _grad_freeing if fresh else _grad
         held, self.held = self.held, {}  # graphs the forward phase's runs built (hold_graphs), by batch
         early, self.early_backward = self.early_backward, None
-        untimed = {"backward_graphs": 0.0}
+        untimed = {"backward_graphs": self.holding_s}
+        self.holding_s = 0.0
         notes = []
         build = lambda i: self._graph(self.batches[i], seed=i)  # noqa: E731
 

@@ -94,6 +94,10 @@ class Plan:
     input_bytes: dict[str, int]  # per component, its inputs in one forward (all calls)
     output_bytes: dict[str, int] = field(default_factory=dict)  # per component, its outputs in one forward
     saved_bytes: dict[str, int] = field(default_factory=dict)  # per component, what autograd saved in one forward
+    # What the whole model's own measurement holds (its graph: capture.Capture.graph_bytes("")), where the collection
+    # measures it: a group's inputs may take the room between that and what measuring its largest member holds
+    # (`group`). 0: no such room (a session worker, or a collection that does not measure the whole model).
+    headroom_bytes: int = 0
 
     def batches_for(self, path: str) -> int:
         """Batches a component rotates through: all, or batch 0 alone when its inputs, or what one call writes
@@ -116,22 +120,41 @@ class Plan:
                     "inputs cached, whichever batch it gets")
         return None
 
+    def graph_bytes(self, path: str) -> int:
+        """One backward graph of the component: what autograd saved, its outputs and their gradients (as
+        capture.Capture.graph_bytes)."""
+        return self.saved_bytes.get(path, 0) + 2 * self.output_bytes.get(path, 0)
+
+    def working_bytes(self, path: str) -> int:
+        """The graphs measuring the component holds at once: one per batch where the extra ones fit the allowance
+        (measure.ComponentMeasurement.graphs_fit), else one."""
+        batches = self.batches_for(path)
+        graph = self.graph_bytes(path)
+        return graph * batches if (batches - 1) * graph <= self.allowance_bytes else graph
+
     def group(self, candidates: Sequence[str]) -> list[str]:
-        """The next capture group: `candidates` in order while their inputs fit the allowance (at least one)."""
+        """The next capture group: `candidates` in order while their inputs fit (at least one). They fit the
+        allowance, or, where the collection measures the whole model, the room its measurement needs anyway: the
+        group's inputs plus what measuring its largest member holds stay within the whole model's graph
+        (`headroom_bytes`), so the group never makes the collection hold more than that measurement does: fewer
+        groups, and a forward per batch each group needs."""
         chosen: list[str] = []
-        held = 0
+        held = largest = 0
         for path in candidates:
             need = self.input_bytes.get(path, 0) * self.batches_for(path)
-            if chosen and held + need > self.allowance_bytes:
+            working = max(largest, self.working_bytes(path))
+            room = max(self.allowance_bytes, self.headroom_bytes - working)
+            if chosen and held + need > room:
                 break
             chosen.append(path)
             held += need
+            largest = working
         return chosen
 
     def record(self) -> dict[str, Any]:
         return {
             "footprint_bytes": self.footprint_bytes, "allowance_bytes": self.allowance_bytes,
-            "cache_bytes": self.cache_bytes,
+            "cache_bytes": self.cache_bytes, "headroom_bytes": self.headroom_bytes,
             "batch0_only": sorted(p for p in self.input_bytes if self.batches_for(p) < self.batches),
         }
 

@@ -8,6 +8,7 @@ from them (`estimated`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import sys
@@ -26,7 +27,7 @@ from rich.markup import escape
 from torch import nn
 
 from cbsite import archive, schema, tree
-from cbsite.collector.capture import Capture, capture, moved, refuse_iterators
+from cbsite.collector.capture import Capture, capture, moved, refuse_iterators, root_calls
 from cbsite.collector import hierarchy, memory
 from cbsite.collector.session import rounds
 from cbsite.collector.device import describe_device, kept_worker
@@ -366,6 +367,7 @@ class GroupedCaptures:
         # Has a real forward of the whole model run? Not yet after a census on shapes: until one has, a forward that
         # does not fit is the model's own (the collection stops with one line), not one component's.
         self.whole_forward_ran = not census.on_shapes
+        self.root_mutates = census.mutates_inputs.get("")
         self.held: dict[str, list[list[Any]]] = {}
         self.groups = 0
         self.forwards = 0
@@ -374,6 +376,14 @@ class GroupedCaptures:
 
     def calls(self, path: str, candidates: Callable[[], list[str]]) -> list[list[Any]]:
         """Per batch, the captured calls of `path` (captured now, with a group, if not held)."""
+        if path == "" and not self.everything:
+            # The whole model's inputs are the batches themselves: a group of its own, and no forward. Nothing else is
+            # held while it is measured, the measurement that needs the most memory.
+            self.held = {}
+            self.groups += 1
+            self.held[""] = [root_calls(*self.batches[i], self.grad, self.root_mutates)
+                             for i in range(self.plan.batches_for(""))]
+            return self.held[""]
         if self.everything:
             if not self.groups:
                 started = time.perf_counter()
@@ -514,6 +524,10 @@ def _profile(
     components = component_tree(model)
     modules = dict(model.named_modules())
     plan = PlanConfig(config.max_depth, config.include, config.exclude)
+    if not config.capture_all_at_once and not selected(components[0], plan):
+        # The whole model is measured: its graph is memory the collection holds anyway (memory.Plan.group).
+        mem_plan = dataclasses.replace(mem_plan, headroom_bytes=census.graph_bytes("") or 0)
+        captures.plan = mem_plan
     timing = TimingConfig(config.min_run_time, config.warmup, num_threads, config.device,
                           max_component_s=config.max_component_s, graph_allowance_bytes=mem_plan.allowance_bytes)
     device_info = describe_device(
