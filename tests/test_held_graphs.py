@@ -172,3 +172,23 @@ def test_fresh_graphs_start_on_a_given_graph_and_go_on_with_the_next_batch():
         stmt.before_block(block, 3)
         stmt()
     assert built == [0, 1]
+
+
+def test_grad_outputs_drawn_once_per_batch_and_shape_are_the_values_drawn_anew():
+    from cbsite.collector.measure import GradOutputs
+
+    roots = [torch.zeros(4, 8), torch.zeros(3)]
+    fresh = GradOutputs().of(roots, seed=1)
+    kept = GradOutputs(limit_bytes=1 << 20)
+    first, again = kept.of(roots, seed=1), kept.of([torch.ones(4, 8), torch.ones(3)], seed=1)
+    assert again is first and all(torch.equal(a, b) for a, b in zip(first, fresh))
+    assert not torch.equal(kept.of(roots, seed=2)[0], first[0])  # another batch, other values
+    assert kept.kept_bytes == 2 * (32 + 3) * 4
+    tight = GradOutputs(limit_bytes=100)  # past the limit: drawn each time, never kept
+    assert tight.of(roots, seed=1) is not tight.of(roots, seed=1) and tight.kept_bytes == 0
+    # Twins share them: the same shapes, the same batch.
+    model_a, model_b = Counted(), Counted()
+    batches = _batches(model_a, 1)
+    a = ComponentMeasurement(model_a, batches, CFG, grad_outputs=kept)
+    b = ComponentMeasurement(model_b, batches, CFG, grad_outputs=kept)
+    assert a._graph(batches[0], seed=0)[1] is b._graph(batches[0], seed=0)[1]

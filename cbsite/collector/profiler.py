@@ -31,8 +31,8 @@ from cbsite.collector.capture import Capture, capture, moved, refuse_iterators, 
 from cbsite.collector import hierarchy, memory
 from cbsite.collector.session import rounds
 from cbsite.collector.device import describe_device, kept_worker
-from cbsite.collector.measure import (BLOCKS_PER_BUDGET, ComponentMeasurement, Known, NothingToDifferentiate, PhaseResult,
-                                      TimingConfig)
+from cbsite.collector.measure import (BLOCKS_PER_BUDGET, ComponentMeasurement, GradOutputs, Known, NothingToDifferentiate,
+                                      PhaseResult, TimingConfig)
 from cbsite.collector.counting import Counts, count_on_shapes
 from cbsite.collector.peaks import check_peaks
 from cbsite.collector.preprocess import batch_size_of
@@ -199,12 +199,13 @@ def _measure(
     saved_bytes: int | None = None,
     twins: Twins | None = None,
     path: str = "",
+    grad_outputs: GradOutputs | None = None,
 ) -> dict[str, _Outcome]:
     outcomes: dict[str, _Outcome] = {}
     measurement = None
     sig = None
     try:
-        measurement = ComponentMeasurement(module, batches, cfg, graph_bytes, saved_bytes)
+        measurement = ComponentMeasurement(module, batches, cfg, graph_bytes, saved_bytes, grad_outputs)
         # Backward right after forward, with no plugin replaying either in between: forward's own runs build the
         # graphs backward differentiates (measure.ComponentMeasurement.hold_graphs).
         order = list(phases)
@@ -547,9 +548,13 @@ def _profile(
     # component that could not be measured as a whole, however deep.
     outcomes: dict[str, dict[str, _Outcome]] = {}
     in_run: set[str] = set()
-    order = breadth_first(components)
+    # Within a depth, components replayed on batch 0 only come last: fewer capture forwards of the other batches.
+    order = breadth_first(components, later=lambda c: mem_plan.batches_for(c.path) < len(batches))
     raisers = memory.PeakRaisers()  # which capture or measurement raised the peak (run.json memory)
     twins = Twins() if config.count_twins_once else None  # identical components counted once (twins.py)
+    # Backward graphs' grad_outputs drawn once per batch and shape, within a quarter of the allowance (the whole
+    # model's, measured first with nothing else held, are past it): twins and a component's own graphs share them.
+    grad_outputs = GradOutputs(mem_plan.allowance_bytes // 4)
     progress = _progress(config.progress, len(order))
     with progress:
         task = progress.add_task("collecting", total=len(order))
@@ -597,7 +602,7 @@ def _profile(
 
             outcomes[comp.path] = _measure(modules[comp.path], per_batch, config.phases, timing, plugged, on_phase,
                                            census.graph_bytes(comp.path), census.saved_bytes.get(comp.path), twins,
-                                           comp.path)
+                                           comp.path, grad_outputs)
             raisers.step("measurement", comp.path)
             if mem_plan.batches_for(comp.path) < len(batches):
                 for outcome in outcomes[comp.path].values():
