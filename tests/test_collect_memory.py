@@ -385,3 +385,33 @@ def test_the_whole_model_is_captured_alone_without_a_forward():
     assert [torch.equal(calls[0].args[0], b[0][0]) for calls, b in zip(root, batches)] == [True] * plan.batches_for("")
     assert captures.calls("0", lambda: ["0", "1", "2"])[0][0].args[0].shape == (3, 4)
     assert "" not in captures.held
+
+
+def test_after_a_census_on_shapes_the_first_forward_that_does_not_fit_is_the_models_own(monkeypatch):
+    """No real forward of the whole model has run after a census on fake tensors: a capture that runs out of memory
+    before one has stops the collection with the one line a real census would give; after one has, it is that
+    component's failure (`failed: out of memory`)."""
+    import cbsite.collector.profiler as profiler
+
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    batches = [((torch.randn(3, 4),), {}) for _ in range(2)]
+    census, plan, _ = profiler.planned_captures(model, batches, True, torch.device("cpu"))
+    census.on_shapes, census.calls, census.complete = True, {}, False
+    real_capture = profiler.capture
+    failing = {"on": True}
+
+    def capture_or_fail(*args, **kwargs):
+        if failing["on"]:
+            raise MemoryError("can't allocate memory")
+        return real_capture(*args, **kwargs)
+
+    monkeypatch.setattr(profiler, "capture", capture_or_fail)
+    captures = profiler.GroupedCaptures(model, batches, True, plan, census)
+    with pytest.raises(CbsiteError, match="own forward on example batch 0 does not fit in memory"):
+        captures.calls("0", lambda: ["0"])
+    failing["on"] = False
+    captures.calls("2", lambda: ["2"])  # runs the whole forward (the last module's calls end it)
+    assert captures.whole_forward_ran
+    failing["on"] = True
+    with pytest.raises(profiler._CaptureOutOfMemory):
+        captures.calls("1", lambda: ["1"])

@@ -106,6 +106,7 @@ class Capture:
     on_shapes: bool = False  # a census taken on fake tensors (profiler.census_on_shapes): no input was kept
     # Did the module write into an input in any call (seen from the inputs' version counters)? Every module's.
     mutates_inputs: dict[str, bool] = field(default_factory=dict)
+    stopped_early: bool = False  # the forward stopped once the modules asked for had made their calls (`stop_after`)
 
     def call_count(self, path: str) -> int:
         return self.counts.get(path, len(self.calls.get(path, ())))
@@ -317,6 +318,7 @@ def capture(
             with torch.set_grad_enabled(grad), hooks:
                 output = model(*args, **kwargs)
         except _Enough:
+            result.stopped_early = True
             return result  # the partial forward's graph goes with the exception's frames
         if keep_output:
             result.output = pytree.tree_map(lambda x: x.detach() if isinstance(x, torch.Tensor) else x, output)

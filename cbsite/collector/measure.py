@@ -447,8 +447,8 @@ class GradOutputs:
     """The fixed seeded `grad_outputs` of backward graphs: per batch, standard normal values drawn in order from a
     generator seeded with the batch's index, shaped as the graph's outputs.
 
-    Drawing them is not free (about 150 MB/s on one thread: 0.74 s for GPT-2 small's logits at 8 x 512), and a
-    collection draws the same ones again and again: a component's graphs of one batch, and its twins' (GPT-2's 12
+    Drawing normal values is slow next to most of the work they serve (GPT-2 small's logits at 8 x 512 are 8 x 512 x
+    50257 = 206 M of them per graph), and a collection draws the same ones again and again: a component's graphs of one batch, and its twins' (GPT-2's 12
     blocks, and everything in them, have outputs of the same shapes). `limit_bytes` > 0 keeps those drawn, up to that
     many bytes, for the rest of the collection; the values are the same either way (autograd only reads them)."""
 
@@ -494,7 +494,7 @@ class ComponentMeasurement:
         # Set by the collector when backward is measured right after forward with nothing in between (no
         # plugin replays): the forward phase then leaves the graphs its own runs built for backward to take
         # (`held`), instead of backward building them again with forwards of its own (one per graph: 58 s of
-        # GPT-2 small's collection at 8 x 512, whose root alone built two at 12 s each).
+        # GPT-2 small's collection at 8 x 512, two of them the whole model's).
         self.hold_graphs = False
         self.held: dict[int, Graph] = {}  # batch index -> a graph the forward phase's runs built
         # Backward's counts, peak and untimed seconds, taken on the forward peak pass's graph before forward was
@@ -736,6 +736,9 @@ class ComponentMeasurement:
                 counts, peak, peak_s = known.counts, known.peak, None
                 notes.append(known.note())
             else:
+                # Its peak pass ran before forward was timed; it stands as the warm-up as a peak pass does elsewhere: a
+                # component past the allowance streams its working set from memory on every call, so what forward's
+                # timing did to the caches in between changes nothing a warm-up call would.
                 counts, peak, early_untimed = early
                 peak_s = early_untimed["memory_peaks"]
                 untimed.update(early_untimed)

@@ -368,6 +368,7 @@ class GroupedCaptures:
         # Has a real forward of the whole model run? Not yet after a census on shapes: until one has, a forward that
         # does not fit is the model's own (the collection stops with one line), not one component's.
         self.whole_forward_ran = not census.on_shapes
+        self.last_called = next(reversed(census.counts), "")  # the module the forward calls last (census order)
         self.root_mutates = census.mutates_inputs.get("")
         self.held: dict[str, list[list[Any]]] = {}
         self.groups = 0
@@ -428,7 +429,7 @@ class GroupedCaptures:
                 if memory.is_out_of_memory(exc) and self.whole_forward_ran:
                     raise _CaptureOutOfMemory(_error_text(exc)) from exc
                 raise _forward_error(exc, i) from exc
-            self.whole_forward_ran = self.whole_forward_ran or group is None or "" in wanted
+            self.whole_forward_ran = self.whole_forward_ran or not cap.stopped_early or self.last_called in wanted
             self.forwards += 1
             held_bytes += cap.kept_bytes()
             for p in wanted:
