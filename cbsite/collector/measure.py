@@ -646,14 +646,16 @@ class ComponentMeasurement:
 
     def _hold_last(self, statement: Callable[[], Any]) -> None:
         """The graph of forward's last timed run, held for backward where it adds a batch backward needs and the
-        graphs held stay within what backward itself would hold: one graph at a time where its graphs do not fit
-        together, and then batch 0's, which backward's peak pass and first block take."""
+        graphs held stay within what backward itself would hold. Where its graphs do not fit together it holds one at
+        a time: any batch's where backward's counting and peak pass are done (`early_backward`), else batch 0's, which
+        they take (another batch's would be held while they build batch 0's)."""
         run = getattr(statement, "last", {}).pop("run", None)
         if run is None:
             return
         index, inputs, modes, outs = run
         del run
-        if index in self.held or (index != 0 and not self.graphs_fit()):
+        one_at_a_time = self.frees_graphs() or not self.graphs_fit()
+        if index in self.held or (one_at_a_time and index != 0 and self.early_backward is None):
             return
         t0 = time.perf_counter()
         graph = self._graph_of(inputs, modes, outs, seed=index)
