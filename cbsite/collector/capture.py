@@ -9,7 +9,9 @@ group by group and frees each group once measured), clones a tensor that several
 and keeps no output and no autograd graph unless asked. Every capture also takes a census of every
 module: calls, bytes of its inputs, and bytes autograd saved for backward while it ran (its graph),
 which is what the profiler plans its memory with. A group's capture stops the forward as soon as every
-module of the group has made its calls (`stop_after`): the rest of the model would run for nothing.
+module of the group has made its calls (`stop_after`): the rest of the model would run for nothing; and it keeps
+nothing autograd saves (`census=False`), so it holds the model, its clones and what is alive at the moment, not a
+whole forward's activations. The whole model's inputs need no forward: they are the batch (`root_calls`).
 """
 
 from __future__ import annotations

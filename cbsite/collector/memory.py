@@ -135,9 +135,10 @@ class Plan:
     def group(self, candidates: Sequence[str]) -> list[str]:
         """The next capture group: `candidates` in order while their inputs fit (at least one). They fit the
         allowance, or, where the collection measures the whole model, the room its measurement needs anyway: the
-        group's inputs plus what measuring its largest member holds stay within the whole model's graph
-        (`headroom_bytes`), so the group never makes the collection hold more than that measurement does: fewer
-        groups, and a forward per batch each group needs."""
+        group's inputs plus the graphs measuring its largest member holds stay within the whole model's graph
+        (`headroom_bytes`): fewer groups, and a forward per batch each group needs. The bound is on the census's
+        figures, not on resident memory: a measurement also holds gradients and outputs, and the allocator keeps
+        what was freed (run.json `memory.peak_set_by` says which measurement set the peak)."""
         chosen: list[str] = []
         held = largest = 0
         for path in candidates:

@@ -527,7 +527,7 @@ def _profile(
     modules = dict(model.named_modules())
     plan = PlanConfig(config.max_depth, config.include, config.exclude)
     if not config.capture_all_at_once and not selected(components[0], plan):
-        # The whole model is measured: its graph is memory the collection holds anyway (memory.Plan.group).
+        # The whole model is measured: its graph is memory the collection needs anyway (memory.Plan.group).
         mem_plan = dataclasses.replace(mem_plan, headroom_bytes=census.graph_bytes("") or 0)
         captures.plan = mem_plan
     timing = TimingConfig(config.min_run_time, config.warmup, num_threads, config.device,
