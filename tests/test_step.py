@@ -285,6 +285,20 @@ def test_a_step_the_components_stage_has_just_run_past_the_budget_takes_no_warm_
     assert "none in a collection" in record["warm_up"]
 
 
+class _SlowBackward(torch.autograd.Function):
+    """Identity whose backward sleeps: the root's backward is then clearly slower than its child's, so no parent/child
+    inversion re-times it (a re-timed root's row would no longer be the latency the step was handed)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        time.sleep(0.02)
+        return grad
+
+
 class Sleepy(nn.Module):
     """A forward that takes past the step's budget (a sleep stands for the work)."""
 
@@ -294,7 +308,7 @@ class Sleepy(nn.Module):
 
     def forward(self, x):
         time.sleep(0.06)
-        return self.lin(x)
+        return _SlowBackward.apply(self.lin(x))
 
 
 def test_the_collection_hands_the_roots_timing_to_the_step():

@@ -225,13 +225,16 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_
     # would warm is the twin's own data, and a statement that long streams data far past the last-level cache on
     # every call (GPT-2 small at 8 x 512: 60 s of warm-up calls, 11 of 12 blocks and everything in them being twins).
     t_warm = time.perf_counter()
+    called = True
     if warm_s is None:
         last_warm = warm_up(fn, cfg)
     elif warm_s >= cfg.min_run_time or cfg.warmup == 0:
-        last_warm = warm_s
+        last_warm, called = warm_s, False
     else:
         last_warm = warm_up(fn, dataclasses.replace(cfg, warmup=1))
     t_sizing = time.perf_counter()
+    if not called:  # no warm-up call: none is recorded (a microsecond of bookkeeping is not a warm-up)
+        t_warm = t_sizing
     timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=cfg.num_threads)
     # A statement whose warm call already outlasts a block needs no sizing runs: one call per block.
     number = 1 if last_warm >= cfg.block_s() or one_call_per_block(fn) else block_size(timer, cfg.block_s())
