@@ -415,3 +415,23 @@ def test_after_a_census_on_shapes_the_first_forward_that_does_not_fit_is_the_mod
     failing["on"] = True
     with pytest.raises(profiler._CaptureOutOfMemory):
         captures.calls("1", lambda: ["1"])
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="reads resident memory from /proc")
+def test_memory_the_allocator_kept_goes_back_to_the_system():
+    import os
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("malloc_trim is glibc's")
+
+    def resident() -> int:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    # Tensors below glibc's mmap threshold come from its heap; every other one freed leaves holes it keeps.
+    kept = [torch.ones(64 * 1024) for _ in range(2000)]  # 256 KiB each, about 500 MiB in all
+    del kept[::2]
+    before = resident()
+    memory.release_freed()
+    assert resident() < before - 100 * 2**20

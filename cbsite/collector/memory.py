@@ -201,6 +201,21 @@ def data_bytes() -> int | None:
     return _status_kb("VmData")
 
 
+def release_freed() -> None:
+    """Give the C allocator's freed memory back to the system (glibc's `malloc_trim`; nothing elsewhere). Tensors below
+    its mmap threshold (up to 32 MiB once larger ones were freed) live in its heap, which keeps what they freed: the
+    whole-model step after the components stage then raised the process's peak above the components' own (dlrm
+    medium, three runs of benchmarks/collect_scale.py)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
 def peak_rss_bytes() -> int:
     """This process's peak resident memory so far (ru_maxrss)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -632,6 +632,8 @@ def _profile(
     )
     samples += extra
     measurements.drop()  # the last use of the captured inputs
+    del grad_outputs
+    memory.release_freed()  # what the components freed goes back before the step needs its own
     stages.done("hierarchy_remeasure")
     session_record = None
     if config.rounds > 1:
