@@ -172,12 +172,19 @@ def test_backward_graphs_past_the_allowance_are_built_one_at_a_time():
     assert not m.graphs_fit() and not m.frees_graphs()
     stmt = m.rotation("backward")
     assert isinstance(stmt, GraphCycle)
-    seen = []
-    for block in range(9):
-        stmt.before_block(block, 9)
-        seen.append(stmt.index)
-        stmt()
-    assert seen == [0, 0, 0, 1, 1, 1, 2, 2, 2] and stmt.switches == 2
+
+    def batch_per_block(cycle: GraphCycle) -> list[int]:
+        seen = []
+        for block in range(9):
+            cycle.before_block(block, 9)
+            seen.append(cycle.index)
+            cycle()
+        return seen
+
+    assert batch_per_block(stmt) == [0, 0, 0, 1, 1, 1, 2, 2, 2] and stmt.switches == 2
+    # Given batch 2's graph (one the forward phase left), the turn starts there.
+    given = GraphCycle(lambda i: m._graph(batches[i], seed=i), 3, m._graph(batches[2], seed=2), 2)
+    assert batch_per_block(given) == [2, 2, 2, 0, 0, 0, 1, 1, 1] and given.switches == 2
     result = m.backward()
     assert any("one batch at a time" in n for n in result.notes)
     roomy = ComponentMeasurement(model, batches, TimingConfig(min_run_time=0.002, warmup=1), graph_bytes=10_000)

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from cbsite.collector.capture import capture
-from cbsite.collector.measure import ComponentMeasurement, FreshGraphs, GraphCycle, TimingConfig, _grad
+from cbsite.collector.measure import ComponentMeasurement, FreshGraphs, TimingConfig, _grad
 
 
 class Counted(nn.Module):
@@ -126,19 +126,6 @@ def test_forwards_timing_holds_another_graph_only_where_backward_holds_one_per_b
     before = model.forwards
     m.backward()
     assert model.forwards == before
-
-
-def test_a_graph_cycle_starts_on_the_batch_of_the_graph_it_is_given():
-    model = Counted()
-    batches = _batches(model, 3)
-    m = ComponentMeasurement(model, batches, CFG)
-    stmt = GraphCycle(lambda i: m._graph(batches[i], seed=i), 3, m._graph(batches[2], seed=2), 2)
-    seen = []
-    for block in range(9):
-        stmt.before_block(block, 9)
-        seen.append(stmt.index)
-        stmt()
-    assert seen == [2, 2, 2, 0, 0, 0, 1, 1, 1] and stmt.switches == 2
 
 
 def test_a_freeing_component_takes_backwards_passes_on_the_peak_pass_graph_before_forward_is_timed():
