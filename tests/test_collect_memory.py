@@ -442,3 +442,13 @@ def test_memory_the_allocator_kept_goes_back_to_the_system():
     before = resident()
     memory.release_freed()
     assert resident() < before - 100 * 2**20
+
+
+def test_within_a_depth_the_components_replayed_on_batch_0_only_are_measured_last():
+    from cbsite.collector.plan import breadth_first, component_tree
+
+    model = nn.Sequential(nn.Sequential(nn.Linear(2, 2), nn.ReLU()), nn.Linear(2, 2), nn.Sequential(nn.Tanh()))
+    batch0_only = {"0", "0.0", "2.0"}
+    order = [c.path for c in breadth_first(component_tree(model), later=lambda c: c.path in batch0_only)]
+    assert order == ["", "1", "2", "0", "0.1", "0.0", "2.0"]  # still breadth-first by depth
+    assert [c.path for c in breadth_first(component_tree(model))] == ["", "0", "1", "2", "0.0", "0.1", "2.0"]

@@ -30,6 +30,8 @@ component and phase, its children are measured and the parent estimated from the
 
 from __future__ import annotations
 
+import ctypes
+import gc
 import os
 import re
 import resource
@@ -206,9 +208,6 @@ def release_freed() -> None:
     its mmap threshold (up to 32 MiB once larger ones were freed) live in its heap, which keeps what they freed: the
     whole-model step after the components stage then raised the process's peak above the components' own (dlrm
     medium, three runs of benchmarks/collect_scale.py)."""
-    import ctypes
-    import gc
-
     gc.collect()
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)

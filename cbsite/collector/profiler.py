@@ -553,8 +553,8 @@ def _profile(
     order = breadth_first(components, later=lambda c: mem_plan.batches_for(c.path) < len(batches))
     raisers = memory.PeakRaisers()  # which capture or measurement raised the peak (run.json memory)
     twins = Twins() if config.count_twins_once else None  # identical components counted once (twins.py)
-    # Backward graphs' grad_outputs drawn once per batch and shape, within a quarter of the allowance (the whole
-    # model's, measured first with nothing else held, are past it): twins and a component's own graphs share them.
+    # Backward graphs' grad_outputs drawn once per batch and shape, within a quarter of the allowance: twins and a
+    # component's own graphs share them (measure.GradOutputs). Let go before the whole-model step.
     grad_outputs = GradOutputs(mem_plan.allowance_bytes // 4)
     progress = _progress(config.progress, len(order))
     with progress:
