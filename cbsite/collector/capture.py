@@ -28,6 +28,7 @@ from torch import nn
 from torch._guards import detect_fake_mode
 from torch.utils import _pytree as pytree
 
+from cbsite.collector.memory import graph_size
 from cbsite.errors import CbsiteError
 
 
@@ -114,12 +115,11 @@ class Capture:
         return self.counts.get(path, len(self.calls.get(path, ())))
 
     def graph_bytes(self, path: str) -> int | None:
-        """What one backward graph of `path` holds for one batch: the tensors autograd saved while it ran,
-        its outputs (the roots a backward starts from) and as many bytes of gradients for them. A language
-        model's head saves 12 MB of inputs but holds 0.8 GB of logits and their gradient per graph."""
+        """What one backward graph of `path` holds for one batch (memory.graph_size), or None where the census did
+        not see it."""
         if path not in self.saved_bytes and path not in self.output_bytes:
             return None
-        return self.saved_bytes.get(path, 0) + 2 * self.output_bytes.get(path, 0)
+        return graph_size(self.saved_bytes.get(path, 0), self.output_bytes.get(path, 0))
 
     def kept_bytes(self) -> int:
         """Bytes of the cloned inputs this capture holds (a tensor shared by several calls once)."""

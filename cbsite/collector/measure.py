@@ -615,11 +615,7 @@ class ComponentMeasurement:
         outs: list[Any] = []
         peak, peak_s = _timed_peak(self.cfg.device, lambda: outs.append(self._run(first_inputs, first_modes)))
         if self.hold_graphs:
-            t0 = time.perf_counter()
-            graph = self._graph_of(first_inputs, first_modes, outs.pop(), seed=0)
-            self.holding_s += time.perf_counter() - t0
-            self._hold_peak_graph(graph)
-            del graph
+            self._hold_peak_graph(self._left_graph(first_inputs, first_modes, outs.pop(), seed=0))
         outs.clear()
         timing = time_fn(statement, self.calls_per_batch, self.cfg, warm_s=peak_s)
         self._hold_last(statement)
@@ -640,7 +636,7 @@ class ComponentMeasurement:
                 self.held[0] = graph
             return
         t0 = time.perf_counter()
-        shaped = count_on_shapes(lambda: self._graph(self.batches[0], seed=0), _grad_freeing, self.module.modules())
+        shaped = self._backward_on_shapes(_grad_freeing)
         counting_s = time.perf_counter() - t0
         if shaped is None:
             return  # counted for real in backward, which uses a graph of its own up
@@ -660,11 +656,21 @@ class ComponentMeasurement:
         one_at_a_time = self.frees_graphs() or not self.graphs_fit()
         if index in self.held or (one_at_a_time and index != 0 and self.early_backward is None):
             return
-        t0 = time.perf_counter()
-        graph = self._graph_of(inputs, modes, outs, seed=index)
-        self.holding_s += time.perf_counter() - t0
+        graph = self._left_graph(inputs, modes, outs, seed=index)
         if graph is not None:
             self.held[index] = graph
+
+    def _left_graph(self, inputs: list[tuple[tuple[Any, ...], dict[str, Any]]], modes: list[bool], outs: list[Any],
+                    seed: int) -> Graph | None:
+        """`_graph_of` a run forward made, its seconds (drawing grad_outputs) counted as backward's graph time."""
+        t0 = time.perf_counter()
+        graph = self._graph_of(inputs, modes, outs, seed)
+        self.holding_s += time.perf_counter() - t0
+        return graph
+
+    def _backward_on_shapes(self, differentiate: Callable[[Graph], Any]) -> Counts | None:
+        """Backward's counts of batch 0 on a graph of fake tensors (counting.count_on_shapes), or None."""
+        return count_on_shapes(lambda: self._graph(self.batches[0], seed=0), differentiate, self.module.modules())
 
     def _graph_of(self, inputs: list[tuple[tuple[Any, ...], dict[str, Any]]], modes: list[bool], outs: list[Any],
                   seed: int) -> Graph | None:
@@ -760,7 +766,7 @@ class ComponentMeasurement:
             t1 = time.perf_counter()
             # On shapes where they stand for a real run (counting.count_on_shapes): a graph of fake tensors, which also
             # leaves the real one for the peak pass.
-            shaped = count_on_shapes(lambda: self._graph(self.batches[0], seed=0), differentiate, self.module.modules())
+            shaped = self._backward_on_shapes(differentiate)
             counts = per_call(shaped or count(lambda: differentiate(graph))[1], self.calls_per_batch)
             untimed["counting"] = time.perf_counter() - t1
             if fresh and shaped is None:  # the counting pass used the graph up: another for the peak pass, the first let go first

@@ -84,8 +84,8 @@ def breadth_first(components: list[Component], later: Callable[[Component], bool
     """Measurement order: by depth, then by pre-order within a depth, where the components `later` picks come after
     the others of their depth. The collection picks those replayed on batch 0 only (memory.Plan.batches_for): a
     capture group needs a forward of batch 1 and 2 up to its last member that rotates through batches, and with them
-    last in each depth the last groups have none (GPT-2 small at 8 x 512: the layer norms and attention projections,
-    cheap components, no longer make the last group run the model to its last block twice more)."""
+    last in each depth the last groups have none (GPT-2 small at 8 x 512: its layer norms and attention projections,
+    cheap components that rotate, no longer make the last group run forwards of the other batches)."""
     return sorted(components, key=lambda c: (c.depth, later(c), c.order))
 
 
