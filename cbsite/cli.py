@@ -282,7 +282,8 @@ def _print_run(run: Any, top: int = 15) -> None:
     if isinstance(breakdown, dict) and breakdown:
         order = ("setup_and_capture", "calibration_start", "components", "components_timed_blocks", "components_plugins",
                  "components_capture", "components_quiet_waits", "components_counting", "components_memory_peaks",
-                 "components_backward_graphs", "components_warm_up", "components_block_sizing", "components_other", "hierarchy_remeasure", "rounds",
+                 "components_backward_graphs", "components_warm_up", "components_block_sizing", "components_other", "hierarchy_remeasure",
+                 "hierarchy_remeasure_timed_blocks", "rounds",
                  "calibration_end_and_peak_checks", "step")
         keys = [k for k in order if k in breakdown] + sorted(k for k in breakdown if k not in order)
         parts = ", ".join(f"{k.replace('_', ' ')} {breakdown[k]:.1f}s" for k in keys if isinstance(breakdown[k], (int, float)))

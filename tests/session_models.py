@@ -67,3 +67,14 @@ def killed():
     import signal
 
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+BUILT_WITH_THREADS: list[int] = []  # the intra-op threads each `threads_seen` build ran with (this process)
+
+
+def threads_seen(width: int = 32, batch: int = 8):
+    """A small `Net` whose build notes the intra-op threads it ran with (the collection's build is capped while the
+    start calibration runs beside it: device.start_calibration)."""
+    BUILT_WITH_THREADS.append(torch.get_num_threads())
+    torch.manual_seed(0)
+    return Net(width=width), (torch.randn(batch, width),)

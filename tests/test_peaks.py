@@ -253,3 +253,51 @@ def test_site_marks_mfu_above_100_as_suspect_and_flop_free_as_na(low_given_peak_
             browser.close()
     finally:
         server.close()
+
+
+SMALL_SHAPES = [[64, 64, 64], [96, 96, 96], [128, 128, 128]]
+
+
+@pytest.mark.skipif(device.free_cores() < 2, reason="an early calibration needs a core beside this process")
+def test_a_calibration_started_early_is_taken_once_and_only_with_its_own_arguments():
+    with device.kept_worker(start_now=True):
+        assert device.start_calibration(torch.float32, 1, 0.005, SMALL_SHAPES) == device.free_cores() - 1
+        early = device.calibrate_cpu(torch.float32, 1, 0.005, shapes=SMALL_SHAPES)
+        again = device.calibrate_cpu(torch.float32, 1, 0.005, shapes=SMALL_SHAPES)  # taken once: this one is its own
+        device.start_calibration(torch.float32, 1, 0.005, SMALL_SHAPES)
+        other = device.calibrate_cpu(torch.float64, 1, 0.005, shapes=SMALL_SHAPES)  # not the one started
+    detail = early["detail"]
+    assert detail["started_early"] and detail["ran_beside_setup_s"] >= 0 and detail["waited_for_s"] >= 0
+    assert detail["method"] == "clean worker (spawn)" and early["flops"] > 0 and early["bandwidth"] > 0
+    assert "started_early" not in again["detail"] and "started_early" not in other["detail"]
+    # The first pass times every shape, the later ones its two fastest; each says how long it waited for a CPU.
+    first, *later = detail["repeats"]
+    assert [r[:3] for r in first["rates"]] == SMALL_SHAPES and len(later) == device.CALIBRATION_REPEATS - 1
+    fastest = [r[:3] for r in sorted(first["rates"], key=lambda r: -r[3])[:device.LATER_PASS_SHAPES]]
+    assert all([r[:3] for r in p["rates"]] == fastest for p in later)
+    assert all(p["waited_s"] >= 0 for p in detail["repeats"])
+    assert early["flops"] == max(r[3] for p in detail["repeats"] for r in p["rates"])
+
+
+def test_a_calibration_is_not_started_early_without_a_kept_worker_or_a_core_to_spare(monkeypatch):
+    assert device.start_calibration(torch.float32, 1, 0.005, SMALL_SHAPES) is None  # no kept worker
+    monkeypatch.setattr(device, "free_cores", lambda: 1)
+    with device.kept_worker():
+        assert device.start_calibration(torch.float32, 1, 0.005, SMALL_SHAPES) is None  # it would take this core
+        assert not device._early
+
+
+@pytest.mark.skipif(device.free_cores() < 2, reason="an early calibration needs a core beside this process")
+def test_a_collection_calibrates_while_it_builds_the_model_and_the_build_leaves_it_a_core(tmp_path):
+    from cbsite.collector.collect import CollectRequest, collect
+    from tests import session_models
+
+    session_models.BUILT_WITH_THREADS.clear()
+    config = CollectConfig(min_run_time=0.005, warmup=1, progress=False, phases=("forward",), step=False, num_threads=1)
+    before = torch.get_num_threads()
+    run = collect(CollectRequest("tests.session_models:threads_seen", batches=1, config=config))
+    start = run.meta["device"]["calibration"]["start"]
+    assert start["started_early"] and start["method"] == "clean worker (spawn)"
+    assert session_models.BUILT_WITH_THREADS == [device.free_cores() - 1]  # the calibration's core left to it
+    assert torch.get_num_threads() == before  # and the caller's own setting back afterwards
+    assert run.meta["device"]["peak_source"]["flops"].startswith("calibrated")

@@ -168,6 +168,8 @@ def test_rounds_repeat_timing_in_fresh_processes(tmp_path):
            "calibration_end_and_peak_checks", "step")
     assert set(top) <= set(stages) and stages["rounds"] > 0
     assert sum(stages[k] for k in top) <= run.meta["wall_time_s"] + 1e-3
+    # The re-timing of inverted pairs: its timed blocks are part of its stage.
+    assert 0 <= stages["hierarchy_remeasure_timed_blocks"] <= stages["hierarchy_remeasure"] + 1e-3
     parts = ("components_timed_blocks", "components_plugins", "components_capture", "components_quiet_waits",
              "components_counting", "components_memory_peaks", "components_backward_graphs", "components_warm_up",
              "components_block_sizing", "components_other")

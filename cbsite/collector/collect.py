@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
+
+import torch
 
 from cbsite.archive import Run
-from cbsite.collector.device import kept_worker
+from cbsite.collector.device import kept_worker, start_calibration
 from cbsite.collector.plugins.registry import load
 from cbsite.collector.preprocess import describe_inputs
-from cbsite.collector.profiler import CollectConfig, profile_model
+from cbsite.collector.profiler import DTYPES, CollectConfig, profile_model, threads_for
 from cbsite.collector.providers import provide
 from cbsite.errors import CbsiteError, user_code_error
 
@@ -84,14 +87,31 @@ def prepare(request: CollectRequest) -> Prepared:
 
 def collect(request: CollectRequest) -> Run:
     """Collect one run; with `config.rounds > 1` its timing is repeated in fresh worker processes."""
-    calibrates = request.config.calibrate and request.config.device == "cpu"
-    # The calibration worker starts now: its interpreter and torch import overlap building the model.
+    config = request.config
+    calibrates = config.calibrate and config.device == "cpu"
+    # The calibration worker starts now, and the start calibration with it: the worker's interpreter, its torch
+    # import and the calibration run while this process builds the model and takes its census, none of which is
+    # timed. The build leaves the calibration its core (device.start_calibration).
     with kept_worker(start_now=calibrates):
-        return _collect(request)
+        left = start_calibration(DTYPES[config.dtype], threads_for(config)) if calibrates else None
+        with _threads_at_most(left):
+            prepared = prepare(request)
+        return _collect(request, prepared)
 
 
-def _collect(request: CollectRequest) -> Run:
-    prepared = prepare(request)
+@contextlib.contextmanager
+def _threads_at_most(threads: int | None) -> Iterator[None]:
+    """This process's intra-op threads capped at `threads` inside the block (None: unchanged)."""
+    before = torch.get_num_threads()
+    if threads is not None and threads < before:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _collect(request: CollectRequest, prepared: Prepared) -> Run:
     return profile_model(
         prepared.model,
         prepared.batches,

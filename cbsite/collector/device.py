@@ -6,21 +6,29 @@ the best of several matmul shapes (one shape alone is beaten by some components)
 repeated (best of repeats) in a fresh spawned worker with the run's intra-op thread count, so that
 no plugin, compiler or thread pool of the collecting process weighs on it. `peaks.check_peaks`
 calibrates again at the end of the run and on the shapes of any component that beats the peak.
+
+A collection starts its start calibration before it builds the model (`start_calibration`): the worker's
+start and the calibration run while the collecting process builds the model and takes its census, on the
+cores that process leaves free, instead of after them (benchmarks/calibration_overlap.py measures the
+peaks beside a build and alone).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import multiprocessing
 import os
 import platform
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, Callable, Sequence
 
 import torch
 from torch.utils.benchmark import Timer
+
+from cbsite.collector.contention import WaitProbe
 
 # Dense peak FLOP/s per dtype and peak memory bandwidth (bytes/s), SXM parts, from vendor datasheets.
 # float32 means plain FP32 (no TF32); "tf32" is listed separately for matmuls that use it.
@@ -48,33 +56,64 @@ def cpu_name() -> str:
 
 
 CALIBRATION_REPEATS = 3
+LATER_PASS_SHAPES = 2  # the passes after the first time the first pass's fastest shapes only
 CALIBRATION_MIN_RUN_TIME = 0.1  # seconds of timed runs per shape (and for the copy), per repeat
 WORKER_TIMEOUT_S = 300.0
 
 
 def calibrate_once(dtype: torch.dtype, num_threads: int, min_run_time: float = CALIBRATION_MIN_RUN_TIME,
-                   shapes: Sequence[Sequence[int]] = MATMUL_SHAPES) -> dict[str, Any]:
-    """One calibration pass on this process's threads: the best matmul FLOP/s over the shapes, and the copy bandwidth."""
-    best_flops, best_shape = 0.0, None
+                   shapes: Sequence[Sequence[int]] = MATMUL_SHAPES,
+                   copy_buffers: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, Any]:
+    """One calibration pass on this process's threads: the best matmul FLOP/s over the shapes, and the copy bandwidth.
+
+    Also every shape's rate (`rates`, so later passes can take the best shapes) and how long this process's threads
+    waited for a CPU during the pass (`waited_s`, contention.py: a pass that waited measured a neighbour too).
+    `copy_buffers`: the copy's source and destination, when the caller keeps them between passes.
+    """
+    probe = WaitProbe()
+    probe.start()
+    started = time.perf_counter()
+    best_flops, best_shape, rates = 0.0, None, []
     for m, k, n in shapes:
         a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
         t = Timer("torch.mm(a, b)", globals={"torch": torch, "a": a, "b": b}, num_threads=num_threads)
         rate = 2 * m * k * n / t.blocked_autorange(min_run_time=min_run_time).median
+        rates.append([m, k, n, rate])
         if rate > best_flops:
             best_flops, best_shape = rate, (m, k, n)
-    src = torch.empty(COPY_BYTES // 4, dtype=torch.float32).fill_(1.0)
-    dst = torch.empty_like(src)
+    src, dst = copy_buffers or _copy_buffers()
     t = Timer("dst.copy_(src)", globals={"src": src, "dst": dst}, num_threads=num_threads)
     bandwidth = 2 * COPY_BYTES / t.blocked_autorange(min_run_time=min_run_time).median  # read + write
-    return {"flops": best_flops, "bandwidth": bandwidth, "best_matmul_shape": list(best_shape) if best_shape else None}
+    return {"flops": best_flops, "bandwidth": bandwidth, "best_matmul_shape": list(best_shape) if best_shape else None,
+            "rates": rates, "waited_s": round(probe.stop(time.perf_counter() - started), 4)}
+
+
+def _copy_buffers() -> tuple[torch.Tensor, torch.Tensor]:
+    """The copy's source (filled, so its pages exist) and destination: COPY_BYTES each, far past any cache."""
+    src = torch.empty(COPY_BYTES // 4, dtype=torch.float32).fill_(1.0)
+    return src, torch.empty_like(src).fill_(0.0)
+
+
+def best_shapes(first_pass: dict[str, Any], count: int = LATER_PASS_SHAPES) -> list[list[int]]:
+    """The first pass's `count` fastest matmul shapes, fastest first: what the later passes time."""
+    ranked = sorted(first_pass["rates"], key=lambda r: -r[3])
+    return [list(r[:3]) for r in ranked[:count]]
 
 
 def _calibrate_repeats(dtype_name: str, num_threads: int, repeats: int, min_run_time: float,
                        shapes: Sequence[Sequence[int]] = MATMUL_SHAPES) -> list[dict[str, Any]]:
-    """The worker's job (module level, so a spawned process can import it): `repeats` passes in a row."""
+    """The worker's job (module level, so a spawned process can import it): `repeats` passes in a row.
+
+    The first pass times every shape; the later ones its fastest two only, which take two fifths of the time
+    every shape took. The peak is the best of the passes; benchmarks/calibration_overlap.py compares it with the
+    best of every shape in every pass."""
     dtype = getattr(torch, dtype_name)
     torch.set_num_threads(num_threads)
-    return [calibrate_once(dtype, num_threads, min_run_time, shapes) for _ in range(repeats)]
+    buffers = _copy_buffers()  # allocated once: their page faults are not the copy's work
+    passes = [calibrate_once(dtype, num_threads, min_run_time, shapes, buffers)]
+    for _ in range(repeats - 1):
+        passes.append(calibrate_once(dtype, num_threads, min_run_time, best_shapes(passes[0]), buffers))
+    return passes
 
 
 def _refuse_in_bootstrap() -> None:
@@ -149,6 +188,7 @@ def kept_worker(start_now: bool = False):
     finally:
         if pool in _kept:
             _kept.remove(pool)
+        _early.pop(id(pool), None)  # a calibration started but never taken dies with its worker
         _stop(pool)
 
 
@@ -178,6 +218,71 @@ def in_clean_worker(fn: Callable[..., Any], *args: Any, timeout: float = WORKER_
     return fn(*args), f"in-process (the clean worker failed: {why})"
 
 
+@dataclasses.dataclass
+class _Early:
+    """A start calibration submitted to the kept worker before the model was built."""
+
+    args: tuple[Any, ...]
+    future: Future
+    submitted: float  # time.perf_counter() at submission
+
+
+_early: dict[int, _Early] = {}  # by id() of the kept worker that runs it
+
+
+def free_cores() -> int:
+    """The cores this process may run on (its affinity, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def start_calibration(dtype: torch.dtype, num_threads: int, min_run_time: float = CALIBRATION_MIN_RUN_TIME,
+                      shapes: Sequence[Sequence[int]] = MATMUL_SHAPES) -> int | None:
+    """Start the run's start calibration now, in the kept worker, so that it runs while this process builds the
+    model and takes its census (untimed work); `calibrate_cpu` with the same arguments then waits for it instead of
+    starting another.
+
+    Only inside a `kept_worker()` block and where the calibration's threads leave this process a core of its own:
+    the calibration must not wait for a CPU, and this process must not take one from it. Returns the threads this
+    process may use until the calibration is taken (the caller builds the model with them), or None when the
+    calibration was not started (it then runs when `calibrate_cpu` is called, as before).
+    """
+    left = free_cores() - num_threads
+    if not _kept or left < 1:
+        return None
+    pool = _kept[-1]
+    args = (str(dtype).replace("torch.", ""), num_threads, CALIBRATION_REPEATS, min_run_time, [list(x) for x in shapes])
+    try:
+        with _main_not_reimported():
+            future = pool.submit(_calibrate_repeats, *args)
+    except Exception:  # noqa: BLE001 - a broken worker: calibrate_cpu starts over when it is called
+        return None
+    _early[id(pool)] = _Early(args, future, time.perf_counter())
+    return left
+
+
+def _take_early(args: tuple[Any, ...]) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
+    """The passes of a started calibration with these arguments, and how it overlapped; None when there is none
+    (or it failed: the caller then calibrates as if none had been started)."""
+    kept = _kept[-1] if _kept else None
+    early = _early.pop(id(kept), None) if kept is not None else None
+    if early is None or early.args != args:
+        return None
+    asked = time.perf_counter()
+    try:
+        passes = early.future.result(timeout=max(1.0, WORKER_TIMEOUT_S - (asked - early.submitted)))
+    except Exception:  # noqa: BLE001 - a broken or hung worker is not used again; the caller calibrates afresh
+        if kept in _kept:
+            _kept.remove(kept)
+            _stop(kept)
+        return None
+    waited = time.perf_counter() - asked
+    return passes, {"started_early": True, "ran_beside_setup_s": round(asked - early.submitted, 3),
+                    "waited_for_s": round(waited, 3)}
+
+
 def calibrate_cpu(
     dtype: torch.dtype,
     num_threads: int,
@@ -196,7 +301,11 @@ def calibrate_cpu(
     started = time.perf_counter()
     dtype_name = str(dtype).replace("torch.", "")
     args = (dtype_name, num_threads, repeats, min_run_time, [list(x) for x in shapes])
-    if clean:
+    early = _take_early(args) if clean else None
+    overlap: dict[str, Any] = {}
+    if early is not None:
+        (passes, overlap), method = early, "clean worker (spawn)"
+    elif clean:
         passes, method = in_clean_worker(_calibrate_repeats, *args)
     else:
         passes, method = _calibrate_repeats(*args), "in-process"
@@ -208,8 +317,10 @@ def calibrate_cpu(
             "method": method,
             "best_matmul_shape": best["best_matmul_shape"],
             "matmul_shapes": [list(x) for x in shapes],
-            "repeats": [{k: p[k] for k in ("flops", "bandwidth", "best_matmul_shape")} for p in passes],
+            "repeats": [{k: p.get(k) for k in ("flops", "bandwidth", "best_matmul_shape", "rates", "waited_s")}
+                        for p in passes],
             "seconds": round(time.perf_counter() - started, 3),
+            **overlap,
         },
     }
 
@@ -222,8 +333,10 @@ def calibration_setup(num_threads: int) -> dict[str, Any]:
         "num_threads": num_threads,
         "repeats": CALIBRATION_REPEATS,
         "min_run_time_s": CALIBRATION_MIN_RUN_TIME,
-        "rule": "best of repeats; each repeat is the best matmul over the shapes and one large copy; the end of the "
-                "run times the start's best shape only (drift measured on the same work, in a third of the time)",
+        "rule": "best of repeats; each repeat is the best matmul over its shapes and one large copy; the first repeat "
+                f"times every shape, the later ones the first's {LATER_PASS_SHAPES} fastest; the end of the run times "
+                "the start's best shape only (drift measured on the same work)",
+        "later_pass_shapes": LATER_PASS_SHAPES,
     }
 
 
