@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torch import nn
+if TYPE_CHECKING:
+    from torch import nn
 
-from cbsite.archive import Run
-from cbsite.collector.profiler import CollectConfig, profile_model
+    from cbsite.archive import Run
+    from cbsite.collector.profiler import CollectConfig
 
 __all__ = ["CollectConfig", "profile", "profile_model"]
+
+
+def __getattr__(name: str) -> Any:
+    """The profiler's names on first use: the calibration worker imports only cbsite.collector.device."""
+    if name in ("CollectConfig", "profile_model"):
+        from cbsite.collector import profiler
+
+        return getattr(profiler, name)
+    raise AttributeError(f"module 'cbsite.collector' has no attribute {name!r}")
 
 
 def profile(
@@ -25,4 +35,6 @@ def profile(
     Returns a `Run`: `run.table()` gives the rows as a polars DataFrame, `run.save("runs")` archives it.
     Keyword arguments named model_name, version and config are cbsite's; every other one goes to the model.
     """
+    from cbsite.collector.profiler import CollectConfig, profile_model
+
     return profile_model(model, [(args, kwargs)], config or CollectConfig(progress=False), model_name=model_name, version=version)
