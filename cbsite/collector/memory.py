@@ -215,6 +215,11 @@ def release_freed() -> None:
     whole-model step after the components stage then raised the process's peak above the components' own (dlrm
     medium, three runs of benchmarks/collect_scale.py)."""
     gc.collect()
+    trim_heap()
+
+
+def trim_heap() -> None:
+    """glibc's `malloc_trim(0)`: the heap's free pages go back to the system (nothing elsewhere)."""
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc

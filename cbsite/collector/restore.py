@@ -29,6 +29,8 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
+from cbsite.collector.memory import trim_heap
+
 
 @dataclass
 class _Tensor:
@@ -138,6 +140,15 @@ def preserved(model: nn.Module) -> Iterator[None]:
         finally:
             for table, name, t in slots:
                 table[name] = t  # a conversion may have put new objects in (buffers always, parameters sometimes)
+            # Gradients the profiling left (the whole-model step's last backward) go before the values are read back,
+            # and the heap hands their pages back (tensors below glibc's mmap threshold are freed into its heap): both
+            # at once raised dlrm medium's peak by the spilled values' size, above the step's own.
+            dropped = False
+            for k in kept.values():
+                if isinstance(k.obj, nn.Parameter) and k.obj.grad is not None and k.obj.grad is not k.grad:
+                    k.obj.grad, dropped = None, True
+            if dropped and path:
+                trim_heap()
             spilled = torch.load(path, mmap=True, weights_only=True, map_location="cpu") if path else None
             for k in kept.values():
                 _put_back(k, spilled)
