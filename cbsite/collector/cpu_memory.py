@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import torch
 
-from cbsite.collector.memory import trim_heap
+from cbsite.collector.memory import TRIM_LEFT_BYTES, resident_bytes, trim_heap
 from cbsite.collector.quiet_profiler import quiet_profiler
 
 
@@ -46,6 +46,7 @@ def peak_allocated(nodes: list[Any]) -> int:
 
 def cpu_peak(fn: Callable[[], Any]) -> int:
     """Peak bytes allocated by one (warm) call of `fn` on CPU, as the allocator saw it."""
+    before = resident_bytes()
     prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True)
     with quiet_profiler(prof, whole=True):
         fn()
@@ -54,6 +55,9 @@ def cpu_peak(fn: Callable[[], Any]) -> int:
     peak = peak_allocated(allocation_nodes(OpTree(prof.profiler.kineto_results)))
     del prof
     # The profiler's own small allocations, made between the run's, pin the heap: what the run freed stayed
-    # resident and the timing after it allocated afresh beside it (dlrm medium's backward: +0.6 GB).
-    trim_heap()
+    # resident and the timing after it allocated afresh beside it (dlrm medium's whole-model backward: 0.6 GB).
+    # A run that left that much behind has its freed heap handed back; a small one is left alone (TRIM_LEFT_BYTES).
+    after = resident_bytes()
+    if before is None or after is None or after - before > TRIM_LEFT_BYTES:
+        trim_heap()
     return peak

@@ -226,6 +226,22 @@ def trim_heap() -> None:
         pass
 
 
+def resident_bytes() -> int | None:
+    """This process's resident memory now (/proc/self/statm), None where there is no procfs."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+# A pass that leaves more than this resident beyond what it found has its freed heap handed back (cpu_memory.cpu_peak).
+# Below it nothing is trimmed: a trimmed heap faults its pages in again on the next calls, and the first timed
+# block paid for that (dlrm medium with a trim after every peak pass: 53 of 92 first blocks over 5 % slower than the
+# rest of theirs, against 6-7 of 92 without; benchmarks/collect_scale.py `first_blocks`).
+TRIM_LEFT_BYTES = 64 * 2**20
+
+
 def peak_rss_bytes() -> int:
     """This process's peak resident memory so far (ru_maxrss)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
