@@ -284,6 +284,8 @@ def test_profiling_leaves_batchnorm_state_flags_grads_and_rng_as_found(fast_conf
 
     run = cbsite.profile(model, x, config=fast_config)
     assert {r["status"] for r in run.table("forward").to_dicts()} <= {"measured", "estimated"}
+    # The whole-model step ran (it changes modes and leaves gradients; the collection puts both back).
+    assert run.meta["step"]["train"]["status"] == "measured" and run.meta["config"]["training"] is True
 
     _assert_same(model, before)
     assert int(model.bn.num_batches_tracked) == 0

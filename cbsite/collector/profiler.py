@@ -655,6 +655,7 @@ def _profile(
     # The root's forward and backward ran the step's work on the same batches: the step's warm-up (step.py).
     root_seconds = {phase: o.result.timing.median_ms / 1e3 for phase, o in outcomes.get("", {}).items()
                     if o.status == "measured" and o.result is not None}
+    training = model.training  # as the caller left it: the step changes modes and leaves them to `preserved`
     step = collect_step(model, batches, config, num_threads, request, root_seconds) if config.step else None
     stages.done("step")
     timed_s = sum(o.result.timing.timed_s for per in outcomes.values() for o in per.values() if o.result)
@@ -676,7 +677,7 @@ def _profile(
         "config": {
             **{k: v for k, v in asdict(config).items() if k not in ("plugins", "plugin_options")},
             "batch_size": batch_size_of(ProvidedInputs(*batches[0])), "batches": len(batches),
-            "training": model.training, "num_threads": num_threads,
+            "training": training, "num_threads": num_threads,
             "threads_source": "given (--threads)" if config.num_threads else
             ("default: one intra-op thread on CPU (README: Why one thread)" if config.device == "cpu" else "torch default"),
             "plugins": _plugins_record(selection, runner.status, runner.seconds),

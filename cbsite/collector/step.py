@@ -30,6 +30,7 @@ flags, random states. Nothing here changes components.parquet.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import traceback
@@ -145,17 +146,17 @@ def _block(b: Block, round_: int) -> dict[str, Any]:
 
 
 def measure_round(model: nn.Module, batches: Sequence[Batch], cfg: StepConfig, round_: int = 0,
-                  warm: dict[str, float] | None = None) -> dict[str, Any]:
+                  warm: dict[str, float] | None = None, restore: bool = True) -> dict[str, Any]:
     """One round of both modes in this process: {"train"|"eval": {"status", "blocks", "notes", ...}}.
 
     `warm`: per mode, seconds of the same work this process ran just before (`warm_from_components`); a mode
-    warm past its budget takes no warm-up call. The model is put back as it was found afterwards (parameters,
-    grads, flags, random states).
+    warm past its budget takes no warm-up call. With `restore` the model is put back as it was found afterwards
+    (parameters, grads, flags, random states); without, the caller puts it back (a collection's own `preserved`).
     """
     warm = warm or {}
     batches = [_plain(b) for b in batches]
     out: dict[str, Any] = {}
-    with preserved(model):
+    with preserved(model) if restore else contextlib.nullcontext():
         if cfg.train:
             out["train"] = _time_mode("train", model, batches, cfg, round_, warm.get("train"))
         else:
@@ -251,16 +252,19 @@ def measure_step(
     rounds: int = 1,
     rebuild: Any = None,
     warm: dict[str, float] | None = None,
+    restore: bool = True,
 ) -> dict[str, Any]:
     """The run.json `step` record of `model` on `batches` (already on the device, in the run's dtype).
 
     `rounds` > 1 repeats the measurement in fresh processes; `rebuild` says how a process gets the
     model: a `CollectRequest` (deterministic provider), else the model and batches are saved to a
     temporary file and loaded there. `warm` (measure_round) applies to the in-process round only: a fresh
-    process is cold.
+    process is cold. `restore=False`: the caller puts the model back (it is put back anyway before this
+    process's model is saved for fresh rounds).
     """
     batch_size = batch_size_of(ProvidedInputs(*batches[0])) if batches else None
-    per_round = [measure_round(model, batches, cfg, 0, warm)]
+    restore = restore or (rounds > 1 and rebuild is None)
+    per_round = [measure_round(model, batches, cfg, 0, warm, restore)]
     extra_error = None
     if rounds > 1:
         try:
@@ -360,5 +364,7 @@ def collect_step(model: nn.Module, batches: Sequence[Batch], config: Any, num_th
                  root_seconds: dict[str, float] | None = None) -> dict[str, Any]:
     """What `profiler._profile` calls: the step record for a CollectConfig (rounds as it asks). `root_seconds`:
     the root component's median seconds per call by phase (warm_from_components)."""
+    # The collection's own `preserved` puts the caller's model back after the step, the last use of the model: a
+    # second copy of every value (written to a file and read back past 64 MiB) would be untimed work and memory.
     return measure_step(model, batches, step_config_for(config, num_threads), rounds=getattr(config, "rounds", 1),
-                        rebuild=request, warm=warm_from_components(root_seconds or {}))
+                        rebuild=request, warm=warm_from_components(root_seconds or {}), restore=False)
