@@ -313,7 +313,7 @@ def test_the_profilings_gradients_go_before_a_spilled_models_values_are_read_bac
 
 def test_a_peak_pass_leaves_what_it_freed_with_the_system():
     """The profiler's own allocations, made between the run's, kept the heap what the run freed: dlrm medium's
-    backward peak pass left 0.6 GB resident, and its timing allocated afresh beside it (cpu_memory.cpu_peak)."""
+    backward peak pass left its gradients' worth resident, and its timing allocated afresh beside it."""
     import os
     import platform
 

@@ -55,7 +55,8 @@ def cpu_peak(fn: Callable[[], Any]) -> int:
     peak = peak_allocated(allocation_nodes(OpTree(prof.profiler.kineto_results)))
     del prof
     # The profiler's own small allocations, made between the run's, pin the heap: what the run freed stayed
-    # resident and the timing after it allocated afresh beside it (dlrm medium's whole-model backward: 0.6 GB).
+    # resident and the timing after it allocated afresh beside it (dlrm medium's whole-model backward: its gradients,
+    # as large as its embedding tables; README "Memory and scale").
     # A run that left that much behind has its freed heap handed back; a small one is left alone (TRIM_LEFT_BYTES).
     after = resident_bytes()
     if before is None or after is None or after - before > TRIM_LEFT_BYTES:

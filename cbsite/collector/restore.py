@@ -142,7 +142,7 @@ def preserved(model: nn.Module) -> Iterator[None]:
                 table[name] = t  # a conversion may have put new objects in (buffers always, parameters sometimes)
             # Gradients the profiling left (the whole-model step's last backward) go before the values are read back,
             # and the heap hands their pages back (tensors below glibc's mmap threshold are freed into its heap): both
-            # at once raised dlrm medium's peak by the spilled values' size, above the step's own.
+            # at once raised dlrm medium's peak above the step's own.
             dropped = False
             for k in kept.values():
                 if isinstance(k.obj, nn.Parameter) and k.obj.grad is not None and k.obj.grad is not k.grad:
