@@ -104,9 +104,9 @@ def _calibrate_repeats(dtype_name: str, num_threads: int, repeats: int, min_run_
                        shapes: Sequence[Sequence[int]] = MATMUL_SHAPES) -> list[dict[str, Any]]:
     """The worker's job (module level, so a spawned process can import it): `repeats` passes in a row.
 
-    The first pass times every shape; the later ones its fastest two only, which take two fifths of the time
-    every shape took. The peak is the best of the passes; benchmarks/calibration_overlap.py compares it with the
-    best of every shape in every pass."""
+    The first pass times every shape; the later ones its fastest two only (two of the five default shapes). The peak
+    is the best of the passes; benchmarks/calibration_overlap.py compares it with the best of every shape in every
+    pass."""
     dtype = getattr(torch, dtype_name)
     torch.set_num_threads(num_threads)
     buffers = _copy_buffers()  # allocated once: their page faults are not the copy's work
