@@ -11,6 +11,7 @@ sweep    one run per point of a grid of options (a study)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -135,6 +136,15 @@ def _collect_config(args: argparse.Namespace, plugins: tuple[tuple[str, ...], di
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
+    from cbsite.collector.clean_worker import kept_worker  # no torch: the worker starts before torch is imported here
+
+    # A CPU collection calibrates in a clean worker: started now, its interpreter and torch import run beside this
+    # process's imports and the model's build, and the start calibration waits for less (device.start_calibration).
+    with kept_worker(start_now=True) if args.device == "cpu" and not args.distributed else contextlib.nullcontext():
+        return _collect_command(args)
+
+
+def _collect_command(args: argparse.Namespace) -> int:
     from cbsite.collector.collect import CollectRequest, Preprocessing, collect
     from cbsite.provenance import git_state
 

@@ -170,7 +170,9 @@ def test_clean_worker_and_its_in_process_fallback(monkeypatch, tmp_path):
         def __init__(self, *args, **kwargs):
             raise OSError("no processes here")
 
-    monkeypatch.setattr(device, "ProcessPoolExecutor", Broken)
+    from cbsite.collector import clean_worker
+
+    monkeypatch.setattr(clean_worker, "ProcessPoolExecutor", Broken)
     result, method = device.in_clean_worker(math.factorial, 5)
     assert result == 120 and method.startswith("in-process (the clean worker failed: OSError: no processes here")
 
@@ -301,3 +303,13 @@ def test_a_collection_calibrates_while_it_builds_the_model_and_the_build_leaves_
     assert session_models.BUILT_WITH_THREADS == [device.free_cores() - 1]  # the calibration's core left to it
     assert torch.get_num_threads() == before  # and the caller's own setting back afterwards
     assert run.meta["device"]["peak_source"]["flops"].startswith("calibrated")
+
+
+def test_the_clean_worker_starts_without_torch_in_the_caller():
+    """`cbsite collect` starts its calibration worker before it imports torch (its interpreter and torch import run
+    beside the command's own): the module that starts it must not import torch itself, nor must the packages above it."""
+    code = ("import sys\nimport cbsite.cli\nfrom cbsite.collector import clean_worker\n"
+            "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if m.startswith('torch'))[:5]\n"
+            "print('no torch')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "no torch" in out.stdout, out.stderr[-2000:]

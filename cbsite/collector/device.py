@@ -7,27 +7,32 @@ repeated (best of repeats) in a fresh spawned worker with the run's intra-op thr
 no plugin, compiler or thread pool of the collecting process weighs on it. `peaks.check_peaks`
 calibrates again at the end of the run and on the shapes of any component that beats the peak.
 
-A collection starts its start calibration before it builds the model (`start_calibration`): the worker's
-start and the calibration run while the collecting process builds the model and takes its census, on the
-cores that process leaves free, instead of after them (benchmarks/calibration_overlap.py measures the
-peaks beside a build and alone).
+The worker is `clean_worker.kept_worker`'s (no torch there: `cbsite collect` starts it before its own imports).
+A collection starts its start calibration before it builds the model (`start_calibration`): the calibration
+runs while the collecting process builds the model and takes its census, on the cores that process leaves
+free, instead of after them (benchmarks/calibration_overlap.py measures the peaks beside a build and alone).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import multiprocessing
 import os
 import platform
-import sys
 import time
 from concurrent.futures import Future, ProcessPoolExecutor
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 from torch.utils.benchmark import Timer
 
+from cbsite.collector.clean_worker import (  # noqa: F401 - kept_worker and in_clean_worker are this module's API too
+    WORKER_TIMEOUT_S,
+    _kept,
+    _main_not_reimported,
+    _stop,
+    in_clean_worker,
+    kept_worker,
+)
 from cbsite.collector.contention import WaitProbe
 
 # Dense peak FLOP/s per dtype and peak memory bandwidth (bytes/s), SXM parts, from vendor datasheets.
@@ -58,7 +63,6 @@ def cpu_name() -> str:
 CALIBRATION_REPEATS = 3
 LATER_PASS_SHAPES = 2  # the passes after the first time the first pass's fastest shapes only
 CALIBRATION_MIN_RUN_TIME = 0.1  # seconds of timed runs per shape (and for the copy), per repeat
-WORKER_TIMEOUT_S = 300.0
 
 
 def calibrate_once(dtype: torch.dtype, num_threads: int, min_run_time: float = CALIBRATION_MIN_RUN_TIME,
@@ -116,118 +120,17 @@ def _calibrate_repeats(dtype_name: str, num_threads: int, repeats: int, min_run_
     return passes
 
 
-def _refuse_in_bootstrap() -> None:
-    """A spawned worker imports the caller's main script: a profiling call at its top level must not run there."""
-    if getattr(multiprocessing.current_process(), "_inheriting", False):
-        raise RuntimeError(
-            "cbsite was asked to profile while a spawned worker imported the main script; "
-            "put the profiling call under `if __name__ == \"__main__\":`"
-        )
-
-
-@contextlib.contextmanager
-def _main_not_reimported():
-    """While a spawned worker starts, hide the main script from it (spawn would import it again).
-
-    The worker only runs cbsite functions, so it needs nothing from the caller's script; importing it
-    again would run an unguarded script's top level (building its model) in the worker. The main
-    module's `__spec__` and `__file__` are restored as soon as the worker has started.
-    """
-    main = sys.modules.get("__main__")
-    saved = {k: main.__dict__[k] for k in ("__spec__", "__file__") if main is not None and k in main.__dict__}
-    try:
-        if main is not None:
-            main.__dict__.pop("__file__", None)
-            main.__spec__ = None
-        yield
-    finally:
-        if main is not None:
-            main.__dict__.pop("__spec__", None)
-            main.__dict__.update(saved)
-
-
-_kept: list[ProcessPoolExecutor] = []  # the worker a `kept_worker()` block shares, innermost last
-
-
-def _ready() -> bool:
-    """A kept worker's first job: importing this module (and torch) is all it does."""
-    return True
-
-
-def _stop(pool: ProcessPoolExecutor) -> None:
-    """Shut a worker pool down without waiting for a job that may hang (a timed-out worker is killed)."""
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
-        if process.is_alive():
-            process.kill()
-    pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _spawn_pool() -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-
-
-@contextlib.contextmanager
-def kept_worker(start_now: bool = False):
-    """One clean worker for every `in_clean_worker` job inside the block (the start and end calibrations,
-    re-calibrations on component shapes), instead of a fresh process each: its interpreter and torch import
-    are paid once per collection (the two calibrations took about 10 s before, 6 s after, in
-    benchmarks/collect_scale.py). It runs nothing but calibration jobs, so it stays as clean as a fresh one;
-    between jobs it sleeps on a pipe. With `start_now` it starts at once, so its start overlaps the caller's
-    own setup (building the model). A nested block shares the outer block's worker."""
-    if _kept:
-        yield
-        return
-    _refuse_in_bootstrap()
-    pool = _spawn_pool()
-    _kept.append(pool)
-    try:
-        if start_now:
-            with _main_not_reimported():  # the worker process starts inside submit()
-                pool.submit(_ready)
-        yield
-    finally:
-        if pool in _kept:
-            _kept.remove(pool)
-        _early.pop(id(pool), None)  # a calibration started but never taken dies with its worker
-        _stop(pool)
-
-
-def in_clean_worker(fn: Callable[..., Any], *args: Any, timeout: float = WORKER_TIMEOUT_S) -> tuple[Any, str]:
-    """Run `fn(*args)` in a spawned process (no plugin, compiler or thread pool of this one), or here.
-
-    The process is the kept worker of an enclosing `kept_worker()` block, else a fresh one.
-    Returns (result, method): method is "clean worker (spawn)" or "in-process (<why the worker failed>)".
-    `fn` must be importable by module and name; its result must pickle.
-    """
-    _refuse_in_bootstrap()
-    kept = _kept[-1] if _kept else None
-    try:
-        if kept is not None:
-            with _main_not_reimported():  # the worker may (re)start inside submit()
-                future = kept.submit(fn, *args)
-            return future.result(timeout=timeout), "clean worker (spawn)"
-        with _spawn_pool() as pool:
-            with _main_not_reimported():  # the worker process starts inside submit()
-                future = pool.submit(fn, *args)
-            return future.result(timeout=timeout), "clean worker (spawn)"
-    except Exception as exc:  # noqa: BLE001 - any failure to start or finish the worker falls back to this process
-        why = f"{type(exc).__name__}: {exc}".strip().rstrip(":")[:300]
-        if kept is not None and kept in _kept:  # a broken or hung kept worker is not used again
-            _kept.remove(kept)
-            _stop(kept)
-    return fn(*args), f"in-process (the clean worker failed: {why})"
-
-
 @dataclasses.dataclass
 class _Early:
     """A start calibration submitted to the kept worker before the model was built."""
 
+    pool: ProcessPoolExecutor  # the kept worker that runs it (held: a later worker never takes its id)
     args: tuple[Any, ...]
     future: Future
     submitted: float  # time.perf_counter() at submission
 
 
-_early: dict[int, _Early] = {}  # by id() of the kept worker that runs it
+_early: dict[int, _Early] = {}  # by id() of the kept worker that runs it; one whose worker is gone is never taken
 
 
 def free_cores() -> int:
@@ -259,7 +162,8 @@ def start_calibration(dtype: torch.dtype, num_threads: int, min_run_time: float 
             future = pool.submit(_calibrate_repeats, *args)
     except Exception:  # noqa: BLE001 - a broken worker: calibrate_cpu starts over when it is called
         return None
-    _early[id(pool)] = _Early(args, future, time.perf_counter())
+    _early.clear()  # one started calibration at a time: an older one's worker is gone or busy with this one
+    _early[id(pool)] = _Early(pool, args, future, time.perf_counter())
     return left
 
 
@@ -268,7 +172,7 @@ def _take_early(args: tuple[Any, ...]) -> tuple[list[dict[str, Any]], dict[str, 
     (or it failed: the caller then calibrates as if none had been started)."""
     kept = _kept[-1] if _kept else None
     early = _early.pop(id(kept), None) if kept is not None else None
-    if early is None or early.args != args:
+    if early is None or early.pool is not kept or early.args != args:
         return None
     asked = time.perf_counter()
     try:
