@@ -179,29 +179,3 @@ def test_grad_outputs_drawn_once_per_batch_and_shape_are_the_values_drawn_anew()
     a = ComponentMeasurement(model_a, batches, CFG, grad_outputs=kept)
     b = ComponentMeasurement(model_b, batches, CFG, grad_outputs=kept)
     assert a._graph(batches[0], seed=0)[1] is b._graph(batches[0], seed=0)[1]
-
-
-def test_a_peak_pass_that_handed_heap_back_is_followed_by_a_warm_up_call(monkeypatch):
-    """A trimmed heap faults its pages in again: the timing after such a peak pass makes one plain call first
-    (warm_s 0), where otherwise the pass itself stands as the warm-up (warm_s: its seconds)."""
-    import cbsite.collector.cpu_memory as cpu_memory
-    import cbsite.collector.measure as measure
-
-    warm = []
-    real_time_fn = measure.time_fn
-
-    def watching(fn, *args, warm_s=None, **kwargs):
-        warm.append(warm_s)
-        return real_time_fn(fn, *args, warm_s=warm_s, **kwargs)
-
-    monkeypatch.setattr(measure, "time_fn", watching)
-    model = Counted()
-    batches = _batches(model, 1)
-    _both_phases(model, batches, CFG, hold=False)
-    assert len(warm) == 2 and all(w is not None and w > 0 for w in warm)  # the passes' own seconds
-    monkeypatch.setattr(cpu_memory, "TRIM_LEFT_BYTES", -1)  # every pass trims
-    _both_phases(model, batches, CFG, hold=False)
-    assert warm[2:] == [0.0, 0.0]
-    long_calls = TimingConfig(min_run_time=0.005, warmup=1, max_component_s=1e-9)  # a call outlasts the cap
-    _both_phases(model, batches, long_calls, hold=False)
-    assert all(w > 0 for w in warm[4:])

@@ -24,7 +24,6 @@ import torch
 from torch import nn
 from torch.utils.benchmark import Timer
 
-from cbsite.collector import memory
 from cbsite.collector.capture import Call, describe, tensors_in
 from cbsite.collector.contention import WaitProbe, contended, wait_for_quiet
 from cbsite.collector.counting import Counts, count, count_on_shapes
@@ -315,22 +314,11 @@ def phase_peak(device: str, fn: Callable[[], Any]) -> int:
     return _cuda_peak(fn) if device.startswith("cuda") else cpu_peak(fn)
 
 
-def _timed_peak(device: str, fn: Callable[[], Any]) -> tuple[int, float, bool]:
-    """`phase_peak`, the wall seconds its (profiled, so slightly slower) run took, and whether it handed freed heap
-    back to the system afterwards (cpu_memory.cpu_peak)."""
-    trims = memory.trims()
+def _timed_peak(device: str, fn: Callable[[], Any]) -> tuple[int, float]:
+    """`phase_peak` and the wall seconds its (profiled, so slightly slower) run took."""
     t0 = time.perf_counter()
     peak = phase_peak(device, fn)
-    return peak, time.perf_counter() - t0, memory.trims() > trims
-
-
-def _warm_s(peak_s: float, trimmed: bool, cfg: TimingConfig) -> float:
-    """What a peak pass counts for as the timing's warm-up (time_fn's `warm_s`). After it handed freed heap back, the
-    next call faults those pages in again: one plain call goes first (warm_s 0), unless a call outlasts the
-    per-component cap, where a second call would cost more than the faults weigh on it. Without it, dlrm medium's
-    embedding-bag and whole-model backwards, the two its peak passes trimmed after, had the slowest first blocks of
-    the collection."""
-    return 0.0 if trimmed and peak_s < cfg.cap_s() else peak_s
+    return peak, time.perf_counter() - t0
 
 
 def _cuda_peak(fn: Callable[[], Any]) -> int:
@@ -514,7 +502,7 @@ class ComponentMeasurement:
         self.held: dict[int, Graph] = {}  # batch index -> a graph the forward phase's runs built
         # Backward's counts, peak and untimed seconds, taken on the forward peak pass's graph before forward was
         # timed: for a component that frees its graphs, which cannot hold that graph through forward's timing.
-        self.early_backward: tuple[Counts, int, dict[str, float], float] | None = None  # counts, peak, untimed, warm_s
+        self.early_backward: tuple[Counts, int, dict[str, float]] | None = None
         self.holding_s = 0.0  # seconds forward spent making the graphs it leaves (their grad_outputs): backward's graphs
 
     def input_shapes(self) -> str:
@@ -625,11 +613,11 @@ class ComponentMeasurement:
         # The allocator peak of one call, then timing, warmed by it (and by a real counting pass, where there was one).
         # The peak pass's outputs are kept only where backward takes their graph.
         outs: list[Any] = []
-        peak, peak_s, trimmed = _timed_peak(self.cfg.device, lambda: outs.append(self._run(first_inputs, first_modes)))
+        peak, peak_s = _timed_peak(self.cfg.device, lambda: outs.append(self._run(first_inputs, first_modes)))
         if self.hold_graphs:
             self._hold_peak_graph(self._left_graph(first_inputs, first_modes, outs.pop(), seed=0))
         outs.clear()
-        timing = time_fn(statement, self.calls_per_batch, self.cfg, warm_s=_warm_s(peak_s, trimmed, self.cfg))
+        timing = time_fn(statement, self.calls_per_batch, self.cfg, warm_s=peak_s)
         self._hold_last(statement)
         return PhaseResult(timing, per_call(counts, self.calls_per_batch), peak, notes + timing.notes,
                            {"counting": counting_s, "memory_peaks": peak_s, **_around(timing)})
@@ -652,9 +640,8 @@ class ComponentMeasurement:
         counting_s = time.perf_counter() - t0
         if shaped is None:
             return  # counted for real in backward, which uses a graph of its own up
-        peak, peak_s, trimmed = _timed_peak(self.cfg.device, lambda: _grad_freeing(graph))
-        self.early_backward = (per_call(shaped, self.calls_per_batch), peak, {"counting": counting_s, "memory_peaks": peak_s},
-                               _warm_s(peak_s, trimmed, self.cfg))
+        peak, peak_s = _timed_peak(self.cfg.device, lambda: _grad_freeing(graph))
+        self.early_backward = (per_call(shaped, self.calls_per_batch), peak, {"counting": counting_s, "memory_peaks": peak_s})
 
     def _hold_last(self, statement: Callable[[], Any]) -> None:
         """The graph of forward's last timed run, held for backward where it adds a batch backward needs and the
@@ -757,13 +744,14 @@ class ComponentMeasurement:
         index = 0
         if known is not None or early is not None:
             if known is not None:
-                counts, peak, warm_s = known.counts, known.peak, None
+                counts, peak, peak_s = known.counts, known.peak, None
                 notes.append(known.note())
             else:
                 # Its peak pass ran before forward was timed; it stands as the warm-up as a peak pass does elsewhere: a
                 # component past the allowance streams its working set from memory on every call, so what forward's
                 # timing did to the caches in between changes nothing a warm-up call would.
-                counts, peak, early_untimed, warm_s = early
+                counts, peak, early_untimed = early
+                peak_s = early_untimed["memory_peaks"]
                 untimed.update(early_untimed)
             # The first block's graph: one the forward phase left, else batch 0's (whose build also says whether there
             # is anything to differentiate; a twin's freeing timing would build its own, but not that).
@@ -786,9 +774,8 @@ class ComponentMeasurement:
                 graph = batch0_graph()
             # The allocator peak of one call, before timing: a graph cycle may hold
             # another batch's graph once timing ends.
-            peak, peak_s, trimmed = _timed_peak(self.cfg.device, lambda: differentiate(graph))
+            peak, peak_s = _timed_peak(self.cfg.device, lambda: differentiate(graph))
             untimed["memory_peaks"] = peak_s
-            warm_s = _warm_s(peak_s, trimmed, self.cfg)
             if fresh:  # used up by the peak pass; a graph the forward phase left serves the first block
                 graph = None
                 if held:
@@ -820,8 +807,8 @@ class ComponentMeasurement:
         held.clear()
         del graph
         if known is not None:
-            warm_s = known.warm_s
-        timing = time_fn(statement, self.calls_per_batch, self.cfg, warm_s=warm_s)
+            peak_s = known.warm_s
+        timing = time_fn(statement, self.calls_per_batch, self.cfg, warm_s=peak_s)
         untimed["backward_graphs"] += getattr(statement, "build_s", 0.0)
         untimed.update(_around(timing))
         del statement

@@ -218,18 +218,8 @@ def release_freed() -> None:
     trim_heap()
 
 
-_trims = 0  # how many times trim_heap ran in this process (measure.py: a timing right after one warms up first)
-
-
-def trims() -> int:
-    """How many times `trim_heap` has run in this process."""
-    return _trims
-
-
 def trim_heap() -> None:
     """glibc's `malloc_trim(0)`: the heap's free pages go back to the system (nothing elsewhere)."""
-    global _trims
-    _trims += 1
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc
