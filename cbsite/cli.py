@@ -138,14 +138,27 @@ def _collect_config(args: argparse.Namespace, plugins: tuple[tuple[str, ...], di
 def cmd_collect(args: argparse.Namespace) -> int:
     from cbsite.collector.clean_worker import kept_worker  # no torch: the worker starts before torch is imported here
 
+    if args.distributed:
+        return _collect_distributed(args, _collect_request(args))
     # A CPU collection calibrates in a clean worker: started now, its interpreter and torch import run beside this
     # process's imports and the model's build, and the start calibration waits for less (device.start_calibration).
-    with kept_worker(start_now=True) if args.device == "cpu" and not args.distributed else contextlib.nullcontext():
-        return _collect_command(args)
+    with kept_worker(start_now=True) if args.device == "cpu" else contextlib.nullcontext():
+        from cbsite.collector.collect import collect
+
+        _note_stale(args.runs)
+        with _staging_in(args.runs):
+            run = collect(_collect_request(args))
+    # Saved once the worker is gone: a collection killed while saving leaves no process of its own behind (an
+    # orphaned worker held the caller's pipes open).
+    path = run.save(args.runs)
+    _print_run(run, top=args.top)
+    print(f"saved {path}")
+    return 0
 
 
-def _collect_command(args: argparse.Namespace) -> int:
-    from cbsite.collector.collect import CollectRequest, Preprocessing, collect
+def _collect_request(args: argparse.Namespace) -> Any:
+    """The CollectRequest of `cbsite collect`'s arguments."""
+    from cbsite.collector.collect import CollectRequest, Preprocessing
     from cbsite.provenance import git_state
 
     version = args.version
@@ -154,7 +167,7 @@ def _collect_command(args: argparse.Namespace) -> int:
         if git is None:
             raise CbsiteError("--version auto needs a git work tree here; give a version name instead")
         version = git["short"] + ("-dirty" if git["dirty"] else "")
-    request = CollectRequest(
+    return CollectRequest(
         provider=args.provider,
         options=_parse_options(args.option),
         model_name=args.model,
@@ -166,15 +179,6 @@ def _collect_command(args: argparse.Namespace) -> int:
         tags=tuple(args.tag),
         notes=args.notes,
     )
-    if args.distributed:
-        return _collect_distributed(args, request)
-    _note_stale(args.runs)
-    with _staging_in(args.runs):
-        run = collect(request)
-    path = run.save(args.runs)
-    _print_run(run, top=args.top)
-    print(f"saved {path}")
-    return 0
 
 
 def _collect_distributed(args: argparse.Namespace, request: Any) -> int:
