@@ -313,3 +313,32 @@ def test_the_clean_worker_starts_without_torch_in_the_caller():
             "print('no torch')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "no torch" in out.stdout, out.stderr[-2000:]
+
+
+def test_a_worker_whose_collection_is_killed_outright_ends_too(tmp_path):
+    """SIGKILL (or the OOM killer) gives a collection no chance to stop its calibration worker; the worker sees its
+    parent gone and ends, instead of waiting for jobs for ever with the caller's pipes open."""
+    script = tmp_path / "killed.py"
+    script.write_text(
+        "import os\nfrom cbsite.collector import clean_worker\n"
+        "with clean_worker.kept_worker(start_now=True):\n"
+        "    print(clean_worker.in_clean_worker(os.getpid)[0], flush=True)\n"
+        "    os.kill(os.getpid(), 9)\n"
+    )
+    from cbsite.collector import clean_worker
+
+    # Its stdout is a pipe the worker inherited: a worker left running would keep this call waiting to its timeout.
+    out = subprocess.run([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, timeout=120)
+    worker = int(out.stdout.split()[0])
+    assert out.returncode == -9
+    deadline = time.time() + 10 * clean_worker.WATCH_EVERY_S
+    while time.time() < deadline and Path(f"/proc/{worker}").exists() and "\nState:\tZ" not in _status(worker):
+        time.sleep(0.1)
+    assert not Path(f"/proc/{worker}").exists() or "\nState:\tZ" in _status(worker)
+
+
+def _status(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return ""

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 import sys
+import threading
+import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable
 
 WORKER_TIMEOUT_S = 300.0
+WATCH_EVERY_S = 1.0  # how often a worker checks that the process that started it is still there
 
 
 def _refuse_in_bootstrap() -> None:
@@ -65,8 +69,22 @@ def _stop(pool: ProcessPoolExecutor) -> None:
     pool.shutdown(wait=False, cancel_futures=True)
 
 
+def _exit_with(parent: int) -> None:
+    """The worker's watch on the process that started it: a parent killed outright (SIGKILL, the OOM killer) cannot
+    stop its worker, which would otherwise wait for jobs for ever, holding whatever pipes it inherited."""
+    while True:
+        time.sleep(WATCH_EVERY_S)
+        if os.getppid() != parent:
+            os._exit(0)
+
+
+def _watch_parent() -> None:
+    """A worker's initializer: a daemon thread that ends the worker once its parent is gone (one getppid a second)."""
+    threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True, name="cbsite-parent-watch").start()
+
+
 def _spawn_pool() -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_watch_parent)
 
 
 @contextlib.contextmanager
