@@ -314,17 +314,13 @@ def test_the_profilings_gradients_go_before_a_spilled_models_values_are_read_bac
 def test_a_peak_pass_leaves_what_it_freed_with_the_system():
     """The profiler's own allocations, made between the run's, kept the heap what the run freed: dlrm medium's
     backward peak pass left its gradients' worth resident, and its timing allocated afresh beside it."""
-    import os
     import platform
 
     from cbsite.collector.cpu_memory import cpu_peak
 
     if platform.libc_ver()[0] != "glibc":
         pytest.skip("malloc_trim is glibc's")
-
-    def resident() -> int:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    resident = memory.resident_bytes
 
     def run() -> None:
         kept = [torch.ones(64 * 1024) for _ in range(2000)]  # 256 KiB each, about 500 MiB, from glibc's heap
@@ -488,17 +484,13 @@ def test_after_a_census_on_shapes_the_first_forward_that_does_not_fit_is_the_mod
         captures.calls("1", lambda: ["1"])
 
 
-@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="reads resident memory from /proc")
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads resident memory from /proc")
 def test_memory_the_allocator_kept_goes_back_to_the_system():
-    import os
     import platform
 
     if platform.libc_ver()[0] != "glibc":
         pytest.skip("malloc_trim is glibc's")
-
-    def resident() -> int:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    resident = memory.resident_bytes
 
     # Tensors below glibc's mmap threshold come from its heap; every other one freed leaves holes it keeps.
     kept = [torch.ones(64 * 1024) for _ in range(2000)]  # 256 KiB each, about 500 MiB in all

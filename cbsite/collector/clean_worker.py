@@ -132,7 +132,13 @@ def in_clean_worker(fn: Callable[..., Any], *args: Any, timeout: float = WORKER_
             return future.result(timeout=timeout), "clean worker (spawn)"
     except Exception as exc:  # noqa: BLE001 - any failure to start or finish the worker falls back to this process
         why = f"{type(exc).__name__}: {exc}".strip().rstrip(":")[:300]
-        if kept is not None and kept in _kept:  # a broken or hung kept worker is not used again
-            _kept.remove(kept)
-            _stop(kept)
+        if kept is not None:
+            drop_kept(kept)
     return fn(*args), f"in-process (the clean worker failed: {why})"
+
+
+def drop_kept(pool: ProcessPoolExecutor) -> None:
+    """A broken or hung kept worker is not used again: the next job of its block gets a fresh one."""
+    if pool in _kept:
+        _kept.remove(pool)
+        _stop(pool)

@@ -29,11 +29,12 @@ from cbsite.collector.clean_worker import (  # noqa: F401 - kept_worker and in_c
     WORKER_TIMEOUT_S,
     _kept,
     _main_not_reimported,
-    _stop,
+    drop_kept,
     in_clean_worker,
     kept_worker,
 )
 from cbsite.collector.contention import WaitProbe
+from cbsite.collector.executors import usable_cores
 
 # Dense peak FLOP/s per dtype and peak memory bandwidth (bytes/s), SXM parts, from vendor datasheets.
 # float32 means plain FP32 (no TF32); "tf32" is listed separately for matmuls that use it.
@@ -77,18 +78,16 @@ def calibrate_once(dtype: torch.dtype, num_threads: int, min_run_time: float = C
     probe = WaitProbe()
     probe.start()
     started = time.perf_counter()
-    best_flops, best_shape, rates = 0.0, None, []
+    rates = []
     for m, k, n in shapes:
         a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
         t = Timer("torch.mm(a, b)", globals={"torch": torch, "a": a, "b": b}, num_threads=num_threads)
-        rate = 2 * m * k * n / t.blocked_autorange(min_run_time=min_run_time).median
-        rates.append([m, k, n, rate])
-        if rate > best_flops:
-            best_flops, best_shape = rate, (m, k, n)
+        rates.append([m, k, n, 2 * m * k * n / t.blocked_autorange(min_run_time=min_run_time).median])
+    best = max(rates, key=lambda r: r[3], default=None)
     src, dst = copy_buffers or _copy_buffers()
     t = Timer("dst.copy_(src)", globals={"src": src, "dst": dst}, num_threads=num_threads)
     bandwidth = 2 * COPY_BYTES / t.blocked_autorange(min_run_time=min_run_time).median  # read + write
-    return {"flops": best_flops, "bandwidth": bandwidth, "best_matmul_shape": list(best_shape) if best_shape else None,
+    return {"flops": best[3] if best else 0.0, "bandwidth": bandwidth, "best_matmul_shape": best[:3] if best else None,
             "rates": rates, "waited_s": round(probe.stop(time.perf_counter() - started), 4)}
 
 
@@ -124,21 +123,18 @@ def _calibrate_repeats(dtype_name: str, num_threads: int, repeats: int, min_run_
 class _Early:
     """A start calibration submitted to the kept worker before the model was built."""
 
-    pool: ProcessPoolExecutor  # the kept worker that runs it (held: a later worker never takes its id)
+    pool: ProcessPoolExecutor  # the kept worker that runs it: taken only from that worker
     args: tuple[Any, ...]
     future: Future
     submitted: float  # time.perf_counter() at submission
 
 
-_early: dict[int, _Early] = {}  # by id() of the kept worker that runs it; one whose worker is gone is never taken
+_early: _Early | None = None  # the one started calibration not yet taken
 
 
 def free_cores() -> int:
-    """The cores this process may run on (its affinity, not the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    """How many cores this process may run on (executors.usable_cores)."""
+    return len(usable_cores())
 
 
 def start_calibration(dtype: torch.dtype, num_threads: int, min_run_time: float = CALIBRATION_MIN_RUN_TIME,
@@ -152,6 +148,7 @@ def start_calibration(dtype: torch.dtype, num_threads: int, min_run_time: float 
     process may use until the calibration is taken (the caller builds the model with them), or None when the
     calibration was not started (it then runs when `calibrate_cpu` is called, as before).
     """
+    global _early
     left = free_cores() - num_threads
     if not _kept or left < 1:
         return None
@@ -162,25 +159,23 @@ def start_calibration(dtype: torch.dtype, num_threads: int, min_run_time: float 
             future = pool.submit(_calibrate_repeats, *args)
     except Exception:  # noqa: BLE001 - a broken worker: calibrate_cpu starts over when it is called
         return None
-    _early.clear()  # one started calibration at a time: an older one's worker is gone or busy with this one
-    _early[id(pool)] = _Early(pool, args, future, time.perf_counter())
+    _early = _Early(pool, args, future, time.perf_counter())  # one at a time: an older one's worker is gone or busy
     return left
 
 
 def _take_early(args: tuple[Any, ...]) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
     """The passes of a started calibration with these arguments, and how it overlapped; None when there is none
     (or it failed: the caller then calibrates as if none had been started)."""
+    global _early
     kept = _kept[-1] if _kept else None
-    early = _early.pop(id(kept), None) if kept is not None else None
-    if early is None or early.pool is not kept or early.args != args:
+    early, _early = _early, None  # taken once, or dropped when it is not this call's
+    if early is None or kept is None or early.pool is not kept or early.args != args:
         return None
     asked = time.perf_counter()
     try:
         passes = early.future.result(timeout=max(1.0, WORKER_TIMEOUT_S - (asked - early.submitted)))
     except Exception:  # noqa: BLE001 - a broken or hung worker is not used again; the caller calibrates afresh
-        if kept in _kept:
-            _kept.remove(kept)
-            _stop(kept)
+        drop_kept(kept)
         return None
     waited = time.perf_counter() - asked
     return passes, {"started_early": True, "ran_beside_setup_s": round(asked - early.submitted, 3),
@@ -221,7 +216,7 @@ def calibrate_cpu(
             "method": method,
             "best_matmul_shape": best["best_matmul_shape"],
             "matmul_shapes": [list(x) for x in shapes],
-            "repeats": [{k: p.get(k) for k in ("flops", "bandwidth", "best_matmul_shape", "rates", "waited_s")}
+            "repeats": [{k: p[k] for k in ("flops", "bandwidth", "best_matmul_shape", "rates", "waited_s")}
                         for p in passes],
             "seconds": round(time.perf_counter() - started, 3),
             **overlap,

@@ -41,11 +41,16 @@ class PointJob:
     threads: int | None = None  # torch intra-op threads (None: one per core it may use)
 
 
+def usable_cores() -> list[int]:
+    """The cores this process may run on: its affinity, not the machine's count."""
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+
+
 def _pin(cores: Sequence[int] | None) -> list[int]:
     """Pin this process to `cores` and return the cores it may use."""
     if cores and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, set(cores))
-    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    return usable_cores()
 
 
 def run_point(job: PointJob) -> dict[str, Any]:
@@ -79,8 +84,7 @@ def run_point(job: PointJob) -> dict[str, Any]:
 
 def core_sets(workers: int, available: Sequence[int] | None = None) -> list[tuple[int, ...]]:
     """`workers` disjoint, equal sets of the available cores (the remainder left idle)."""
-    cores = sorted(available if available is not None else (os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity")
-                                                           else range(os.cpu_count() or 1)))
+    cores = sorted(available) if available is not None else usable_cores()
     if workers < 1:
         raise CbsiteError(f"--workers must be at least 1, got {workers}")
     per = len(cores) // workers

@@ -227,12 +227,8 @@ def trim_heap() -> None:
 
 
 def resident_bytes() -> int | None:
-    """This process's resident memory now (/proc/self/statm), None where there is no procfs."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
+    """This process's resident memory now (VmRSS), None where there is no procfs."""
+    return _status_kb("VmRSS")
 
 
 # A pass that leaves more than this resident beyond what it found has its freed heap handed back (cpu_memory.cpu_peak).
