@@ -205,6 +205,7 @@ def test_counting_on_shapes_gives_exactly_the_counts_of_a_real_run(monkeypatch):
     cached tensor, a gate and a masked select); value-dependent components (the gate's branch, the masked select,
     torchrec's lookups) are counted for real, and no fake tensor is left in a module."""
     import cbsite.collector.measure as measure
+    import cbsite.collector.profiler as profiler
 
     cases = [
         (lambda: provide("nanogpt", {"size": "tiny"}, batches=2), None),
@@ -216,6 +217,8 @@ def test_counting_on_shapes_gives_exactly_the_counts_of_a_real_run(monkeypatch):
     for make, given in cases:
         runs = []
         for on_shapes in (True, False):
+            # Every component tried on shapes, not only those whose parent ran past REAL_COUNT_BELOW_S.
+            monkeypatch.setattr(profiler, "REAL_COUNT_BELOW_S", 0.0)
             if not on_shapes:
                 monkeypatch.setattr(measure, "count_on_shapes", lambda *args: None)
             torch.manual_seed(0)  # the same weights both ways: the masked select's work depends on values
@@ -235,6 +238,26 @@ def test_counting_on_shapes_gives_exactly_the_counts_of_a_real_run(monkeypatch):
         monkeypatch.undo()
     # The Mixed model's value-dependent components were counted for real, the rest on shapes.
     assert runs[0].meta["counting"]["real"] >= 4
+
+
+def test_children_of_a_quick_parent_are_counted_on_a_real_run_with_the_same_counts(monkeypatch):
+    """A component whose nearest measured ancestor's statement of a phase ran under REAL_COUNT_BELOW_S is counted on a
+    real run straight away: the same counts as on shapes; only the root, which has no ancestor, is still tried on
+    shapes (the blocks of nanoGPT's ModuleList, a container never called, take the root's)."""
+    import cbsite.collector.profiler as profiler
+
+    runs = []
+    for below in (0.0, 1e9):  # every component tried on shapes; every component under a parent counted for real
+        monkeypatch.setattr(profiler, "REAL_COUNT_BELOW_S", below)
+        torch.manual_seed(0)
+        made = provide("nanogpt", {"size": "tiny"}, batches=2)
+        runs.append(_collect(made.model, [(i.args, i.kwargs) for i in made.inputs], once=False))
+    shaped, real = (_rows(r) for r in runs)
+    assert shaped.keys() == real.keys()
+    for key in real:
+        assert {c: shaped[key][c] for c in COUNTED} == {c: real[key][c] for c in COUNTED}, key
+    assert runs[0].meta["counting"]["on_shapes"] > 2
+    assert runs[1].meta["counting"]["on_shapes"] <= 2  # the root's forward and backward at most
 
 
 def test_the_census_on_shapes_is_the_census_of_a_real_forward():

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable
 from torch.utils.benchmark import Timer
 
 from cbsite.collector.contention import WaitProbe
-from cbsite.collector.measure import before_block, block_size, one_call_per_block, timed_block
+from cbsite.collector.measure import before_block, block_size, first_guess, one_call_per_block, timed_block
 
 REMEASURE_PAIRS = 10
 
@@ -75,7 +75,9 @@ def remeasure(
             fn, calls = found
             timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=num_threads)
             fn()
-            number = 1 if one_call_per_block(fn) else block_size(timer, block_s)
+            # Sized from the row's own median (a statement is `calls` calls): one sizing run instead of several.
+            guess = first_guess(row["latency_ms"] / 1e3 * calls, block_s)
+            number = 1 if one_call_per_block(fn) else block_size(timer, block_s, guess)
             sides.append((row, timer, calls, number, before_block(fn)))
         if len(sides) != 2:
             continue

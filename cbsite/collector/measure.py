@@ -112,6 +112,13 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+# A component whose nearest measured ancestor's statement of a phase ran under this is counted on a real run, not first
+# on fake tensors: a run that short (its own is part of its ancestor's) costs less than a pass on shapes, which pays per
+# op for making and tracking fake tensors, and which a value-dependent op sends to a real run anyway. The counts are
+# the same either way (count_on_shapes stands only where they are).
+REAL_COUNT_BELOW_S = 0.01
+
+
 IN_BLOCK_WARMUP_FROM = 20  # statements per block from which Timer's own warm-up costs at most 10 % of a block
 
 
@@ -130,14 +137,32 @@ def stmt_seconds(timer: Timer, number: int) -> float:
         return timer._timeit(number) / number
 
 
-def block_size(timer: Timer, target_s: float) -> int:
-    """Calls of the statement per block so that one block lasts about `target_s` (at least one call)."""
-    number = 1
+def sized_block(timer: Timer, target_s: float, calls_per_stmt: int = 1, probe: WaitProbe | None = None,
+                first: int = 1) -> tuple[int, Block]:
+    """Statements per block so that one block lasts about `target_s` (at least one), and the run that found it.
+
+    Runs of `first`, then more, statements until one lasts `target_s`: that run is timed as `timed_block` times a
+    block (same statement, same count, wait and CPU read around it), so a caller keeps it as its first block
+    instead of throwing a block's worth of runs away. `first`: a guess from a call already timed (a warm-up)."""
+    number = max(1, min(2**30, first))
     while True:
-        per_stmt = stmt_seconds(timer, number)
-        if per_stmt * number >= target_s or number >= 2**30:
-            return number
-        number = min(2**30, max(number * 2, int(number * target_s / max(per_stmt * number, 1e-9) * 1.05)))
+        block = timed_block(timer, number, calls_per_stmt, probe)
+        wall = block.seconds_per_call * block.calls
+        if wall >= target_s or number >= 2**30:
+            return number, block
+        number = min(2**30, max(number * 2, int(number * target_s / max(wall, 1e-9) * 1.05)))
+
+
+def block_size(timer: Timer, target_s: float, first: int = 1) -> int:
+    """Calls of the statement per block so that one block lasts about `target_s` (at least one call); `first`: a
+    guess to start from (first_guess)."""
+    return sized_block(timer, target_s, first=first)[0]
+
+
+def first_guess(seconds_per_stmt: float, target_s: float) -> int:
+    """Statements per block a call of `seconds_per_stmt` suggests, a tenth over so that the first run at it is likely
+    long enough (a warm-up call runs slower than the calls after it, a peak pass under the profiler much slower)."""
+    return max(1, int(1.1 * target_s / seconds_per_stmt)) if seconds_per_stmt > 0 else 1
 
 
 def timed_block(timer: Timer, number: int, calls_per_stmt: int, probe: WaitProbe | None = None) -> Block:
@@ -236,13 +261,20 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_
     if not called:  # no warm-up call: none is recorded (a microsecond of bookkeeping is not a warm-up)
         t_warm = t_sizing
     timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=cfg.num_threads)
-    # A statement whose warm call already outlasts a block needs no sizing runs: one call per block.
-    number = 1 if last_warm >= cfg.block_s() or one_call_per_block(fn) else block_size(timer, cfg.block_s())
-    warm_up_s, sizing_s = t_sizing - t_warm, time.perf_counter() - t_sizing
-    step = before_block(fn)
-    expected = expected_blocks(cfg, max(cfg.block_s(), last_warm * number))
-    blocks: list[Block] = []
     probe = WaitProbe()
+    blocks: list[Block] = []
+    # A statement whose warm call already outlasts a block needs no sizing runs: one call per block. Otherwise the
+    # sizing's last run, a block long, is the first block (a block's worth of runs per phase was thrown away).
+    if last_warm >= cfg.block_s() or one_call_per_block(fn):
+        number, block_seconds = 1, max(cfg.block_s(), last_warm)
+    else:
+        before_block(fn)(0, MIN_BLOCKS)  # as every block is prepared (a graph cycle's first batch: nothing to do)
+        number, first = sized_block(timer, cfg.block_s(), calls_per_stmt, probe, first_guess(last_warm, cfg.block_s()))
+        blocks.append(first)
+        block_seconds = first.seconds_per_call * first.calls
+    warm_up_s, sizing_s = t_sizing - t_warm, time.perf_counter() - t_sizing - sum(b.seconds_per_call * b.calls for b in blocks)
+    step = before_block(fn)
+    expected = expected_blocks(cfg, max(cfg.block_s(), block_seconds))
     waits, since_wait, cut_short, quiet_wait = 0, 0, False, 0.0
     while True:
         step(len(blocks), expected)
@@ -504,6 +536,9 @@ class ComponentMeasurement:
         # timed: for a component that frees its graphs, which cannot hold that graph through forward's timing.
         self.early_backward: tuple[Counts, int, dict[str, float]] | None = None
         self.holding_s = 0.0  # seconds forward spent making the graphs it leaves (their grad_outputs): backward's graphs
+        # Phases counted on a real run straight away (set by the collector where the nearest measured ancestor's
+        # statement of that phase ran under REAL_COUNT_BELOW_S): the run is cheaper than the same pass on fake tensors.
+        self.count_real: set[str] = set()
 
     def input_shapes(self) -> str:
         call = self.batches[0][0]
@@ -606,7 +641,8 @@ class ComponentMeasurement:
         first_inputs = [c.replay_inputs(with_grad=c.grad_enabled) for c in self.batches[0]]
         first_modes = [c.grad_enabled for c in self.batches[0]]
         t0 = time.perf_counter()
-        counts = count_on_shapes(lambda: None, lambda _: self._run(first_inputs, first_modes), self.module.modules())
+        counts = (None if "forward" in self.count_real else
+                  count_on_shapes(lambda: None, lambda _: self._run(first_inputs, first_modes), self.module.modules()))
         if counts is None:
             counts = count(lambda: self._run(first_inputs, first_modes))[1]  # the output (and its graph) is let go at once
         counting_s = time.perf_counter() - t0
@@ -766,7 +802,7 @@ class ComponentMeasurement:
             t1 = time.perf_counter()
             # On shapes where they stand for a real run (counting.count_on_shapes): a graph of fake tensors, which also
             # leaves the real one for the peak pass.
-            shaped = self._backward_on_shapes(differentiate)
+            shaped = None if "backward" in self.count_real else self._backward_on_shapes(differentiate)
             counts = per_call(shaped or count(lambda: differentiate(graph))[1], self.calls_per_batch)
             untimed["counting"] = time.perf_counter() - t1
             if fresh and shaped is None:  # the counting pass used the graph up: another for the peak pass, the first let go first

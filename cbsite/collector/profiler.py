@@ -31,8 +31,8 @@ from cbsite.collector.capture import Capture, capture, moved, refuse_iterators, 
 from cbsite.collector import hierarchy, memory
 from cbsite.collector.session import rounds
 from cbsite.collector.device import describe_device, kept_worker
-from cbsite.collector.measure import (BLOCKS_PER_BUDGET, ComponentMeasurement, GradOutputs, Known, NothingToDifferentiate,
-                                      PhaseResult, TimingConfig)
+from cbsite.collector.measure import (BLOCKS_PER_BUDGET, REAL_COUNT_BELOW_S, ComponentMeasurement, GradOutputs, Known,
+                                      NothingToDifferentiate, PhaseResult, TimingConfig)
 from cbsite.collector.counting import Counts, count_on_shapes
 from cbsite.collector.peaks import check_peaks
 from cbsite.collector.preprocess import batch_size_of
@@ -200,12 +200,14 @@ def _measure(
     twins: Twins | None = None,
     path: str = "",
     grad_outputs: GradOutputs | None = None,
+    count_real: set[str] | None = None,
 ) -> dict[str, _Outcome]:
     outcomes: dict[str, _Outcome] = {}
     measurement = None
     sig = None
     try:
         measurement = ComponentMeasurement(module, batches, cfg, graph_bytes, saved_bytes, grad_outputs)
+        measurement.count_real = set(count_real or ())
         # Backward right after forward, with no plugin replaying either in between: forward's own runs build the
         # graphs backward differentiates (measure.ComponentMeasurement.hold_graphs).
         order = list(phases)
@@ -249,6 +251,26 @@ def _measure(
             ctx = plugged.context(module, phase, outcome, measurement, batches, cfg)
             outcome.patch = plugged.runner.after(ctx, outcome.patch or RowPatch())
     return outcomes
+
+
+def _timed_ancestor(comp: Component, parent_of: dict[str, str | None], outcomes: dict[str, dict[str, _Outcome]],
+                    census: Capture) -> tuple[dict[str, _Outcome] | None, int]:
+    """The outcomes of the nearest ancestor measured so far (a container that is never called is passed over) and its
+    calls per forward; (None, 0) where there is none (the root)."""
+    ancestor = comp.parent
+    while ancestor is not None and not any(o.result is not None for o in outcomes.get(ancestor, {}).values()):
+        ancestor = parent_of.get(ancestor)
+    return (None, 0) if ancestor is None else (outcomes[ancestor], census.call_count(ancestor))
+
+
+def _cheap_phases(ancestor: dict[str, _Outcome] | None, ancestor_calls: int) -> set[str]:
+    """The phases whose statement (every call of one batch) ran under REAL_COUNT_BELOW_S in the ancestor: a
+    component's run is part of its ancestor's, so it is counted on a real run, not first on shapes (measure.py)."""
+    cheap = set()
+    for phase, outcome in (ancestor or {}).items():
+        if outcome.result is not None and outcome.result.timing.median_ms / 1e3 * max(1, ancestor_calls) < REAL_COUNT_BELOW_S:
+            cheap.add(phase)
+    return cheap
 
 
 def _measure_phase(measurement: ComponentMeasurement, phase: str, shapes: str | None, cfg: TimingConfig,
@@ -490,7 +512,9 @@ def _load_warnings(num_threads: int, when: str) -> list[str]:
 
 
 COUNTING_RULE = ("FLOPs and bytes moved are counted on fake tensors (shapes, strides and dtypes, no arithmetic) where "
-                 "that pass runs and meets no op whose work may depend on values; otherwise on a real run of batch 0")
+                 "that pass runs and meets no op whose work may depend on values; otherwise on a real run of batch 0. "
+                 f"A component whose nearest measured ancestor's statement of the phase ran under {REAL_COUNT_BELOW_S * 1e3:g} ms is "
+                 "counted on a real run straight away (cheaper than the pass on fake tensors; the counts are the same)")
 
 
 def _profile(
@@ -551,6 +575,7 @@ def _profile(
     in_run: set[str] = set()
     # Within a depth, components replayed on batch 0 only come last: fewer capture forwards of the other batches.
     order = breadth_first(components, later=lambda c: mem_plan.batches_for(c.path) < len(batches))
+    parent_of = {c.path: c.parent for c in components}
     raisers = memory.PeakRaisers()  # which capture or measurement raised the peak (run.json memory)
     twins = Twins() if config.count_twins_once else None  # identical components counted once (twins.py)
     # Backward graphs' grad_outputs drawn once per batch and shape, within a quarter of the allowance: twins and a
@@ -603,7 +628,8 @@ def _profile(
 
             outcomes[comp.path] = _measure(modules[comp.path], per_batch, config.phases, timing, plugged, on_phase,
                                            census.graph_bytes(comp.path), census.saved_bytes.get(comp.path), twins,
-                                           comp.path, grad_outputs)
+                                           comp.path, grad_outputs,
+                                           _cheap_phases(*_timed_ancestor(comp, parent_of, outcomes, census)))
             raisers.step("measurement", comp.path)
             if mem_plan.batches_for(comp.path) < len(batches):
                 for outcome in outcomes[comp.path].values():
