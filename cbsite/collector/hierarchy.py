@@ -75,9 +75,11 @@ def remeasure(
             fn, calls = found
             timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=num_threads)
             fn()
-            # Sized from the row's own median (a statement is `calls` calls): one sizing run instead of several.
-            guess = first_guess(row["latency_ms"] / 1e3 * calls, block_s)
-            number = 1 if one_call_per_block(fn) else block_size(timer, block_s, guess)
+            # Sized from the row's own median (a statement is `calls` calls): a statement that outlasts a block is one
+            # per block with no sizing run, a shorter one takes one sizing run instead of several.
+            per_statement = row["latency_ms"] / 1e3 * calls
+            one = one_call_per_block(fn) or per_statement >= block_s
+            number = 1 if one else block_size(timer, block_s, first_guess(per_statement, block_s))
             sides.append((row, timer, calls, number, before_block(fn)))
         if len(sides) != 2:
             continue
