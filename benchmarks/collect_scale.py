@@ -6,7 +6,8 @@ For each case, in fresh processes one after another (never two at once, so they 
    three iterations of zero_grad, forward, `output.mean().backward()` and an SGD step at lr 0; the
    process's peak resident memory (ru_maxrss) and the median iteration time.
 2. **collection**: `cbsite collect PROVIDER -o ... --no-progress` into a temporary archive with the
-   default budget; its own peak (ru_maxrss, run.json `memory.peak_rss_bytes`), wall time and the time
+   default budget; its own peak (ru_maxrss, run.json `memory.peak_rss_bytes`), wall time (run.json `wall_time_s`:
+   from keeping the caller's model values, column "keep", to the end) and the time
    inside timed blocks (`timed_s`, the components' blocks, plus the blocks of the re-timing of inverted
    parent/child pairs, `breakdown_s.hierarchy_remeasure_timed_blocks`, and the whole-model step's blocks),
    and the breakdown run.json records (`breakdown_s`), with the start calibration's overlap with the build.
@@ -153,7 +154,7 @@ def main() -> None:
     gib = 2**30
     print(f"\n{'case':14s} {'plain GiB':>9s} {'coll GiB':>9s} {'ratio':>6s} {'step s':>7s} {'wall s':>7s} {'timed s':>8s} "
           f"{'wall/timed':>10s} {'capture':>8s} {'count':>6s} {'peaks':>6s} {'graphs':>6s} {'warm':>5s} {'sizing':>6s} "
-          f"{'other':>7s} {'waits':>6s} "
+          f"{'other':>7s} {'waits':>6s} {'keep':>5s} "
           f"{'calib':>6s} {'hier s':>7s} {'process s':>9s} {'load':>9s}")
     for name, r in results.items():
         p, c = r["plain"], r["collection"]
@@ -168,6 +169,7 @@ def main() -> None:
               f"{b.get('components_memory_peaks', 0):6.1f} {b.get('components_backward_graphs', 0):6.1f} "
               f"{b.get('components_warm_up', 0):5.1f} {b.get('components_block_sizing', 0):6.1f} "
               f"{b.get('components_other', 0):7.1f} {b.get('components_quiet_waits', 0):6.1f} "
+              f"{b.get('preserve_model', 0):5.1f} "
               f"{b.get('calibration_start', 0) + b.get('calibration_end_and_peak_checks', 0):6.1f} "
               f"{b.get('hierarchy_remeasure', 0):7.1f} {c['process_wall_s']:9.1f} "
               f"{r['load'][0]:4.1f}-{r['load'][1]:4.1f}")

@@ -294,7 +294,7 @@ def _print_run(run: Any, top: int = 15) -> None:
     )
     breakdown = meta.get("breakdown_s")
     if isinstance(breakdown, dict) and breakdown:
-        order = ("setup_and_capture", "calibration_start", "components", "components_timed_blocks", "components_plugins",
+        order = ("preserve_model", "setup_and_capture", "calibration_start", "components", "components_timed_blocks", "components_plugins",
                  "components_capture", "components_quiet_waits", "components_counting", "components_memory_peaks",
                  "components_backward_graphs", "components_warm_up", "components_block_sizing", "components_other", "hierarchy_remeasure",
                  "hierarchy_remeasure_timed_blocks", "rounds",

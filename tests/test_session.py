@@ -164,7 +164,7 @@ def test_rounds_repeat_timing_in_fresh_processes(tmp_path):
     assert run.meta["rounds"] == 3 and run.meta["session"]["processes"] == 3
     # Where the wall time went: every stage, the rounds' workers among them, and no more than the wall time.
     stages = run.meta["breakdown_s"]
-    top = ("setup_and_capture", "calibration_start", "components", "hierarchy_remeasure", "rounds",
+    top = ("preserve_model", "setup_and_capture", "calibration_start", "components", "hierarchy_remeasure", "rounds",
            "calibration_end_and_peak_checks", "step")
     assert set(top) <= set(stages) and stages["rounds"] > 0
     assert sum(stages[k] for k in top) <= run.meta["wall_time_s"] + 1e-3

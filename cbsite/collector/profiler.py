@@ -321,6 +321,9 @@ def profile_model(
     refuse_iterators(batches)
     caller_threads = torch.get_num_threads()
     torch.set_num_threads(threads_for(config))
+    # The collection's wall time starts here: keeping the caller's model values (a spill to a file past
+    # restore.SPILL_BYTES) is the collection's own work (run.json breakdown_s.preserve_model).
+    started = time.perf_counter()
     try:
         # The caller's model is left as it was found: values, dtype, device, RNG (restore.py). The memory
         # limit turns an allocation that would summon the OOM killer into a failed component (memory.py).
@@ -328,7 +331,7 @@ def profile_model(
         with preserved(model), memory.MemoryLimit(config.memory_limit, torch.device(config.device)) as limit, \
                 kept_worker():
             return _profile(model, batches, config, model_name, version, provider, preprocessing, inputs_description, tags,
-                            notes, request, limit)
+                            notes, request, limit, started)
     finally:
         torch.set_num_threads(caller_threads)  # a notebook keeps its own setting
 
@@ -530,8 +533,13 @@ def _profile(
     notes: str,
     request: Any = None,
     limit: memory.MemoryLimit | None = None,
+    started: float | None = None,
 ) -> archive.Run:
-    started = time.perf_counter()
+    """`started`: when the collection began (profile_model, before the model's values were kept)."""
+    started = time.perf_counter() if started is None else started
+    # where the wall time (and memory) goes: run.json `breakdown_s`
+    stages = _Stages(started, torch.device(config.device).type == "cpu")
+    stages.done("preserve_model")  # restore.preserved's copy of the model's values, the memory limit, the kept worker
     device = torch.device(config.device)
     dtype = DTYPES[config.dtype]
     num_threads = torch.get_num_threads()
@@ -542,7 +550,6 @@ def _profile(
     batches = [moved(b, device, dtype) for b in batches]
 
     grad = "backward" in config.phases
-    stages = _Stages(started, device.type == "cpu")  # where the wall time (and memory) goes: run.json `breakdown_s`
     # The census: one forward of batch 0 that keeps no inputs, only what every module received and how
     # much its graph saved; the memory plan (memory.py) comes from it and the model's own size.
     census, mem_plan, captures = planned_captures(model, batches, grad, device, everything=config.capture_all_at_once)
