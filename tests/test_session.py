@@ -227,6 +227,32 @@ def test_contended_blocks_are_left_out_and_too_few_clean_ones_flag_the_row():
     assert flagged and median == 9e-3  # reported as measured, and flagged, never silently
 
 
+def test_the_sizing_run_that_reaches_a_block_is_kept_as_the_first_block(monkeypatch):
+    """Sizing runs grow until one lasts a block; that run is the first timed block, not thrown away: every run a block
+    long is among the timing's blocks, all blocks have the same calls, and the sizing's seconds leave it out."""
+    import cbsite.collector.measure as measure
+
+    runs = []
+    real = measure.timed_block
+
+    def recording(timer, number, calls_per_stmt, probe=None):
+        block = real(timer, number, calls_per_stmt, probe)
+        runs.append(block)
+        return block
+
+    monkeypatch.setattr(measure, "timed_block", recording)
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    cfg = measure.TimingConfig(min_run_time=0.02, warmup=1)
+    timing = measure.time_fn(lambda: torch.mm(a, b), 1, cfg)
+    long_enough = [r for r in runs if r.seconds_per_call * r.calls >= cfg.block_s()]
+    assert long_enough and all(any(r is kept for kept in timing.blocks) for r in long_enough)
+    assert timing.blocks[0] is runs[len(runs) - len(timing.blocks)]  # the last sizing run, then the loop's blocks
+    assert len({blk.calls for blk in timing.blocks}) == 1 and timing.blocks[0].calls > 1
+    assert timing.timed_s == pytest.approx(sum(blk.seconds_per_call * blk.calls for blk in timing.blocks))
+    # A guess from a warm call of about a tenth of a block starts the sizing near ten statements, not at one.
+    assert measure.first_guess(cfg.block_s() / 10, cfg.block_s()) == 11 and measure.first_guess(0.0, 1.0) == 1
+
+
 def _spinner() -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 6: pass"])
 

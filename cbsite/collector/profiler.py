@@ -322,7 +322,8 @@ def profile_model(
     caller_threads = torch.get_num_threads()
     torch.set_num_threads(threads_for(config))
     # The collection's wall time starts here: keeping the caller's model values (a spill to a file past
-    # restore.SPILL_BYTES) is the collection's own work (run.json breakdown_s.preserve_model).
+    # restore.SPILL_BYTES) is the collection's own work (run.json breakdown_s.preserve_model). Putting them back
+    # comes after the run is recorded, so it is not in `wall_time_s`.
     started = time.perf_counter()
     try:
         # The caller's model is left as it was found: values, dtype, device, RNG (restore.py). The memory
