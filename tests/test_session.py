@@ -229,21 +229,31 @@ def test_contended_blocks_are_left_out_and_too_few_clean_ones_flag_the_row():
 
 def test_the_sizing_run_that_reaches_a_block_is_kept_as_the_first_block(monkeypatch):
     """Sizing runs grow until one lasts a block; that run is the first timed block, not thrown away: every run a block
-    long is among the timing's blocks, all blocks have the same calls, and the sizing's seconds leave it out."""
+    long is among the timing's blocks, all blocks have the same calls, and the sizing's seconds leave it out. Only the
+    first run has Timer's in-block warm-up statements before it."""
     import cbsite.collector.measure as measure
 
     runs = []
     real = measure.timed_block
 
-    def recording(timer, number, calls_per_stmt, probe=None):
-        block = real(timer, number, calls_per_stmt, probe)
+    def recording(timer, number, calls_per_stmt, probe=None, warm=None):
+        block = real(timer, number, calls_per_stmt, probe, warm)
         runs.append(block)
         return block
 
     monkeypatch.setattr(measure, "timed_block", recording)
     a, b = torch.randn(64, 64), torch.randn(64, 64)
+    made = []
+
+    def statement():
+        made.append(1)
+        return torch.mm(a, b)
+
     cfg = measure.TimingConfig(min_run_time=0.02, warmup=1)
-    timing = measure.time_fn(lambda: torch.mm(a, b), 1, cfg)
+    timing = measure.time_fn(statement, 1, cfg)
+    # One warm-up call, Timer's in-block warm-up before the first run only (every later run follows a run of the same
+    # statement), and the runs' own statements: nothing else ran.
+    assert len(made) == 1 + measure.in_block_warmup(runs[0].calls) + sum(r.calls for r in runs)
     long_enough = [r for r in runs if r.seconds_per_call * r.calls >= cfg.block_s()]
     assert long_enough and all(any(r is kept for kept in timing.blocks) for r in long_enough)
     assert timing.blocks[0] is runs[len(runs) - len(timing.blocks)]  # the last sizing run, then the loop's blocks
@@ -251,6 +261,33 @@ def test_the_sizing_run_that_reaches_a_block_is_kept_as_the_first_block(monkeypa
     assert timing.timed_s == pytest.approx(sum(blk.seconds_per_call * blk.calls for blk in timing.blocks))
     # A guess from a warm call of about a tenth of a block starts the sizing near ten statements, not at one.
     assert measure.first_guess(cfg.block_s() / 10, cfg.block_s()) == 11 and measure.first_guess(0.0, 1.0) == 1
+
+
+def test_the_wait_probe_reads_every_thread_from_kept_files_and_lets_ended_threads_go():
+    """contention.run_queue_wait_s keeps each thread's schedstat open between reads: it reads what opening the files
+    afresh reads (never less: the counters only grow), and the file of a thread that ended is closed."""
+    import os
+    import threading
+
+    from cbsite.collector import contention
+
+    if not contention.HAVE_SCHEDSTAT:
+        pytest.skip("no per-thread schedstat on this kernel")
+    done = threading.Event()
+    thread = threading.Thread(target=done.wait)
+    thread.start()
+    contention.run_queue_wait_s()
+    tid = str(thread.native_id)
+    assert tid in contention._open
+    fresh = 0
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/schedstat") as f:
+            fresh += int(f.read().split()[1])
+    assert contention.run_queue_wait_s() >= fresh / 1e9
+    done.set()
+    thread.join()
+    contention.run_queue_wait_s()
+    assert tid not in contention._open
 
 
 def _spinner() -> subprocess.Popen:

@@ -37,19 +37,40 @@ def _schedstat_available() -> bool:
 HAVE_SCHEDSTAT = _schedstat_available()
 
 
+# Each thread's schedstat file, kept open and read again from its start (two reads per timed block, each of every
+# thread: opening them afresh every time was most of what a probe cost). Keyed by this process's pid: a forked child
+# has threads of its own.
+_open: dict[str, int] = {}
+_open_pid = [0]
+
+
+def _drop(tid: str) -> None:
+    try:
+        os.close(_open.pop(tid))
+    except (KeyError, OSError):
+        pass
+
+
 def run_queue_wait_s() -> float:
     """Seconds every thread of this process has spent waiting on a run queue, since it started."""
+    if _open_pid[0] != os.getpid():
+        _open.clear()  # a forked child's copies of its parent's descriptors are the parent's threads' files
+        _open_pid[0] = os.getpid()
     total = 0
     try:
         tids = os.listdir(_TASKS)
     except OSError:
         return 0.0
+    for gone in set(_open) - set(tids):
+        _drop(gone)
     for tid in tids:
         try:
-            with open(f"{_TASKS}/{tid}/schedstat") as f:
-                total += int(f.read().split()[1])
+            fd = _open.get(tid)
+            if fd is None:
+                fd = _open[tid] = os.open(f"{_TASKS}/{tid}/schedstat", os.O_RDONLY)
+            total += int(os.pread(fd, 256, 0).split()[1])
         except (OSError, IndexError, ValueError):
-            continue  # a thread that ended between listdir and open
+            _drop(tid)  # a thread that ended between listdir and the read
     return total / 1e9
 
 

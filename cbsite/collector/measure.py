@@ -122,18 +122,27 @@ REAL_COUNT_BELOW_S = 0.01
 IN_BLOCK_WARMUP_FROM = 20  # statements per block from which Timer's own warm-up costs at most 10 % of a block
 
 
-def stmt_seconds(timer: Timer, number: int) -> float:
+def in_block_warmup(number: int) -> int:
+    """Untimed statements before a block of `number`, as `Timer.timeit(number)` runs them (max(number // 100, 2)),
+    where they cost at most a tenth of the block; none below IN_BLOCK_WARMUP_FROM. With one call per block (a
+    component of a second or more) that in-block warm-up tripled what every block cost (measured: 40 s of timed_block
+    calls for 13 s inside timed blocks, nanoGPT small at 16 x 256); time_fn warms each statement up once, before its
+    first block."""
+    return max(number // 100, 2) if number >= IN_BLOCK_WARMUP_FROM else 0
+
+
+def stmt_seconds(timer: Timer, number: int, warm: int | None = None) -> float:
     """Seconds per statement of one run of `number` statements, as `Timer.timeit(number)` measures it (its
-    clock synchronises an accelerator; its thread count), without the max(number // 100, 2) untimed
-    statements `Timer.timeit` runs first where they would cost more than a tenth of the block. With one
-    call per block (a component of a second or more) that in-block warm-up tripled what every block cost
-    (measured: 40 s of timed_block calls for 13 s inside timed blocks, nanoGPT small at 16 x 256); time_fn
-    warms each statement up once, before its first block."""
-    if number >= IN_BLOCK_WARMUP_FROM or not hasattr(timer, "_timeit"):
+    clock synchronises an accelerator; its thread count), after `warm` untimed statements (None:
+    in_block_warmup(number), Timer's own rule where it costs at most a tenth of the block)."""
+    warm = in_block_warmup(number) if warm is None else warm
+    if not hasattr(timer, "_timeit"):
         return timer.timeit(number).times[0]
     from torch.utils.benchmark.utils.common import set_torch_threads
 
     with set_torch_threads(timer._task_spec.num_threads):
+        if warm:
+            timer._timeit(warm)
         return timer._timeit(number) / number
 
 
@@ -145,8 +154,10 @@ def sized_block(timer: Timer, target_s: float, calls_per_stmt: int = 1, probe: W
     block (same statement, same count, wait and CPU read around it), so a caller keeps it as its first block
     instead of throwing a block's worth of runs away. `first`: a guess from a call already timed (a warm-up)."""
     number = max(1, min(2**30, first))
+    warm = None  # Timer's in-block warm-up before the first run; the runs after it follow a run of the statement
     while True:
-        block = timed_block(timer, number, calls_per_stmt, probe)
+        block = timed_block(timer, number, calls_per_stmt, probe, warm)
+        warm = 0
         wall = block.seconds_per_call * block.calls
         if wall >= target_s or number >= 2**30:
             return number, block
@@ -165,14 +176,20 @@ def first_guess(seconds_per_stmt: float, target_s: float) -> int:
     return max(1, int(1.1 * target_s / seconds_per_stmt)) if seconds_per_stmt > 0 else 1
 
 
-def timed_block(timer: Timer, number: int, calls_per_stmt: int, probe: WaitProbe | None = None) -> Block:
+def timed_block(timer: Timer, number: int, calls_per_stmt: int, probe: WaitProbe | None = None,
+                warm: int | None = None) -> Block:
     """Time `number` statements once; note how long this process waited for a CPU meanwhile, and
-    its CPU time (outside `timeit`, so the timed region is the Timer's alone)."""
+    its CPU time (outside `timeit`, so the timed region is the Timer's alone). `warm` untimed statements run first
+    (None: in_block_warmup(number)), before the block's clocks start: their CPU time was read as the block's, up to a
+    tenth more than its calls took. A block right after one of the same statement needs none (time_fn passes 0)."""
     probe = probe or WaitProbe()
+    warm = in_block_warmup(number) if warm is None else warm
+    if warm:
+        stmt_seconds(timer, warm, warm=0)
     start = time.time()
     probe.start()
     cpu0 = time.process_time()
-    per_stmt = stmt_seconds(timer, number)
+    per_stmt = stmt_seconds(timer, number, warm=0)
     cpu = time.process_time() - cpu0
     wall = per_stmt * number
     wait = probe.stop(wall)
@@ -195,9 +212,9 @@ def warm_up(fn: Callable[[], Any], cfg: TimingConfig) -> float:
     return last
 
 
-def before_block(fn: Callable[[], Any]) -> Callable[[int, int], None]:
+def before_block(fn: Callable[[], Any]) -> Callable[[int, int], bool | None]:
     """The statement's own step before each timed block (a GraphCycle moves to the next batch), or nothing.
-    Called with (block index, blocks expected)."""
+    Called with (block index, blocks expected); a true result says the statement now runs on other data."""
     return getattr(fn, "before_block", None) or (lambda index, expected: None)
 
 
@@ -276,9 +293,14 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_
     step = before_block(fn)
     expected = expected_blocks(cfg, max(cfg.block_s(), block_seconds))
     waits, since_wait, cut_short, quiet_wait = 0, 0, False, 0.0
+    # A block right after a block of the same statement is warm: Timer's in-block warm-up statements only where nothing
+    # ran it just before (the first block), the statement moved to another batch's graph (a graph cycle's
+    # before_block says so), or after a wait for a quiet machine.
+    warm_next = not blocks
     while True:
-        step(len(blocks), expected)
-        block = timed_block(timer, number, calls_per_stmt, probe)
+        changed = step(len(blocks), expected)
+        block = timed_block(timer, number, calls_per_stmt, probe, None if warm_next or changed else 0)
+        warm_next = False
         blocks.append(block)
         good = [b for b in blocks if not b.contended]
         if len(good) >= MIN_BLOCKS and sum(b.seconds_per_call * b.calls for b in good) >= cfg.min_run_time:
@@ -294,6 +316,7 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_
             t0 = time.perf_counter()
             wait_for_quiet(min(cfg.quiet_wait_s, max(0.0, cfg.cap_s() - (time.perf_counter() - started))))
             quiet_wait += time.perf_counter() - t0
+            warm_next = True
     median, p25, p75, used, flagged = summarise(blocks)
     n_contended = sum(b.contended for b in blocks)
     notes = []
@@ -418,14 +441,17 @@ class GraphCycle:
     def __call__(self) -> Any:
         return _grad(self.graph)
 
-    def before_block(self, index: int, expected: int) -> None:
+    def before_block(self, index: int, expected: int) -> bool:
+        """Move to the batch block `index` takes; True where that is another graph than the last block's."""
         per_batch = max(1, expected // self.batches)
         wanted = (index // per_batch + self.start) % self.batches
-        if wanted != self.index:
-            self.graph = None  # freed first: never two graphs at once
-            self.graph = self.build(wanted)
-            self.index = wanted
-            self.switches += 1
+        if wanted == self.index:
+            return False
+        self.graph = None  # freed first: never two graphs at once
+        self.graph = self.build(wanted)
+        self.index = wanted
+        self.switches += 1
+        return True
 
 
 def one_call_per_block(fn: Callable[[], Any]) -> bool:
