@@ -286,6 +286,10 @@ def test_the_wait_probe_reads_every_thread_from_kept_files_and_lets_ended_thread
     assert contention.run_queue_wait_s() >= fresh / 1e9
     done.set()
     thread.join()
+    # join() returns when the thread has finished its work; the kernel lists its task a moment longer.
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/self/task/{tid}") and time.monotonic() < deadline:
+        time.sleep(0.01)
     contention.run_queue_wait_s()
     assert tid not in contention._open
 
@@ -374,9 +378,8 @@ def test_base_rev_compares_two_git_revisions_in_abba_processes(tmp_path, monkeyp
     planted = next(c for c in record["components"] if c["key"] == PLANTED)
     # 10 processes in A B B A ... order are 5 units (neighbour pairs). The rule judges a Holm family of ten components
     # at 1 %, so the planted one needs p < 0.1 % across processes, whose spread (each its own interpreter and heap) is
-    # far wider than a session's blocks: with 3 units (df = 2) the 4x planted work failed that in 2 of 3 runs at
-    # 313c60d on this project's 2-core machine (p = 0.005-0.006, spread 0.3 in log ratio); with 2, df = 1 cannot reach
-    # it whatever the effect.
+    # far wider than a session's blocks: with 3 units (df = 2) this test failed in 2 of 3 runs at 313c60d on this
+    # project's 2-core machine; with 2, df = 1 cannot reach it whatever the effect.
     assert planted["verdict"]["verdict"] == "regressed" and len(planted["units"]) == 5
     samples = pl.read_parquet(next((runs / comparison.COMPARISONS_DIR).glob("*/samples.parquet")))
     order = samples.group_by("process").agg(pl.col("arm").first()).sort("process")["arm"].to_list()

@@ -280,17 +280,17 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_
     timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=cfg.num_threads)
     probe = WaitProbe()
     blocks: list[Block] = []
+    step = before_block(fn)
     # A statement whose warm call already outlasts a block needs no sizing runs: one call per block. Otherwise the
     # sizing's last run, a block long, is the first block (a block's worth of runs per phase was thrown away).
     if last_warm >= cfg.block_s() or one_call_per_block(fn):
         number, block_seconds = 1, max(cfg.block_s(), last_warm)
     else:
-        before_block(fn)(0, MIN_BLOCKS)  # as every block is prepared (a graph cycle's first batch: nothing to do)
+        step(0, MIN_BLOCKS)  # as every block is prepared (a graph cycle's first batch: nothing to do)
         number, first = sized_block(timer, cfg.block_s(), calls_per_stmt, probe, first_guess(last_warm, cfg.block_s()))
         blocks.append(first)
         block_seconds = first.seconds_per_call * first.calls
     warm_up_s, sizing_s = t_sizing - t_warm, time.perf_counter() - t_sizing - sum(b.seconds_per_call * b.calls for b in blocks)
-    step = before_block(fn)
     expected = expected_blocks(cfg, max(cfg.block_s(), block_seconds))
     waits, since_wait, cut_short, quiet_wait = 0, 0, False, 0.0
     # A block right after a block of the same statement is warm: Timer's in-block warm-up statements only where nothing
