@@ -132,7 +132,7 @@ def collect_distributed(request: CollectRequest, group: Group) -> archive.Run | 
                if silent else "")
         raise CbsiteError(
             f"rank {group.rank}: a collective failed during {stage.now} ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
-            f"{'; '.join(x for x in (who, said) if x) or 'no other rank reported'}. The job stops and writes no run"
+            f"{'; '.join(x for x in (who, said) if x) or 'no other rank reported'}. The job stops; no run was written"
         ) from exc
 
 
