@@ -17,7 +17,10 @@ whole process's wall time (`cbsite collect` from its start: imports and the mode
 machine with its load before and after. Timings on a shared machine are data, not pass/fail;
 nothing here asserts.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/collect_scale.py [--cases tiny,small,medium-2x128,medium-8x512,dlrm-small,dlrm-medium] [--json OUT]
+    PYTHONPATH=. .venv/bin/python benchmarks/collect_scale.py [--cases tiny,small,medium-2x128,medium-8x512,dlrm-small,dlrm-medium] [--json OUT] [--keep DIR]
+
+With `--keep DIR` each case's run folder is kept as DIR/CASE, so that `benchmarks/row_medians.py` can compare the
+rows' latencies of two versions (A/B) and of one version with itself (A/A).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -76,7 +80,7 @@ def plain_step(provider: str, options: dict) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def collection(provider: str, options: dict, extra: list[str]) -> dict:
+def collection(provider: str, options: dict, extra: list[str], keep: Path | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="cbsite-scale-") as runs:
         cmd = [sys.executable, "-m", "cbsite", "collect", provider, "--runs", runs, "--no-progress", *extra]
         for k, v in options.items():
@@ -90,6 +94,9 @@ def collection(provider: str, options: dict, extra: list[str]) -> dict:
         meta_file = next(Path(runs).rglob("run.json"))
         meta = json.loads(meta_file.read_text())
         first_blocks = _first_blocks(meta_file.parent)
+        if keep is not None:  # the run's folder, for benchmarks/row_medians.py
+            shutil.rmtree(keep, ignore_errors=True)
+            shutil.copytree(meta_file.parent, keep)
     step_timed = 0.0
     for mode in ("train", "eval"):
         record = (meta.get("step") or {}).get(mode) or {}
@@ -138,6 +145,7 @@ def main() -> None:
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--extra", default="", help="extra `cbsite collect` arguments, e.g. '--budget 0.05'")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--keep", default=None, help="folder to keep each case's run in (KEEP/CASE), for benchmarks/row_medians.py")
     args = ap.parse_args()
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load {_load():.2f} at start",
           flush=True)
@@ -146,7 +154,7 @@ def main() -> None:
         provider, options = CASES[name]
         load0 = _load()
         plain = plain_step(provider, options)
-        got = collection(provider, options, args.extra.split())
+        got = collection(provider, options, args.extra.split(), Path(args.keep) / name if args.keep else None)
         results[name] = {"plain": plain, "collection": got, "load": [load0, _load()]}
         print(json.dumps({name: results[name]}), flush=True)
         if args.json:

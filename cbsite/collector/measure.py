@@ -257,20 +257,21 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_
     reporting the waiting. Every block is kept for samples.parquet.
     """
     started = time.perf_counter()
-    # `warm_s`: how long the untimed run just before took. The peak pass (and a counting pass not done on shapes)
-    # has just run the statement's work on the same inputs, but under the profiler (a dispatch mode): the plain path
-    # still needs one call (on dlrm medium, first blocks over 5 % slower than the rest of theirs: 25 % without
-    # it, 19 % with it, 17 % with the old budget-bounded warm-up). A component whose passes took the budget needs
-    # none; more calls were up to a budget of untimed work per component and phase (14.6 of the 37 s untimed
-    # rest of a GPT-2 small 2 x 128 collection). A twin's `warm_s` is one statement of the twin timed just before
-    # it (the same code on the same shapes): past the budget, the warm-up call is skipped as well. What such a call
-    # would warm is the twin's own data, and a statement that long streams data far past the last-level cache on
-    # every call (GPT-2 small at 8 x 512: 60 s of warm-up calls, 11 of 12 blocks and everything in them being twins).
+    # `warm_s`: how long the untimed run just before took: the peak pass (after a counting pass, real or on shapes),
+    # or for a twin one statement of the twin timed just before it (the same code on the same shapes). Where that run
+    # outlasted a block it stands as the warm-up: it ran the same kernels on the same shapes, so what one more call
+    # would warm (lazy initialisation, the allocator's cached blocks) is warm, and a statement that long streams most
+    # of its data from memory on every call anyway. For GPT-2 small's blocks at 2 x 128 such a call came before five
+    # one-call blocks; at 8 x 512 they were 60 s of warm-up calls, before the rule took the budget as its threshold
+    # (it now takes a block). A shorter statement gets one plain call: the profiler's dispatch leaves its plain path
+    # cold (on dlrm medium, first blocks over 5 % slower than the rest of theirs: 25 % without it, 19 % with it).
+    # benchmarks/row_medians.py compares every row's median with and without the long statements' call (README
+    # "Memory and scale").
     t_warm = time.perf_counter()
     called = True
     if warm_s is None:
         last_warm = warm_up(fn, cfg)
-    elif warm_s >= cfg.min_run_time or cfg.warmup == 0:
+    elif warm_s >= cfg.block_s() or cfg.warmup == 0:
         last_warm, called = warm_s, False
     else:
         last_warm = warm_up(fn, dataclasses.replace(cfg, warmup=1))
@@ -282,8 +283,10 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_
     blocks: list[Block] = []
     step = before_block(fn)
     # A statement whose warm call already outlasts a block needs no sizing runs: one call per block. Otherwise the
-    # sizing's last run, a block long, is the first block (a block's worth of runs per phase was thrown away).
-    if last_warm >= cfg.block_s() or one_call_per_block(fn):
+    # sizing's last run, a block long, is the first block (a block's worth of runs per phase was thrown away). Without
+    # a warm call the run before (a peak pass under the profiler, a twin's statement) only suggests the size: the
+    # sizing's first run, of one statement where that run outlasted a block, says it, and is kept as the first block.
+    if (called and last_warm >= cfg.block_s()) or one_call_per_block(fn):
         number, block_seconds = 1, max(cfg.block_s(), last_warm)
     else:
         step(0, MIN_BLOCKS)  # as every block is prepared (a graph cycle's first batch: nothing to do)
