@@ -10,7 +10,8 @@ For each case, in fresh processes one after another (never two at once, so they 
    from keeping the caller's model values, column "keep", to the end) and the time
    inside timed blocks (`timed_s`, the components' blocks, plus the blocks of the re-timing of inverted
    parent/child pairs, `breakdown_s.hierarchy_remeasure_timed_blocks`, and the whole-model step's blocks),
-   and the breakdown run.json records (`breakdown_s`), with the start calibration's overlap with the build.
+   and the breakdown run.json records (`breakdown_s`; "setup" is `setup_and_capture`: moving the model and the
+   batches, and the census), with the start calibration's overlap with the build.
 
 It prints one table of measured figures and ratios (collection peak / plain-step peak, wall / timed), the
 whole process's wall time (`cbsite collect` from its start: imports and the model's build included), and the
@@ -161,7 +162,7 @@ def main() -> None:
             Path(args.json).write_text(json.dumps(results, indent=1))
     gib = 2**30
     print(f"\n{'case':14s} {'plain GiB':>9s} {'coll GiB':>9s} {'ratio':>6s} {'step s':>7s} {'wall s':>7s} {'timed s':>8s} "
-          f"{'wall/timed':>10s} {'capture':>8s} {'count':>6s} {'peaks':>6s} {'graphs':>6s} {'warm':>5s} {'sizing':>6s} "
+          f"{'wall/timed':>10s} {'setup':>6s} {'capture':>8s} {'count':>6s} {'peaks':>6s} {'graphs':>6s} {'warm':>5s} {'sizing':>6s} "
           f"{'other':>7s} {'waits':>6s} {'keep':>5s} "
           f"{'calib':>6s} {'hier s':>7s} {'process s':>9s} {'load':>9s}")
     for name, r in results.items():
@@ -173,7 +174,7 @@ def main() -> None:
         b = c["breakdown_s"]
         print(f"{name:14s} {p['peak_bytes'] / gib:9.2f} {c['peak_bytes'] / gib:9.2f} {c['peak_bytes'] / p['peak_bytes']:6.2f} "
               f"{p['step_s']:7.2f} {c['wall_s']:7.1f} {timed:8.1f} {c['wall_s'] / timed:10.2f} "
-              f"{b.get('components_capture', 0):8.1f} {b.get('components_counting', 0):6.1f} "
+              f"{b.get('setup_and_capture', 0):6.1f} {b.get('components_capture', 0):8.1f} {b.get('components_counting', 0):6.1f} "
               f"{b.get('components_memory_peaks', 0):6.1f} {b.get('components_backward_graphs', 0):6.1f} "
               f"{b.get('components_warm_up', 0):5.1f} {b.get('components_block_sizing', 0):6.1f} "
               f"{b.get('components_other', 0):7.1f} {b.get('components_quiet_waits', 0):6.1f} "

@@ -283,3 +283,62 @@ def test_the_census_on_shapes_is_the_census_of_a_real_forward():
         made = provide(name, options, batches=1)
         assert census_on_shapes(made.model.train(), made.inputs[0].args, made.inputs[0].kwargs, True, keep_bytes=0) is None
     assert census_on_shapes(Mixed(), (torch.randn(4, 4, 8),), {}, True, keep_bytes=0) is None
+
+
+def test_the_real_census_comes_first_and_stops_where_batch_0_passes_the_keep(monkeypatch):
+    """planned_captures: where batch 0's inputs fit the keep, one real forward is the whole census (no pass on fake
+    tensors is tried); where they do not, the real census stops at the module whose inputs pass it and the census on
+    shapes stands in for the whole forward; where no census on shapes can (a value-dependent op), a real one runs to
+    the end keeping nothing. Each census is the one a real forward gives, and capture_forwards counts the real ones."""
+    import cbsite.collector.profiler as profiler
+    from cbsite.collector.capture import capture
+
+    calls: list[tuple[str, int | None, bool]] = []
+    on_shapes = [False]
+    real_capture = profiler.capture
+
+    def watched(model, args, kwargs, **options):
+        found = real_capture(model, args, kwargs, **options)
+        if not on_shapes[0]:  # the census on shapes captures fake tensors through the same function
+            calls.append(("real", options.get("keep_bytes"), found.stopped_early))
+        return found
+
+    real_shapes = profiler.census_on_shapes
+
+    def shapes_watched(*args, **kwargs):
+        on_shapes[0] = True
+        try:
+            found = real_shapes(*args, **kwargs)
+        finally:
+            on_shapes[0] = False
+        calls.append(("shapes", None, found is None))
+        return found
+
+    monkeypatch.setattr(profiler, "capture", watched)
+    monkeypatch.setattr(profiler, "census_on_shapes", shapes_watched)
+    torch.manual_seed(0)
+    made = provide("nanogpt", {"size": "tiny"}, batches=2)
+    model, batches = made.model.train(), [(b.args, b.kwargs) for b in made.inputs]
+    truth = capture(model, *batches[0], grad=True)
+    fields = ("counts", "input_bytes", "output_bytes", "saved_bytes")
+
+    census, _, captures = profiler.planned_captures(model, batches, True, torch.device("cpu"))
+    assert [c[0] for c in calls] == ["real"] and census.complete and not census.on_shapes and census.calls
+    assert captures.census_forwards == 1
+    assert all(getattr(census, f) == getattr(truth, f) for f in fields)
+
+    calls.clear()
+    monkeypatch.setattr(profiler.memory, "provisional_allowance", lambda model_bytes: 1)  # nothing fits
+    census, _, captures = profiler.planned_captures(model, batches, True, torch.device("cpu"))
+    assert calls == [("real", 1, True), ("shapes", None, False)]
+    assert census.on_shapes and not census.complete and captures.census_forwards == 1
+    assert all(getattr(census, f) == getattr(truth, f) for f in fields)
+
+    calls.clear()
+    gated = Mixed()
+    x = torch.randn(4, 4, 8)
+    census, _, captures = profiler.planned_captures(gated, [((x,), {})], True, torch.device("cpu"))
+    assert calls == [("real", 1, True), ("shapes", None, True), ("real", 0, False)]
+    assert not census.on_shapes and not census.calls and captures.census_forwards == 2
+    full = capture(gated, (x,), {}, grad=True)
+    assert all(getattr(census, f) == getattr(full, f) for f in fields)

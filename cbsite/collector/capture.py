@@ -204,6 +204,7 @@ def capture(
     keep_bytes: int | None = None,
     census: bool = True,
     stop_after: collections.abc.Mapping[str, int] | None = None,
+    stop_past_keep: bool = False,
 ) -> Capture:
     """Run one forward with pre-hooks (with kwargs) on every module; hooks are always removed.
 
@@ -216,6 +217,8 @@ def capture(
     `stop_after`: calls per path (the census's count for one forward); once every such path has made its
     calls, the forward stops and nothing after it runs (no output, no census of the rest). The collector
     already assumes a module makes the same calls in every batch (calls per batch are per-call divisors).
+    `stop_past_keep`: the forward stops where the kept inputs pass `keep_bytes` (`stopped_early`, `complete`
+    False): the caller takes the census on shapes instead (profiler.planned_captures).
     """
     result = Capture()
     module_path = module_paths(model)
@@ -249,6 +252,8 @@ def capture(
                     result.complete = False
                     result.calls.clear()  # a census only from here: what was cloned is let go
                     cloner.memo.clear()
+                    if stop_past_keep:
+                        raise _Enough
             call = None
             if result.complete and (keep is None or path in keep):
                 call = Call(

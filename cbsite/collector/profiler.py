@@ -338,10 +338,10 @@ def profile_model(
 
 
 def _captured(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], grad: bool, index: int,
-              keep_bytes: int | None = None) -> Capture:
+              keep_bytes: int | None = None, stop_past_keep: bool = False) -> Capture:
     """The capture of one batch; a forward that raises is the user's to fix: one line, the traceback in a file."""
     try:
-        return capture(model, args, kwargs, grad=grad, keep_bytes=keep_bytes)
+        return capture(model, args, kwargs, grad=grad, keep_bytes=keep_bytes, stop_past_keep=stop_past_keep)
     except Exception as exc:  # noqa: BLE001 - the user's model, not cbsite
         raise _forward_error(exc, index) from exc
 
@@ -362,7 +362,7 @@ def census_on_shapes(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, 
     the arithmetic), where a real census would not keep batch 0's inputs anyway (they pass `keep_bytes`): GPT-2
     small's at 8 x 512 took 17 s for real. None where it cannot stand for a real one (a value-dependent op, an op
     without a shape rule) or where batch 0's inputs fit: the real census keeps them, and saves the groups a forward
-    of batch 0 each."""
+    of batch 0 each (planned_captures tries the real one first, up to where they pass `keep_bytes`)."""
     found: list[Capture] = []
     # The same keep as the real census's (a fake clone costs nothing), so `complete` says what the real one would do.
     counted = count_on_shapes(lambda: None, lambda _: found.append(capture(model, args, kwargs, grad=grad, keep_bytes=keep_bytes)),
@@ -399,6 +399,7 @@ class GroupedCaptures:
         self.held: dict[str, list[list[Any]]] = {}
         self.groups = 0
         self.forwards = 0
+        self.census_forwards = 1  # real forwards of the census (planned_captures)
         self.seconds = 0.0
         self.most_bytes = 0  # the largest group's cloned inputs
 
@@ -474,12 +475,21 @@ def planned_captures(model: nn.Module, batches: Sequence[Inputs], grad: bool, de
     size, and the captures that follow that plan. Used by the collection and by session workers alike."""
     model_bytes = _static_size(model)[0]
     keep_bytes = None if everything else memory.provisional_allowance(model_bytes)
-    census = None if everything else census_on_shapes(model, *batches[0], grad, keep_bytes)
-    if census is None:
-        census = _captured(model, *batches[0], grad, 0, keep_bytes=keep_bytes)
+    # The real census first, stopped where batch 0's inputs pass the allowance: where they fit (the small models) it
+    # is the whole census, and the one on shapes, slower than a real forward of a model that small (and futile:
+    # the real census had to run anyway to keep the inputs), is not tried. Where they do not (GPT-2 small at 8 x 512),
+    # it stopped within the first block, and the census on shapes stands in for the rest; where that cannot (a
+    # value-dependent op), a real census to the end that keeps nothing.
+    census = _captured(model, *batches[0], grad, 0, keep_bytes=keep_bytes, stop_past_keep=not everything)
+    stopped = not census.complete
+    if stopped:
+        census = (census_on_shapes(model, *batches[0], grad, keep_bytes)
+                  or _captured(model, *batches[0], grad, 0, keep_bytes=0))
     mem_plan = memory.plan(census.input_bytes, model_bytes, census.saved_bytes.get("", 0), len(batches),
                            memory.cache_bytes(device), census.output_bytes, census.saved_bytes)
-    return census, mem_plan, GroupedCaptures(model, batches, grad, mem_plan, census, everything=everything)
+    captures = GroupedCaptures(model, batches, grad, mem_plan, census, everything=everything)
+    captures.census_forwards = 1 + (stopped and not census.on_shapes)  # real ones: the stopped one, then to the end
+    return census, mem_plan, captures
 
 
 # Intra-op threads when --threads is not given: one on CPU. Measured (benchmarks/threads.py, README "Why one
@@ -752,8 +762,9 @@ def _profile(
                   "enabled": twins is not None, "rule": TWINS_RULE},
         "memory": {
             **(limit.record() if limit else {}), **mem_plan.record(),
-            # Real forwards that captured inputs (+ the census, unless it was taken on shapes: census_on_shapes).
-            "capture_groups": captures.groups, "capture_forwards": captures.forwards + (0 if census.on_shapes else 1),
+            # Real forwards that captured inputs, the census's included (planned_captures: a real one stopped where
+            # batch 0's inputs passed the allowance, before one on shapes, counts as one).
+            "capture_groups": captures.groups, "capture_forwards": captures.forwards + captures.census_forwards,
             "census": "on shapes" if census.on_shapes else "real",
             "largest_capture_bytes": captures.most_bytes,
             "peak_rss_bytes": memory.peak_rss_bytes() if stages.memory else None,
