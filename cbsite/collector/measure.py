@@ -18,7 +18,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 import torch
 from torch import nn
@@ -605,7 +605,8 @@ class ComponentMeasurement:
         return lambda: torch.autograd.grad(roots, wrt, grads, retain_graph=True, allow_unused=True)
 
     def rotation(self, phase: str, graphs: list[Any] | None = None, freeing: bool | None = None,
-                 one_graph: bool = False, keep_last: bool = False) -> Callable[[], Any]:
+                 one_graph: bool = False, keep_last: bool = False,
+                 keep_batches: Collection[int] = ()) -> Callable[[], Any]:
         """The timed statement of `phase`: one run of every call of batch i, cycling through the batches.
 
         Inputs (and for backward the forward graphs, one per batch) are prepared once, here, so the
@@ -614,6 +615,10 @@ class ComponentMeasurement:
         grad modes, outputs), so that the graph that run built can serve backward. Each run lets the previous
         one's outputs go before it starts, as each run let its own go at its end before: a timed block still
         frees as many outputs as it makes, and never holds two.
+        `keep_batches` (forward, with `keep_last`): also the last run of each of these batches (`statement.last`
+        "every": batch index -> the run), where backward holds a graph of every batch anyway: a run on such a batch
+        lets that batch's previous run go, so a block still frees as many outputs as it makes, and the statement holds
+        one run per batch, what backward's rotation holds.
         """
         state = {"i": 0}
         if phase == "forward":
@@ -631,12 +636,18 @@ class ComponentMeasurement:
                 return forward_fn
             last: dict[str, Any] = {}
 
+            every: dict[int, Any] = {}
+            last["every"] = every
+
             def forward_keeping() -> None:
-                last.clear()
+                last.pop("run", None)
                 index = state["i"] % len(prepared)
+                every.pop(index, None)
                 inputs, modes = prepared[index]
                 state["i"] += 1
                 last["run"] = (index, inputs, modes, self._run(inputs, modes))
+                if index in keep_batches:
+                    every[index] = last["run"]
 
             forward_keeping.last = last  # type: ignore[attr-defined]
             return forward_keeping
@@ -661,9 +672,9 @@ class ComponentMeasurement:
         (twins.py), which stand for this one's; its passes are then replaced by one plain warm-up call, or none
         where the twin timed just before ran past the budget (`Known.warm_s`). With `hold_graphs`, the graphs
         these runs build are left for backward (`held`, `early_backward`)."""
-        statement = self.rotation("forward", keep_last=self.hold_graphs)
         notes = ["timed with a copy of the inputs per run (in-place module)"] if self.inplace else []
         if known is not None:
+            statement = self.rotation("forward", keep_last=self.hold_graphs, keep_batches=self._keep_batches())
             timing = time_fn(statement, self.calls_per_batch, self.cfg, warm_s=known.warm_s)
             self._hold_last(statement)
             return PhaseResult(timing, known.counts, known.peak, notes + [known.note()] + timing.notes, _around(timing))
@@ -682,6 +693,8 @@ class ComponentMeasurement:
         if self.hold_graphs:
             self._hold_peak_graph(self._left_graph(first_inputs, first_modes, outs.pop(), seed=0))
         outs.clear()
+        # Made after the peak pass: a batch whose graph that pass left (`held`) is not kept again.
+        statement = self.rotation("forward", keep_last=self.hold_graphs, keep_batches=self._keep_batches())
         timing = time_fn(statement, self.calls_per_batch, self.cfg, warm_s=peak_s)
         self._hold_last(statement)
         return PhaseResult(timing, per_call(counts, self.calls_per_batch), peak, notes + timing.notes,
@@ -708,22 +721,32 @@ class ComponentMeasurement:
         peak, peak_s = _timed_peak(self.cfg.device, lambda: _grad_freeing(graph))
         self.early_backward = (per_call(shaped, self.calls_per_batch), peak, {"counting": counting_s, "memory_peaks": peak_s})
 
+    def _keep_batches(self) -> set[int]:
+        """The batches whose last timed forward run is kept for backward (`rotation(keep_batches=...)`): every batch
+        not held yet where backward holds a graph of every batch (they fit together, and are retained, not freed)."""
+        if not self.hold_graphs or self.frees_graphs() or not self.graphs_fit():
+            return set()
+        return set(range(len(self.batches))) - set(self.held)
+
     def _hold_last(self, statement: Callable[[], Any]) -> None:
-        """The graph of forward's last timed run, held for backward where it adds a batch backward needs and the
-        graphs held stay within what backward itself would hold. Where its graphs do not fit together it holds one at
-        a time: any batch's where backward's counting and peak pass are done (`early_backward`), else batch 0's, which
-        they take (another batch's would be held while they build batch 0's)."""
-        run = getattr(statement, "last", {}).pop("run", None)
-        if run is None:
-            return
-        index, inputs, modes, outs = run
-        del run
+        """The graphs of forward's timed runs, held for backward where they add a batch backward needs and the
+        graphs held stay within what backward itself would hold: the last run of every batch kept (`_keep_batches`),
+        else the last run's. Where its graphs do not fit together it holds one at a time: any batch's where
+        backward's counting and peak pass are done (`early_backward`), else batch 0's, which they take (another
+        batch's would be held while they build batch 0's)."""
+        last = getattr(statement, "last", {})
+        run = last.pop("run", None)
+        every = last.pop("every", {})
+        runs = sorted(every.items()) if every else ([(run[0], run)] if run is not None else [])
+        del run, every
         one_at_a_time = self.frees_graphs() or not self.graphs_fit()
-        if index in self.held or (one_at_a_time and index != 0 and self.early_backward is None):
-            return
-        graph = self._left_graph(inputs, modes, outs, seed=index)
-        if graph is not None:
-            self.held[index] = graph
+        while runs:
+            index, (_, inputs, modes, outs) = runs.pop(0)
+            if index in self.held or (one_at_a_time and index != 0 and self.early_backward is None):
+                continue
+            graph = self._left_graph(inputs, modes, outs, seed=index)
+            if graph is not None:
+                self.held[index] = graph
 
     def _left_graph(self, inputs: list[tuple[tuple[Any, ...], dict[str, Any]]], modes: list[bool], outs: list[Any],
                     seed: int) -> Graph | None:
