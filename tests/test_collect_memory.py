@@ -185,6 +185,15 @@ def test_backward_graphs_past_the_allowance_are_built_one_at_a_time():
     # Given batch 2's graph (one the forward phase left), the turn starts there.
     given = GraphCycle(lambda i: m._graph(batches[i], seed=i), 3, m._graph(batches[2], seed=2), 2)
     assert batch_per_block(given) == [2, 2, 2, 0, 0, 0, 1, 1, 1] and given.switches == 2
+    # Five blocks on two batches: three and two, one graph built between them (and counted as graph time), not two,
+    # two and a last block that builds batch 0's again.
+    two = GraphCycle(lambda i: m._graph(batches[i], seed=i), 2, m._graph(batches[0], seed=0))
+    seen = []
+    for block in range(5):
+        two.before_block(block, 5)
+        seen.append(two.index)
+        two()
+    assert seen == [0, 0, 0, 1, 1] and two.switches == 1 and two.build_s > 0
     result = m.backward()
     assert any("one batch at a time" in n for n in result.notes)
     roomy = ComponentMeasurement(model, batches, TimingConfig(min_run_time=0.002, warmup=1), graph_bytes=10_000)

@@ -427,9 +427,10 @@ class GraphCycle:
     """The backward statement when the graphs of every batch would not fit in memory together: one
     graph at a time, the batches taken in turn between timed blocks instead of call by call.
 
-    Each batch gets a run of consecutive blocks (expected blocks / batches); the graph of the next batch
-    is built (untimed) only after the previous one is freed, so the component holds one graph, as a
-    training step does. A component this large streams its working set from memory on every call, so
+    Each batch gets a run of consecutive blocks (expected blocks / batches, rounded up: five blocks on two batches
+    are three and two, one graph built between them, not two and two and a last one that builds batch 0's again);
+    the graph of the next batch is built (untimed, `build_s`) only after the previous one is freed, so the component
+    holds one graph, as a training step does. A component this large streams its working set from memory on every call, so
     whether consecutive calls see the same batch does not change what is cached.
     """
 
@@ -440,18 +441,21 @@ class GraphCycle:
         self.start = index  # the turn starts there
         self.graph: Graph | None = first
         self.switches = 0
+        self.build_s = 0.0  # untimed seconds spent building graphs between blocks
 
     def __call__(self) -> Any:
         return _grad(self.graph)
 
     def before_block(self, index: int, expected: int) -> bool:
         """Move to the batch block `index` takes; True where that is another graph than the last block's."""
-        per_batch = max(1, expected // self.batches)
+        per_batch = max(1, math.ceil(expected / self.batches))
         wanted = (index // per_batch + self.start) % self.batches
         if wanted == self.index:
             return False
+        t0 = time.perf_counter()
         self.graph = None  # freed first: never two graphs at once
         self.graph = self.build(wanted)
+        self.build_s += time.perf_counter() - t0
         self.index = wanted
         self.switches += 1
         return True
