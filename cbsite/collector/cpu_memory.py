@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import torch
 
-from cbsite.collector.memory import TRIM_LEFT_BYTES, resident_bytes, trim_heap
+from cbsite.collector.memory import resident_bytes, trim_if_left
 from cbsite.collector.quiet_profiler import quiet_profiler
 
 
@@ -57,8 +57,6 @@ def cpu_peak(fn: Callable[[], Any]) -> int:
     # The profiler's own small allocations, made between the run's, pin the heap: what the run freed stayed
     # resident and the timing after it allocated afresh beside it (dlrm medium's whole-model backward: its gradients,
     # as large as its embedding tables; README "Memory and scale").
-    # A run that left that much behind has its freed heap handed back; a small one is left alone (TRIM_LEFT_BYTES).
-    after = resident_bytes()
-    if before is None or after is None or after - before > TRIM_LEFT_BYTES:
-        trim_heap()
+    # A run that left that much behind has its freed heap handed back; a small one is left alone (memory.TRIM_LEFT_BYTES).
+    trim_if_left(before)
     return peak

@@ -28,6 +28,7 @@ from cbsite.collector.capture import Call, describe, tensors_in
 from cbsite.collector.contention import WaitProbe, contended, wait_for_quiet
 from cbsite.collector.counting import Counts, count, count_on_shapes
 from cbsite.collector.cpu_memory import cpu_peak
+from cbsite.collector.memory import resident_bytes, trim_if_left
 
 
 class NothingToDifferentiate(Exception):
@@ -688,7 +689,7 @@ class ComponentMeasurement:
         counts = (None if "forward" in self.count_real else
                   count_on_shapes(lambda: None, lambda _: self._run(first_inputs, first_modes), self.module.modules()))
         if counts is None:
-            counts = count(lambda: self._run(first_inputs, first_modes))[1]  # the output (and its graph) is let go at once
+            counts = _counted_for_real(lambda: self._run(first_inputs, first_modes))  # the output (and its graph) is let go at once
         counting_s = time.perf_counter() - t0
         # The allocator peak of one call, then timing, warmed by it (and by a real counting pass, where there was one).
         # The peak pass's outputs are kept only where backward takes their graph.
@@ -859,7 +860,7 @@ class ComponentMeasurement:
             # On shapes where they stand for a real run (counting.count_on_shapes): a graph of fake tensors, which also
             # leaves the real one for the peak pass.
             shaped = None if "backward" in self.count_real else self._backward_on_shapes(differentiate)
-            counts = per_call(shaped or count(lambda: differentiate(graph))[1], self.calls_per_batch)
+            counts = per_call(shaped or _counted_for_real(lambda: differentiate(graph)), self.calls_per_batch)
             untimed["counting"] = time.perf_counter() - t1
             if fresh and shaped is None:  # the counting pass used the graph up: another for the peak pass, the first let go first
                 graph = None
@@ -920,6 +921,16 @@ class ComponentMeasurement:
                 f"dense embedding gradient: backward writes whole tables ({rows} rows), not just the rows looked up"
             )
         return PhaseResult(timing, counts, peak, notes + timing.notes, untimed)
+
+
+def _counted_for_real(fn: Callable[[], Any]) -> Counts:
+    """`count` of a real run of `fn`, its result let go at once; as after a peak pass (cpu_memory.cpu_peak), a run
+    that left more than memory.TRIM_LEFT_BYTES resident has its freed heap handed back before timing allocates
+    beside it."""
+    before = resident_bytes()
+    counts = count(fn)[1]
+    trim_if_left(before)
+    return counts
 
 
 def _around(timing: Timing) -> dict[str, float]:

@@ -231,10 +231,20 @@ def resident_bytes() -> int | None:
     return _status_kb("VmRSS")
 
 
-# A pass that leaves more than this resident beyond what it found has its freed heap handed back (cpu_memory.cpu_peak).
+def trim_if_left(before: int | None) -> None:
+    """After an untimed pass (a peak pass, a real counting pass) that found `before` bytes resident: where it left more
+    than TRIM_LEFT_BYTES beyond them, or either is unknown, its freed heap goes back to the system."""
+    after = resident_bytes()
+    if before is None or after is None or after - before > TRIM_LEFT_BYTES:
+        trim_heap()
+
+
+# A pass that leaves more than this resident beyond what it found has its freed heap handed back (trim_if_left).
 # Below it nothing is trimmed: a trimmed heap faults its pages in again on the next calls, and the first timed
 # block paid for that (dlrm medium with a trim after every peak pass: 53 of 92 first blocks over 5 % slower than the
-# rest of theirs, against 6-7 of 92 without; benchmarks/collect_scale.py `first_blocks`).
+# rest of theirs, against 6-7 of 92 without; benchmarks/collect_scale.py `first_blocks`). Above it, what the pass left
+# would stay resident under the timing that follows, which allocates beside it: a backward writing dense gradients
+# of whole embedding tables (dlrm medium's sparse_arch) then raised the collection's peak by half a gigabyte.
 TRIM_LEFT_BYTES = 64 * 2**20
 
 
