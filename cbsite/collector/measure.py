@@ -431,8 +431,8 @@ class GraphCycle:
     Each batch gets a run of consecutive blocks (expected blocks / batches, rounded up: five blocks on two batches
     are three and two, one graph built between them, not two and two and a last one that builds batch 0's again);
     the graph of the next batch is built (untimed, `build_s`) only after the previous one is freed, so the component
-    holds one graph, as a training step does. A component this large streams its working set from memory on every call, so
-    whether consecutive calls see the same batch does not change what is cached.
+    holds one graph, as a training step does. A component this large streams its working set from memory on every
+    call, so whether consecutive calls see the same batch does not change what is cached.
     """
 
     def __init__(self, build: Callable[[int], Graph], batches: int, first: Graph, index: int = 0) -> None:
@@ -675,7 +675,7 @@ class ComponentMeasurement:
     def forward(self, known: Known | None = None) -> PhaseResult:
         """Count, take the allocator peak, then time. `known`: an identical component's counts and peak
         (twins.py), which stand for this one's; its passes are then replaced by one plain warm-up call, or none
-        where the twin timed just before ran past the budget (`Known.warm_s`). With `hold_graphs`, the graphs
+        where the twin's statement timed just before outlasted a block (`Known.warm_s`). With `hold_graphs`, the graphs
         these runs build are left for backward (`held`, `early_backward`)."""
         notes = ["timed with a copy of the inputs per run (in-place module)"] if self.inplace else []
         if known is not None:

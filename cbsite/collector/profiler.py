@@ -478,8 +478,8 @@ def planned_captures(model: nn.Module, batches: Sequence[Inputs], grad: bool, de
     # The real census first, stopped where batch 0's inputs pass the allowance: where they fit (the small models) it
     # is the whole census, and the one on shapes, slower than a real forward of a model that small (and futile:
     # the real census had to run anyway to keep the inputs), is not tried. Where they do not (GPT-2 small at 8 x 512),
-    # it stopped within the first block, and the census on shapes stands in for the rest; where that cannot (a
-    # value-dependent op), a real census to the end that keeps nothing.
+    # it stops at the first module whose inputs pass the allowance, and the census on shapes stands in for the whole
+    # forward; where that cannot (a value-dependent op), a real census to the end that keeps nothing.
     census = _captured(model, *batches[0], grad, 0, keep_bytes=keep_bytes, stop_past_keep=not everything)
     stopped = not census.complete
     if stopped:
