@@ -34,7 +34,22 @@ def torchrun(args: list[str], runs: Path, timeout: float = 240) -> subprocess.Co
            "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "cbsite", "collect", *args, "--distributed", "--runs", str(runs), *FAST]
-    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    return launched(cmd, env, timeout)
+
+
+# A rank of a two-process torchrun job once aborted while torchrec set the sharded model up, before the test's own code
+# printed anything: "terminate called without an active exception", SIGABRT (a clean-clone `make test`, in
+# test_a_lookup_replayed_alone_equals_the_captured_output; it passed 3 of 3 when run again). A C++ thread torn down
+# by the runtime, not a result: such a job runs once more. Any other failure, or that one twice, fails the test.
+ABORTED_AT_START = "terminate called without an active exception"
+
+
+def launched(cmd: list[str], env: dict[str, str], timeout: float) -> subprocess.CompletedProcess:
+    for _ in range(2):
+        done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+        if not (done.returncode != 0 and ABORTED_AT_START in done.stderr and "SIGABRT" in done.stderr):
+            break
+    return done
 
 
 @pytest.fixture(scope="module")
@@ -122,8 +137,8 @@ def test_a_lookup_replayed_alone_equals_the_captured_output(tmp_path):
     script = tmp_path / "lookup.py"
     script.write_text(LOOKUP_CHECK)
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                           str(script)], cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    done = launched([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(script)],
+                    env, 180)
     assert done.returncode == 0, done.stderr[-4000:]
     assert done.stdout.count("lookup replay equal") == 2 * len(TYPES)
 
