@@ -162,7 +162,8 @@ class _Cloner:
 
 
 class _Enough(BaseException):
-    """Raised by a post-hook once every module asked for has made its calls: the forward stops there.
+    """Raised by a post-hook once every module asked for has made its calls, or by a pre-hook where the kept inputs
+    pass `keep_bytes` and the caller asked to stop there (`stop_past_keep`): the forward stops there.
 
     A BaseException, so a model's own `except Exception` cannot swallow it, and torch runs no other
     module's always-call hook while it unwinds (their state is thrown away with the capture)."""

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import torch
 
-from cbsite.collector.memory import resident_bytes, trim_if_left
+from cbsite.collector.memory import trimmed_if_left
 from cbsite.collector.quiet_profiler import quiet_profiler
 
 
@@ -46,17 +46,16 @@ def peak_allocated(nodes: list[Any]) -> int:
 
 def cpu_peak(fn: Callable[[], Any]) -> int:
     """Peak bytes allocated by one (warm) call of `fn` on CPU, as the allocator saw it."""
-    before = resident_bytes()
-    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True)
-    with quiet_profiler(prof, whole=True):
-        fn()
-    from torch.profiler._memory_profiler import OpTree
-
-    peak = peak_allocated(allocation_nodes(OpTree(prof.profiler.kineto_results)))
-    del prof
     # The profiler's own small allocations, made between the run's, pin the heap: what the run freed stayed
     # resident and the timing after it allocated afresh beside it (dlrm medium's whole-model backward: its gradients,
     # as large as its embedding tables; README "Memory and scale").
     # A run that left that much behind has its freed heap handed back; a small one is left alone (memory.TRIM_LEFT_BYTES).
-    trim_if_left(before)
+    with trimmed_if_left():
+        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True)
+        with quiet_profiler(prof, whole=True):
+            fn()
+        from torch.profiler._memory_profiler import OpTree
+
+        peak = peak_allocated(allocation_nodes(OpTree(prof.profiler.kineto_results)))
+        del prof
     return peak

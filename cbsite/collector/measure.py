@@ -28,7 +28,7 @@ from cbsite.collector.capture import Call, describe, tensors_in
 from cbsite.collector.contention import WaitProbe, contended, wait_for_quiet
 from cbsite.collector.counting import Counts, count, count_on_shapes
 from cbsite.collector.cpu_memory import cpu_peak
-from cbsite.collector.memory import resident_bytes, trim_if_left
+from cbsite.collector.memory import trimmed_if_left
 
 
 class NothingToDifferentiate(Exception):
@@ -742,11 +742,10 @@ class ComponentMeasurement:
         last = getattr(statement, "last", {})
         run = last.pop("run", None)
         every = last.pop("every", {})
-        runs = sorted(every.items()) if every else ([(run[0], run)] if run is not None else [])
+        runs = sorted(every.values()) if every else ([run] if run is not None else [])
         del run, every
         one_at_a_time = self.frees_graphs() or not self.graphs_fit()
-        while runs:
-            index, (_, inputs, modes, outs) = runs.pop(0)
+        for index, inputs, modes, outs in runs:
             if index in self.held or (one_at_a_time and index != 0 and self.early_backward is None):
                 continue
             graph = self._left_graph(inputs, modes, outs, seed=index)
@@ -927,10 +926,8 @@ def _counted_for_real(fn: Callable[[], Any]) -> Counts:
     """`count` of a real run of `fn`, its result let go at once; as after a peak pass (cpu_memory.cpu_peak), a run
     that left more than memory.TRIM_LEFT_BYTES resident has its freed heap handed back before timing allocates
     beside it."""
-    before = resident_bytes()
-    counts = count(fn)[1]
-    trim_if_left(before)
-    return counts
+    with trimmed_if_left():
+        return count(fn)[1]
 
 
 def _around(timing: Timing) -> dict[str, float]:

@@ -30,13 +30,14 @@ component and phase, its children are measured and the parent estimated from the
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import os
 import re
 import resource
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -231,20 +232,24 @@ def resident_bytes() -> int | None:
     return _status_kb("VmRSS")
 
 
-def trim_if_left(before: int | None) -> None:
-    """After an untimed pass (a peak pass, a real counting pass) that found `before` bytes resident: where it left more
-    than TRIM_LEFT_BYTES beyond them, or either is unknown, its freed heap goes back to the system."""
+@contextlib.contextmanager
+def trimmed_if_left() -> Iterator[None]:
+    """Around an untimed pass (a peak pass, a real counting pass): where it left more than TRIM_LEFT_BYTES resident
+    beyond what it found, or either is unknown, its freed heap goes back to the system."""
+    before = resident_bytes()
+    yield
     after = resident_bytes()
     if before is None or after is None or after - before > TRIM_LEFT_BYTES:
         trim_heap()
 
 
-# A pass that leaves more than this resident beyond what it found has its freed heap handed back (trim_if_left).
+# A pass that leaves more than this resident beyond what it found has its freed heap handed back (trimmed_if_left).
 # Below it nothing is trimmed: a trimmed heap faults its pages in again on the next calls, and the first timed
 # block paid for that (dlrm medium with a trim after every peak pass: 53 of 92 first blocks over 5 % slower than the
 # rest of theirs, against 6-7 of 92 without; benchmarks/collect_scale.py `first_blocks`). Above it, what the pass left
 # would stay resident under the timing that follows, which allocates beside it: a backward writing dense gradients
-# of whole embedding tables (dlrm medium's sparse_arch) then raised the collection's peak by half a gigabyte.
+# of whole embedding tables (dlrm medium's sparse_arch, after its real counting pass) then raised the collection's
+# peak by 0.60-0.68 GB (three runs of benchmarks/collect_scale.py, README "Memory and scale").
 TRIM_LEFT_BYTES = 64 * 2**20
 
 

@@ -383,7 +383,7 @@ class GroupedCaptures:
     with the components after it that fit the allowance, and the previous group is dropped first."""
 
     def __init__(self, model: nn.Module, batches: Sequence[Inputs], grad: bool, plan: memory.Plan, census: Capture,
-                 everything: bool = False) -> None:
+                 everything: bool = False, census_forwards: int = 1) -> None:
         self.model, self.batches, self.grad, self.plan = model, batches, grad, plan
         self.everything = everything  # one group of every module, captured once (CollectConfig.capture_all_at_once)
         self.counts = dict(census.counts)  # every module's calls per forward (where a group's capture may stop)
@@ -399,7 +399,7 @@ class GroupedCaptures:
         self.held: dict[str, list[list[Any]]] = {}
         self.groups = 0
         self.forwards = 0
-        self.census_forwards = 1  # real forwards of the census (planned_captures)
+        self.census_forwards = census_forwards  # real forwards of the census (planned_captures)
         self.seconds = 0.0
         self.most_bytes = 0  # the largest group's cloned inputs
 
@@ -475,11 +475,12 @@ def planned_captures(model: nn.Module, batches: Sequence[Inputs], grad: bool, de
     size, and the captures that follow that plan. Used by the collection and by session workers alike."""
     model_bytes = _static_size(model)[0]
     keep_bytes = None if everything else memory.provisional_allowance(model_bytes)
-    # The real census first, stopped where batch 0's inputs pass the allowance: where they fit (the small models) it
-    # is the whole census, and the one on shapes, slower than a real forward of a model that small (and futile:
-    # the real census had to run anyway to keep the inputs), is not tried. Where they do not (GPT-2 small at 8 x 512),
-    # it stops at the first module whose inputs pass the allowance, and the census on shapes stands in for the whole
-    # forward; where that cannot (a value-dependent op), a real census to the end that keeps nothing.
+    # The real census first, stopped where batch 0's inputs pass the allowance. Where they fit (the small models) it is
+    # the whole census, and the one on shapes is not tried: it was futile there (the real census had to run anyway to
+    # keep the inputs), and dropping it took 2.4-2.5 s off GPT-2 small's setup at 2 x 128 (benchmarks/collect_scale.py).
+    # Where they do not (GPT-2 small at 8 x 512), it stops at the first module whose inputs pass the allowance, and the
+    # census on shapes stands in for the whole forward; where that cannot (a value-dependent op), a real census to the
+    # end that keeps nothing.
     census = _captured(model, *batches[0], grad, 0, keep_bytes=keep_bytes, stop_past_keep=not everything)
     stopped = not census.complete
     if stopped:
@@ -487,9 +488,9 @@ def planned_captures(model: nn.Module, batches: Sequence[Inputs], grad: bool, de
                   or _captured(model, *batches[0], grad, 0, keep_bytes=0))
     mem_plan = memory.plan(census.input_bytes, model_bytes, census.saved_bytes.get("", 0), len(batches),
                            memory.cache_bytes(device), census.output_bytes, census.saved_bytes)
-    captures = GroupedCaptures(model, batches, grad, mem_plan, census, everything=everything)
-    captures.census_forwards = 1 + (stopped and not census.on_shapes)  # real ones: the stopped one, then to the end
-    return census, mem_plan, captures
+    # Real census forwards: the stopped one, and one to the end where no census on shapes stood in.
+    return census, mem_plan, GroupedCaptures(model, batches, grad, mem_plan, census, everything=everything,
+                                             census_forwards=1 + (stopped and not census.on_shapes))
 
 
 # Intra-op threads when --threads is not given: one on CPU. Measured (benchmarks/threads.py, README "Why one
