@@ -230,3 +230,27 @@ def test_distributed_without_torchrun_says_how_to_launch(tmp_path, monkeypatch):
         monkeypatch.delenv(key, raising=False)
     assert main(["collect", "dlrm", "-o", "size=tiny", "-o", "sharding=row_wise", "--distributed",
                  "--runs", str(tmp_path)]) == 2
+
+
+def test_sigterm_on_a_rank_prints_its_line_before_the_clis_handler_raises(capsys):
+    """torchrun's SIGTERM: the line goes out from the handler itself (an exception raised under C++ that
+    cannot unwind aborts the process before any except clause), then the CLI's Terminated is raised."""
+    import signal
+
+    from cbsite.cli import Terminated, _terminate
+    from cbsite.collector.distributed.collect import Stage, _said_when_stopped
+
+    stage = Stage()
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        with pytest.raises(Terminated):
+            with _said_when_stopped(0, stage), stage.at("the per-rank measurement"):
+                os.kill(os.getpid(), signal.SIGTERM)
+                for _ in range(1000):  # the handler runs between bytecodes; never reached past it
+                    pass
+        said = capsys.readouterr().err
+        assert "cbsite: rank 0: stopped during the per-rank measurement: another rank failed or was killed" in said
+        assert said.rstrip().endswith("no run was written")
+        assert signal.getsignal(signal.SIGTERM) is _terminate  # put back as it was
+    finally:
+        signal.signal(signal.SIGTERM, previous)

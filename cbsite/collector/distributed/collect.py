@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
+import threading
 import time
 from dataclasses import replace
 from typing import Any, Iterator
@@ -103,6 +105,36 @@ def _report(store: Any, rank: int, text: str) -> None:
             store.set(f"{FAILED_KEY}{rank}", text[:500])
 
 
+@contextlib.contextmanager
+def _said_when_stopped(rank: int, stage: Stage) -> Iterator[None]:
+    """On SIGTERM, print where this rank was before anything is raised, then do what was installed before.
+
+    torchrun stops the other ranks (SIGTERM) as soon as one fails or is killed. The exception the CLI's
+    handler raises lands wherever the main thread is, which can be Python called from C++ that cannot
+    unwind (seen in CI: "terminate called after throwing an instance of 'python_error'", SIGABRT), so
+    the rank's line must not wait for an except clause to print it.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread receives signals and may set handlers
+        return
+    before = signal.getsignal(signal.SIGTERM)
+
+    def stopped(signum: int, frame: Any) -> None:
+        print(f"cbsite: rank {rank}: stopped during {stage.now}: another rank failed or was killed (the launcher's "
+              f"summary names it); no run was written", file=sys.stderr, flush=True)
+        if before is signal.SIG_IGN:
+            return
+        if callable(before):
+            before(signum, frame)  # the CLI's raises its Terminated
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stopped)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)
+
+
 def collect_distributed(request: CollectRequest, group: Group) -> archive.Run | None:
     """Collect a sharded model on this rank; rank 0 returns the merged run (not yet saved), others None."""
     if request.config.rounds > 1:
@@ -110,13 +142,13 @@ def collect_distributed(request: CollectRequest, group: Group) -> archive.Run | 
     stage = Stage()
     store = _store()
     try:
-        return _collect(request, group, stage)
+        with _said_when_stopped(group.rank, stage):
+            return _collect(request, group, stage)
     except KeyboardInterrupt:
-        # torchrun stops the other ranks (SIGTERM) as soon as one fails or is killed: say where, before cli's line.
+        # The line itself went out from the handler; what the other ranks reported follows it.
         reports, _ = _reported(store, group.world_size, group.rank, grace_s=0.5)
-        said = "".join(f"; rank {r} reported: {t}" for r, t in sorted(reports.items()))
-        print(f"cbsite: rank {group.rank}: stopped during {stage.now}: another rank failed or was killed (the launcher's "
-              f"summary names it){said}; no run was written", file=sys.stderr, flush=True)
+        for r, t in sorted(reports.items()):
+            print(f"cbsite: rank {group.rank}: rank {r} reported: {t}", file=sys.stderr, flush=True)
         raise
     except CbsiteError as exc:
         _report(store, group.rank, f"{exc}")
