@@ -91,9 +91,10 @@ def test_calibration_record_has_repeats_start_and_end(low_given_peak_run):
     # Calibrated on the thread count the run timed with (one on CPU unless --threads), not the caller's.
     assert cal["repeats"] == device.CALIBRATION_REPEATS
     assert cal["num_threads"] == low_given_peak_run.meta["config"]["num_threads"]
-    for when in ("start", "end"):
+    assert cal["end_repeats"] == device.END_CALIBRATION_REPEATS
+    for when, repeats in (("start", device.CALIBRATION_REPEATS), ("end", device.END_CALIBRATION_REPEATS)):
         record = cal[when]
-        assert len(record["repeats"]) == device.CALIBRATION_REPEATS
+        assert len(record["repeats"]) == repeats
         assert record["flops"] == max(r["flops"] for r in record["repeats"]) > 0
         assert record["bandwidth"] == max(r["bandwidth"] for r in record["repeats"]) > 0
         assert record["method"] == "clean worker (spawn)"

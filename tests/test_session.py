@@ -263,6 +263,35 @@ def test_the_sizing_run_that_reaches_a_block_is_kept_as_the_first_block(monkeypa
     assert measure.first_guess(cfg.block_s() / 10, cfg.block_s()) == 11 and measure.first_guess(0.0, 1.0) == 1
 
 
+def test_a_sizing_run_within_a_tenth_of_a_block_is_the_block_and_guesses_learn_how_warm_calls_mislead(monkeypatch):
+    """A run at 0.9 of the target is kept, not doubled; a run short of it sizes the next a tenth over. WarmRatios
+    scales a guess by how the statements before ran against their warm calls (median of the last 15), never below
+    half, so a statement that does not speed up runs at most about twice a block in its sizing."""
+    import cbsite.collector.measure as measure
+
+    per_stmt = {"s": 1e-3}
+    numbers = []
+
+    def fake(timer, number, calls_per_stmt, probe=None, warm=None):
+        numbers.append(number)
+        return measure.Block(per_stmt["s"] / calls_per_stmt, number * calls_per_stmt, 0.0, 0.0, False)
+
+    monkeypatch.setattr(measure, "timed_block", fake)
+    assert measure.sized_block(None, 0.01, first=9)[0] == 9 and numbers == [9]  # 9 ms of a 10 ms target: a block
+    numbers.clear()
+    assert measure.sized_block(None, 0.01, first=4)[0] == 11 and numbers == [4, 11]  # 4 ms: 10/4 x 4, a tenth over
+    ratios = measure.WarmRatios()
+    assert ratios.ratio("warm call") == 1.0
+    for r in (0.7, 0.8, 0.6):
+        ratios.note("warm call", 1.0, r)
+    assert ratios.ratio("warm call") == pytest.approx(0.7) and ratios.ratio("run before") == 1.0
+    for _ in range(20):
+        ratios.note("warm call", 1.0, 0.1)
+    assert len(ratios.seen["warm call"]) == ratios.KEEP and ratios.ratio("warm call") == ratios.LOWEST
+    # A warm call of a fifth of a block, with statements that ran at 0.1 of theirs: the guess is 1.1 x 5 / 0.5.
+    assert measure.first_guess(0.2 * ratios.ratio("warm call"), 1.0) == 11
+
+
 def test_the_wait_probe_reads_every_thread_from_kept_files_and_lets_ended_threads_go():
     """contention.run_queue_wait_s keeps each thread's schedstat open between reads: it reads what opening the files
     afresh reads (never less: the counters only grow), and the file of a thread that ended is closed."""

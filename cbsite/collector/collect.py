@@ -124,4 +124,5 @@ def _collect(request: CollectRequest, prepared: Prepared) -> Run:
         tags=request.tags,
         notes=request.notes,
         request=request,
+        keep_model=False,  # built by the provider for this collection and dropped after it: nothing to put back
     )

@@ -160,9 +160,15 @@ def sized_block(timer: Timer, target_s: float, calls_per_stmt: int = 1, probe: W
         block = timed_block(timer, number, calls_per_stmt, probe, warm)
         warm = 0
         wall = block.seconds_per_call * block.calls
-        if wall >= target_s or number >= 2**30:
+        if wall >= SIZED_WITHIN * target_s or number >= 2**30:
             return number, block
-        number = min(2**30, max(number * 2, int(number * target_s / max(wall, 1e-9) * 1.05)))
+        # A tenth over, as first_guess: a statement still warming runs faster at the next run.
+        number = min(2**30, max(number * 2, int(number * target_s / max(wall, 1e-9) * 1.1)))
+
+
+# A sizing run within a tenth of the block's target is a block: "about budget/20" is what a block is. A run just short
+# of the target was doubled, and that third run was the block (benchmarks/collect_scale.py, "sizing" column).
+SIZED_WITHIN = 0.9
 
 
 def block_size(timer: Timer, target_s: float, first: int = 1) -> int:
@@ -175,6 +181,38 @@ def first_guess(seconds_per_stmt: float, target_s: float) -> int:
     """Statements per block a call of `seconds_per_stmt` suggests, a tenth over so that the first run at it is likely
     long enough (a warm-up call runs slower than the calls after it, a peak pass under the profiler much slower)."""
     return max(1, int(1.1 * target_s / seconds_per_stmt)) if seconds_per_stmt > 0 else 1
+
+
+class WarmRatios:
+    """How fast statements ran in their sizing run against the untimed run just before them (their warm call, or the
+    peak pass or twin statement that stood as one), over this process's last few sizings, by kind of run before.
+
+    A warm call is the first plain call after a pass under the profiler, and runs slower than the calls that follow
+    it; a peak pass runs under the profiler, slower still. A first guess taken from either at face value started the
+    sizing well short of a block, and a run after it was the block (benchmarks/collect_scale.py, "sizing" column). The
+    guess is scaled by the median ratio seen (1 before any), never below half: a statement that does not speed up
+    after its first call (a sleep, a call that streams from memory) then runs at most twice a block in its sizing,
+    whatever the statements before it did. Only a guess, which the sizing run checks.
+    """
+
+    KEEP = 15
+    LOWEST = 0.5
+
+    def __init__(self) -> None:
+        self.seen: dict[str, list[float]] = {}
+
+    def ratio(self, kind: str) -> float:
+        seen = self.seen.get(kind)
+        return min(2.0, max(self.LOWEST, statistics.median(seen))) if seen else 1.0
+
+    def note(self, kind: str, before_s: float, stmt_s: float) -> None:
+        if before_s > 0 and stmt_s > 0:
+            seen = self.seen.setdefault(kind, [])
+            seen.append(stmt_s / before_s)
+            del seen[:-self.KEEP]
+
+
+WARM_RATIOS = WarmRatios()
 
 
 def timed_block(timer: Timer, number: int, calls_per_stmt: int, probe: WaitProbe | None = None,
@@ -291,7 +329,10 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_
         number, block_seconds = 1, max(cfg.block_s(), last_warm)
     else:
         step(0, MIN_BLOCKS)  # as every block is prepared (a graph cycle's first batch: nothing to do)
-        number, first = sized_block(timer, cfg.block_s(), calls_per_stmt, probe, first_guess(last_warm, cfg.block_s()))
+        kind = "warm call" if called else "run before"
+        guess = first_guess(last_warm * WARM_RATIOS.ratio(kind), cfg.block_s())
+        number, first = sized_block(timer, cfg.block_s(), calls_per_stmt, probe, guess)
+        WARM_RATIOS.note(kind, last_warm, first.seconds_per_call * calls_per_stmt)
         blocks.append(first)
         block_seconds = first.seconds_per_call * first.calls
     warm_up_s, sizing_s = t_sizing - t_warm, time.perf_counter() - t_sizing - sum(b.seconds_per_call * b.calls for b in blocks)

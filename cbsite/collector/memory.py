@@ -210,6 +210,24 @@ def data_bytes() -> int | None:
     return _status_kb("VmData")
 
 
+@contextlib.contextmanager
+def older_objects_frozen() -> Iterator[None]:
+    """Inside: the objects that existed on entry (every import's, the model, its batches) are out of the cyclic
+    garbage collector's reach (`gc.freeze`), after a collection of the young ones. They live through a collection,
+    yet every full collection walked them, `release_freed`'s among them (the hierarchy stage it ends took 0.2 s of
+    dlrm small's wall, benchmarks/collect_scale.py). On exit they are handed back (`gc.unfreeze`). Where the
+    caller froze objects of its own, nothing is done: unfreezing would hand back theirs too."""
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.collect(1)  # the young generations: garbage made just before is not kept
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def release_freed() -> None:
     """Give the C allocator's freed memory back to the system (glibc's `malloc_trim`; nothing elsewhere). Tensors below
     its mmap threshold (up to 32 MiB once larger ones were freed) live in its heap, which keeps what they freed: the

@@ -30,7 +30,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from cbsite import tree
 from cbsite.collector.counting import Counts, Signature
-from cbsite.collector.device import calibrate_cpu, in_clean_worker
+from cbsite.collector.device import END_CALIBRATION_REPEATS, calibrate_cpu, in_clean_worker
 
 DRIFT_WARNING = 0.10  # start vs end calibration: a relative difference above this is reported
 MAX_COMPONENTS = 24  # components re-calibrated on their shapes per run (the fastest first)
@@ -165,7 +165,7 @@ def _end_calibration(device_info: dict[str, Any], warnings: list[str]) -> tuple[
     # every shape (the other four shapes were two thirds of a calibration's time).
     best = start.get("best_matmul_shape")
     end = calibrate_cpu(dtype, int(cal.get("num_threads") or device_info.get("num_threads") or torch.get_num_threads()),
-                        **({"shapes": [best]} if best else {}))
+                        repeats=END_CALIBRATION_REPEATS, **({"shapes": [best]} if best else {}))
     cal["end"] = {"flops": end["flops"], "bandwidth": end["bandwidth"], **end["detail"]}
     source = device_info.setdefault("peak_source", {"flops": None, "bandwidth": None})
     dtype_name = device_info.get("dtype") or "float32"

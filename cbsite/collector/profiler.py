@@ -308,11 +308,15 @@ def profile_model(
     tags: Sequence[str] = (),
     notes: str = "",
     request: Any = None,
+    keep_model: bool = True,
 ) -> archive.Run:
     """Profile every submodule of `model` independently on the captured inputs of `batches`.
 
     Several batches are captured and replayed in rotation so that repeated ids do not stay hot in
     cache; a module called several times per forward is timed over all its calls, per call.
+    `keep_model`: leave the caller's model as it was found (restore.py). False where the model was built for this
+    collection alone and is dropped after it (`cbsite collect`'s providers): keeping its values would be a copy of
+    every one (a file past 64 MiB) that nobody reads back, 1.2-1.3 s of dlrm medium's wall (README "Memory and scale").
     """
     schema.check_name("model", model_name)
     schema.check_name("version", version)
@@ -326,11 +330,12 @@ def profile_model(
     # comes after the run is recorded, so it is not in `wall_time_s`.
     started = time.perf_counter()
     try:
-        # The caller's model is left as it was found: values, dtype, device, RNG (restore.py). The memory
-        # limit turns an allocation that would summon the OOM killer into a failed component (memory.py).
-        # One clean worker serves every calibration of the run (device.kept_worker).
-        with preserved(model), memory.MemoryLimit(config.memory_limit, torch.device(config.device)) as limit, \
-                kept_worker():
+        # The caller's model is left as it was found, unless it is the collection's own: values, dtype, device, RNG
+        # (restore.py). The memory limit turns an allocation that would summon the OOM killer into a failed component
+        # (memory.py). One clean worker serves every calibration of the run (device.kept_worker).
+        kept = preserved(model) if keep_model else contextlib.nullcontext()
+        with kept, memory.MemoryLimit(config.memory_limit, torch.device(config.device)) as limit, kept_worker(), \
+                memory.older_objects_frozen():
             return _profile(model, batches, config, model_name, version, provider, preprocessing, inputs_description, tags,
                             notes, request, limit, started)
     finally:

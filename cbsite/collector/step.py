@@ -364,7 +364,8 @@ def collect_step(model: nn.Module, batches: Sequence[Batch], config: Any, num_th
                  root_seconds: dict[str, float] | None = None) -> dict[str, Any]:
     """What `profiler._profile` calls: the step record for a CollectConfig (rounds as it asks). `root_seconds`:
     the root component's median seconds per call by phase (warm_from_components)."""
-    # The collection's own `preserved` puts the caller's model back after the step, the last use of the model: a
-    # second copy of every value (written to a file and read back past 64 MiB) would be untimed work and memory.
+    # The collection's own `preserved` puts the caller's model back after the step, the last use of the model (or
+    # nothing does, where the model is the collection's own): a second copy of every value (written to a file and read
+    # back past 64 MiB) would be untimed work and memory.
     return measure_step(model, batches, step_config_for(config, num_threads), rounds=getattr(config, "rounds", 1),
                         rebuild=request, warm=warm_from_components(root_seconds or {}), restore=False)
