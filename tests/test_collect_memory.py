@@ -296,6 +296,62 @@ def test_a_large_model_is_preserved_through_a_file_not_a_second_copy_in_memory(m
     assert torch.equal(model[0].weight.grad, torch.ones(4, 4))
 
 
+def test_a_collections_own_model_is_not_kept_and_a_callers_is(monkeypatch):
+    """`cbsite collect` builds the model for the collection and drops it after: nothing copies its values to put back.
+    A model handed to profile_model by a caller is kept (restore.preserved) and comes back as it was."""
+    from cbsite.collector import collect as collect_module
+    from cbsite.collector import profiler
+    from cbsite.collector.collect import CollectRequest
+    from cbsite.collector.profiler import CollectConfig
+
+    kept = []
+    real = profiler.preserved
+
+    def recording(model):
+        kept.append(model)
+        return real(model)
+
+    monkeypatch.setattr(profiler, "preserved", recording)
+    config = CollectConfig(max_depth=1, min_run_time=0.002, warmup=1, progress=False, calibrate=False, peak_flops=1e11,
+                           peak_bandwidth=1e10, step=False, plugins=())
+    run = collect_module.collect(CollectRequest("dlrm", {"size": "tiny"}, config=config, batches=1))
+    assert kept == [] and run.meta["counts"]["measured"] > 0
+    model = nn.Sequential(nn.Linear(4, 4), nn.BatchNorm1d(4)).train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    profiler.profile_model(model, [((torch.randn(8, 4),), {})], dataclasses.replace(config, dtype="bfloat16"))
+    assert kept == [model]
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) and before[k].dtype == after[k].dtype for k in before)
+
+
+def test_objects_older_than_a_collection_are_frozen_inside_it_and_a_callers_freeze_is_left_alone():
+    """memory.older_objects_frozen: inside, what existed on entry is out of the cyclic collector's walks; garbage made
+    inside is still collected; on exit nothing stays frozen. Where the caller froze objects, it does nothing."""
+    gc.unfreeze()
+    with memory.older_objects_frozen():
+        assert gc.get_freeze_count() > 0
+        frozen = gc.get_freeze_count()
+
+        class Cycle:
+            pass
+
+        a, b = Cycle(), Cycle()
+        a.other, b.other = b, a
+        gone = weakref.ref(a)
+        del a, b
+        gc.collect()
+        assert gone() is None and gc.get_freeze_count() == frozen
+    assert gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        mine = gc.get_freeze_count()
+        with memory.older_objects_frozen():
+            assert gc.get_freeze_count() == mine
+        assert gc.get_freeze_count() == mine
+    finally:
+        gc.unfreeze()
+
+
 def test_the_profilings_gradients_go_before_a_spilled_models_values_are_read_back(monkeypatch):
     """The whole-model step leaves gradients; holding them while the spilled values come back raised dlrm medium's
     peak above the step's own. They go (and the heap is trimmed) before the file is read."""

@@ -228,8 +228,8 @@ def test_contended_blocks_are_left_out_and_too_few_clean_ones_flag_the_row():
 
 
 def test_the_sizing_run_that_reaches_a_block_is_kept_as_the_first_block(monkeypatch):
-    """Sizing runs grow until one lasts a block; that run is the first timed block, not thrown away: every run a block
-    long is among the timing's blocks, all blocks have the same calls, and the sizing's seconds leave it out. Only the
+    """Sizing runs grow until one lasts a block (within a tenth); that run is the first timed block, not thrown away:
+    every run a block long is among the timing's blocks, all blocks have the same calls, and the sizing's seconds leave it out. Only the
     first run has Timer's in-block warm-up statements before it."""
     import cbsite.collector.measure as measure
 
@@ -242,19 +242,23 @@ def test_the_sizing_run_that_reaches_a_block_is_kept_as_the_first_block(monkeypa
         return block
 
     monkeypatch.setattr(measure, "timed_block", recording)
+    # No block counts as contended: a wait for a quiet machine would add Timer's warm-up before the next block.
+    monkeypatch.setattr(measure, "contended", lambda wait_s, wall_s: False)
     a, b = torch.randn(64, 64), torch.randn(64, 64)
+    torch.mm(a, b)  # the process's first matmul initialises its library: a warm call that long would size nothing
     made = []
 
     def statement():
         made.append(1)
         return torch.mm(a, b)
 
-    cfg = measure.TimingConfig(min_run_time=0.02, warmup=1)
+    cfg = measure.TimingConfig(min_run_time=0.1, warmup=1)
     timing = measure.time_fn(statement, 1, cfg)
     # One warm-up call, Timer's in-block warm-up before the first run only (every later run follows a run of the same
-    # statement), and the runs' own statements: nothing else ran.
+    # statement), and the runs' own statements: nothing else ran. (A warm call slowed past a block makes the first run a
+    # one-call block, which has no in-block warm-up, and the sizing after it none either.)
     assert len(made) == 1 + measure.in_block_warmup(runs[0].calls) + sum(r.calls for r in runs)
-    long_enough = [r for r in runs if r.seconds_per_call * r.calls >= cfg.block_s()]
+    long_enough = [r for r in runs if r.seconds_per_call * r.calls >= measure.SIZED_WITHIN * cfg.block_s()]
     assert long_enough and all(any(r is kept for kept in timing.blocks) for r in long_enough)
     assert timing.blocks[0] is runs[len(runs) - len(timing.blocks)]  # the last sizing run, then the loop's blocks
     assert len({blk.calls for blk in timing.blocks}) == 1 and timing.blocks[0].calls > 1
@@ -269,12 +273,11 @@ def test_a_sizing_run_within_a_tenth_of_a_block_is_the_block_and_guesses_learn_h
     half, so a statement that does not speed up runs at most about twice a block in its sizing."""
     import cbsite.collector.measure as measure
 
-    per_stmt = {"s": 1e-3}
     numbers = []
 
-    def fake(timer, number, calls_per_stmt, probe=None, warm=None):
+    def fake(timer, number, calls_per_stmt, probe=None, warm=None):  # a statement of 1 ms
         numbers.append(number)
-        return measure.Block(per_stmt["s"] / calls_per_stmt, number * calls_per_stmt, 0.0, 0.0, False)
+        return measure.Block(1e-3 / calls_per_stmt, number * calls_per_stmt, 0.0, 0.0, False)
 
     monkeypatch.setattr(measure, "timed_block", fake)
     assert measure.sized_block(None, 0.01, first=9)[0] == 9 and numbers == [9]  # 9 ms of a 10 ms target: a block
@@ -288,8 +291,32 @@ def test_a_sizing_run_within_a_tenth_of_a_block_is_the_block_and_guesses_learn_h
     for _ in range(20):
         ratios.note("warm call", 1.0, 0.1)
     assert len(ratios.seen["warm call"]) == ratios.KEEP and ratios.ratio("warm call") == ratios.LOWEST
-    # A warm call of a fifth of a block, with statements that ran at 0.1 of theirs: the guess is 1.1 x 5 / 0.5.
+    # A warm call of a fifth of a block, with statements that ran at 0.1 of theirs (held at half): 1.1 / (0.2 x 0.5).
     assert measure.first_guess(0.2 * ratios.ratio("warm call"), 1.0) == 11
+
+
+def test_a_warm_call_slowed_past_a_block_does_not_make_blocks_of_one_quick_call():
+    """A warm call that outlasts a block means one call per block, unless the first such block is far shorter than a
+    block: the warm call was slowed, not the statement, and the blocks are sized after all (and counted as sizing)."""
+    import cbsite.collector.measure as measure
+
+    a, b = torch.randn(64, 64), torch.randn(64, 64)
+    torch.mm(a, b)
+    cfg = measure.TimingConfig(min_run_time=0.1, warmup=1)
+    calls = []
+
+    def statement():
+        calls.append(1)
+        if len(calls) == 1:
+            time.sleep(2 * cfg.block_s())  # the warm call, slowed
+        return torch.mm(a, b)
+
+    timing = measure.time_fn(statement, 1, cfg)
+    assert timing.blocks[0].calls > 1 and len({blk.calls for blk in timing.blocks}) == 1
+    assert len(timing.blocks) < 100 and timing.sizing_s > 0 and timing.warm_up_s >= 2 * cfg.block_s()
+    # A statement that really takes a block still runs one call per block, unsized.
+    slow = measure.time_fn(lambda: time.sleep(cfg.block_s()), 1, cfg)
+    assert {blk.calls for blk in slow.blocks} == {1}
 
 
 def test_the_wait_probe_reads_every_thread_from_kept_files_and_lets_ended_threads_go():

@@ -148,14 +148,14 @@ def stmt_seconds(timer: Timer, number: int, warm: int | None = None) -> float:
 
 
 def sized_block(timer: Timer, target_s: float, calls_per_stmt: int = 1, probe: WaitProbe | None = None,
-                first: int = 1) -> tuple[int, Block]:
+                first: int = 1, warm: int | None = None) -> tuple[int, Block]:
     """Statements per block so that one block lasts about `target_s` (at least one), and the run that found it.
 
     Runs of `first`, then more, statements until one lasts `target_s`: that run is timed as `timed_block` times a
     block (same statement, same count, wait and CPU read around it), so a caller keeps it as its first block
-    instead of throwing a block's worth of runs away. `first`: a guess from a call already timed (a warm-up)."""
+    instead of throwing a block's worth of runs away. `first`: a guess from a call already timed (a warm-up). `warm`:
+    Timer's in-block warm-up before the first run (None: as timed_block does; 0 where the statement just ran)."""
     number = max(1, min(2**30, first))
-    warm = None  # Timer's in-block warm-up before the first run; the runs after it follow a run of the statement
     while True:
         block = timed_block(timer, number, calls_per_stmt, probe, warm)
         warm = 0
@@ -325,9 +325,14 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_
     # sizing's last run, a block long, is the first block (a block's worth of runs per phase was thrown away). Without
     # a warm call the run before (a peak pass under the profiler, a twin's statement) only suggests the size: the
     # sizing's first run, of one statement where that run outlasted a block, says it, and is kept as the first block.
+    # A warm call that long may have been slowed (a preemption, a first use), not the statement: the first one-call
+    # block says, and a statement far shorter than a block is sized after all (below). A statement that must run one
+    # call per block runs so whatever it takes.
+    check_first = called and not one_call_per_block(fn)
     if (called and last_warm >= cfg.block_s()) or one_call_per_block(fn):
         number, block_seconds = 1, max(cfg.block_s(), last_warm)
     else:
+        check_first = False
         step(0, MIN_BLOCKS)  # as every block is prepared (a graph cycle's first batch: nothing to do)
         kind = "warm call" if called else "run before"
         guess = first_guess(last_warm * WARM_RATIOS.ratio(kind), cfg.block_s())
@@ -346,6 +351,15 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_
         changed = step(len(blocks), expected)
         block = timed_block(timer, number, calls_per_stmt, probe, None if warm_next or changed else 0)
         warm_next = False
+        if check_first and block.seconds_per_call * block.calls < cfg.block_s() / 2:
+            # The warm call misled: a matmul of microseconds whose warm call outlasted a block under a busy neighbour
+            # ran blocks of one call until the cap. This block is a sizing run, and the block size comes from it.
+            t0 = time.perf_counter()
+            number, block = sized_block(timer, cfg.block_s(), calls_per_stmt, probe,
+                                        first_guess(block.seconds_per_call * calls_per_stmt, cfg.block_s()), warm=0)
+            sizing_s += time.perf_counter() - t0 - block.seconds_per_call * block.calls
+            expected = expected_blocks(cfg, max(cfg.block_s(), block.seconds_per_call * block.calls))
+        check_first = False
         blocks.append(block)
         good = [b for b in blocks if not b.contended]
         if len(good) >= MIN_BLOCKS and sum(b.seconds_per_call * b.calls for b in good) >= cfg.min_run_time:

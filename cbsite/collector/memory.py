@@ -214,9 +214,9 @@ def data_bytes() -> int | None:
 def older_objects_frozen() -> Iterator[None]:
     """Inside: the objects that existed on entry (every import's, the model, its batches) are out of the cyclic
     garbage collector's reach (`gc.freeze`), after a collection of the young ones. They live through a collection,
-    yet every full collection walked them, `release_freed`'s among them (the hierarchy stage it ends took 0.2 s of
-    dlrm small's wall, benchmarks/collect_scale.py). On exit they are handed back (`gc.unfreeze`). Where the
-    caller froze objects of its own, nothing is done: unfreezing would hand back theirs too."""
+    yet every full collection walked them, `release_freed`'s among them (the untimed part of the hierarchy stage it
+    ends: 0.26 s of dlrm small's wall before, README "Memory and scale"). On exit they are handed back (`gc.unfreeze`).
+    Where the caller froze objects of its own, nothing is done: unfreezing would hand back theirs too."""
     if gc.get_freeze_count():
         yield
         return

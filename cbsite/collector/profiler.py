@@ -316,7 +316,8 @@ def profile_model(
     cache; a module called several times per forward is timed over all its calls, per call.
     `keep_model`: leave the caller's model as it was found (restore.py). False where the model was built for this
     collection alone and is dropped after it (`cbsite collect`'s providers): keeping its values would be a copy of
-    every one (a file past 64 MiB) that nobody reads back, 1.2-1.3 s of dlrm medium's wall (README "Memory and scale").
+    every one (a file past 64 MiB) that nobody reads back: 0.8-1.3 s of the wall at dlrm medium and GPT-2 small 2 x 128
+    (README "Memory and scale").
     """
     schema.check_name("model", model_name)
     schema.check_name("version", version)
