@@ -340,14 +340,16 @@ def test_objects_older_than_a_collection_are_frozen_inside_it_and_a_callers_free
         gone = weakref.ref(a)
         del a, b
         gc.collect()
-        assert gone() is None and gc.get_freeze_count() == frozen
+        assert gone() is None and gc.get_freeze_count() <= frozen  # collected, and nothing frozen by the collection
     assert gc.get_freeze_count() == 0
     gc.freeze()
     try:
         mine = gc.get_freeze_count()
+        made_since = [[] for _ in range(100)]  # objects the caller did not freeze: freezing again would take them
         with memory.older_objects_frozen():
-            assert gc.get_freeze_count() == mine
-        assert gc.get_freeze_count() == mine
+            assert 0 < gc.get_freeze_count() <= mine  # nothing frozen anew (a frozen object may die meanwhile)
+        assert 0 < gc.get_freeze_count() <= mine  # and the caller's not handed back
+        del made_since
     finally:
         gc.unfreeze()
 
