@@ -328,11 +328,11 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_
     # A warm call that long may have been slowed (a preemption, a first use), not the statement: the first one-call
     # block says, and a statement far shorter than a block is sized after all (below). A statement that must run one
     # call per block runs so whatever it takes.
-    check_first = called and not one_call_per_block(fn)
-    if (called and last_warm >= cfg.block_s()) or one_call_per_block(fn):
-        number, block_seconds = 1, max(cfg.block_s(), last_warm)
+    forced = one_call_per_block(fn)
+    check_first = False  # is the first one-call block to be checked against the warm call that chose it?
+    if forced or (called and last_warm >= cfg.block_s()):
+        number, block_seconds, check_first = 1, max(cfg.block_s(), last_warm), not forced
     else:
-        check_first = False
         step(0, MIN_BLOCKS)  # as every block is prepared (a graph cycle's first batch: nothing to do)
         kind = "warm call" if called else "run before"
         guess = first_guess(last_warm * WARM_RATIOS.ratio(kind), cfg.block_s())
