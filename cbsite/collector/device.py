@@ -62,10 +62,10 @@ def cpu_name() -> str:
 
 
 CALIBRATION_REPEATS = 3
-# The end of the run checks drift on the start's best shape: two passes, not three. The peak is the higher of start and
-# end, so a pass fewer can only leave the start's standing; each pass is a third of the end calibration's time, which
+# The end of the run checks drift on the start's best shape: one pass, not three. The peak is the higher of start and
+# end, so fewer passes can only leave the start's standing; each pass was a third of the end calibration's time, which
 # was the largest untimed item of dlrm small's collection (benchmarks/collect_scale.py, "calib" column).
-END_CALIBRATION_REPEATS = 2
+END_CALIBRATION_REPEATS = 1
 LATER_PASS_SHAPES = 2  # the passes after the first time the first pass's fastest shapes only
 CALIBRATION_MIN_RUN_TIME = 0.1  # seconds of timed runs per shape (and for the copy), per repeat
 
@@ -96,9 +96,11 @@ def calibrate_once(dtype: torch.dtype, num_threads: int, min_run_time: float = C
 
 
 def _copy_buffers() -> tuple[torch.Tensor, torch.Tensor]:
-    """The copy's source (filled, so its pages exist) and destination: COPY_BYTES each, far past any cache."""
+    """The copy's source (filled, so its pages exist: a read of untouched pages reads the one zero page) and
+    destination, COPY_BYTES each, far past any cache. The destination is left untouched: the copy's first run, Timer's
+    block-size estimate, which no block includes, makes its pages, so filling it first would only pay for them twice."""
     src = torch.empty(COPY_BYTES // 4, dtype=torch.float32).fill_(1.0)
-    return src, torch.empty_like(src).fill_(0.0)
+    return src, torch.empty_like(src)
 
 
 def best_shapes(first_pass: dict[str, Any], count: int = LATER_PASS_SHAPES) -> list[list[int]]:
