@@ -651,10 +651,15 @@ def _profile(
             def on_phase(phase: str, name: str = name) -> None:
                 progress.update(task, description=f"{escape(name)} · {phase}")
 
-            outcomes[comp.path] = _measure(modules[comp.path], per_batch, config.phases, timing, plugged, on_phase,
-                                           census.graph_bytes(comp.path), census.saved_bytes.get(comp.path), twins,
-                                           comp.path, grad_outputs,
-                                           _cheap_phases(*_timed_ancestor(comp, parent_of, outcomes, census)))
+            # What a measurement freed stays in glibc's heap, resident, wherever something live sits above it (then the
+            # heap's top cannot shrink): the next component then allocated beside it. dlrm medium's sparse_arch, whose
+            # backward writes every table's dense gradient, raised the peak by 0.55 GB after the whole model's
+            # measurement had left its own freed gradients resident, and by 0.02-0.09 GB where they had gone back.
+            with memory.trimmed_if_left():
+                outcomes[comp.path] = _measure(modules[comp.path], per_batch, config.phases, timing, plugged, on_phase,
+                                               census.graph_bytes(comp.path), census.saved_bytes.get(comp.path), twins,
+                                               comp.path, grad_outputs,
+                                               _cheap_phases(*_timed_ancestor(comp, parent_of, outcomes, census)))
             raisers.step("measurement", comp.path)
             if mem_plan.batches_for(comp.path) < len(batches):
                 for outcome in outcomes[comp.path].values():
