@@ -136,13 +136,17 @@ def _collect_config(args: argparse.Namespace, plugins: tuple[tuple[str, ...], di
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
-    from cbsite.collector.clean_worker import kept_worker  # no torch: the worker starts before torch is imported here
+    # No torch in either: the worker starts before torch is imported here.
+    from cbsite.collector.clean_worker import kept_worker
+    from cbsite.collector.cpu_plan import DEFAULT_CPU_THREADS, start_job
 
     if args.distributed:
         return _collect_distributed(args, _collect_request(args))
-    # A CPU collection calibrates in a clean worker: started now, its interpreter and torch import run beside this
-    # process's imports and the model's build, and the start calibration waits for less (device.start_calibration).
-    with kept_worker(start_now=True) if args.device == "cpu" else contextlib.nullcontext():
+    # A CPU collection calibrates in a clean worker: started now, with its start calibration as its first job, so that
+    # its interpreter, its torch import and the calibration run beside this process's imports and the model's build,
+    # and the collection waits for less of it (device.start_calibration takes that job).
+    first = start_job(args.dtype, args.threads or DEFAULT_CPU_THREADS) if args.device == "cpu" else None
+    with kept_worker(start_now=True, first=first) if args.device == "cpu" else contextlib.nullcontext():
         from cbsite.collector.collect import collect
 
         _note_stale(args.runs)

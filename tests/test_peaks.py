@@ -280,6 +280,44 @@ def test_a_calibration_started_early_is_taken_once_and_only_with_its_own_argumen
     assert early["flops"] == max(r[3] for p in detail["repeats"] for r in p["rates"])
 
 
+@pytest.mark.skipif(device.free_cores() < 2, reason="an early calibration needs a core beside this process")
+def test_a_start_calibration_handed_to_the_worker_as_it_started_is_taken_and_another_is_not():
+    from cbsite.collector import clean_worker
+
+    args = device.calibration_args("float32", 1, device.CALIBRATION_REPEATS, 0.005, SMALL_SHAPES)
+    with device.kept_worker(first=(*device.CALIBRATION_JOB, args)):
+        time.sleep(0.5)  # the caller's imports: the job has been under way since the worker started
+        assert device.start_calibration(torch.float32, 1, 0.005, SMALL_SHAPES) == device.free_cores() - 1
+        assert not clean_worker._first  # taken
+        taken = device.calibrate_cpu(torch.float32, 1, 0.005, shapes=SMALL_SHAPES)
+    # Submitted as the worker started, not when the collection asked for it.
+    assert taken["detail"]["started_early"] and taken["detail"]["ran_beside_setup_s"] >= 0.5
+    assert len(taken["detail"]["repeats"]) == device.CALIBRATION_REPEATS and taken["flops"] > 0
+    other = device.calibration_args("float64", 1, device.CALIBRATION_REPEATS, 0.005, SMALL_SHAPES)
+    with device.kept_worker(first=(*device.CALIBRATION_JOB, other)):
+        assert device.start_calibration(torch.float32, 1, 0.005, SMALL_SHAPES) is not None
+        assert not clean_worker._first  # looked at once, and not this collection's: its own was submitted
+        own = device.calibrate_cpu(torch.float32, 1, 0.005, shapes=SMALL_SHAPES)
+    assert own["detail"]["started_early"] and own["detail"]["ran_beside_setup_s"] < 0.5
+
+
+def test_the_clis_first_job_is_the_start_calibration_a_collection_asks_for():
+    """`cbsite collect` names the start calibration before torch is imported (cpu_plan.start_job); the collection then
+    asks for it with its own config (collect.collect -> device.start_calibration). Equal arguments or it is not taken."""
+    from cbsite.collector import cpu_plan
+    from cbsite.collector.profiler import DTYPES, threads_for
+
+    config = CollectConfig()
+    job = cpu_plan.start_job(config.dtype, config.num_threads or cpu_plan.DEFAULT_CPU_THREADS)
+    if device.free_cores() - threads_for(config) < 1:
+        assert job is None
+        return
+    asked = device.calibration_args(str(DTYPES[config.dtype]).replace("torch.", ""), threads_for(config))
+    assert job == (*device.CALIBRATION_JOB, asked)
+    module, name = device.CALIBRATION_JOB
+    assert getattr(__import__(module, fromlist=[name]), name) is device._calibrate_repeats
+
+
 def test_a_calibration_is_not_started_early_without_a_kept_worker_or_a_core_to_spare(monkeypatch):
     assert device.start_calibration(torch.float32, 1, 0.005, SMALL_SHAPES) is None  # no kept worker
     monkeypatch.setattr(device, "free_cores", lambda: 1)

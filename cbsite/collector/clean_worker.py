@@ -14,7 +14,7 @@ import os
 import sys
 import threading
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, Callable
 
 WORKER_TIMEOUT_S = 300.0
@@ -52,6 +52,9 @@ def _main_not_reimported():
 
 
 _kept: list[ProcessPoolExecutor] = []  # the worker a `kept_worker()` block shares, innermost last
+# The job a kept worker was handed as it started (kept_worker's `first`), until taken: its pool -> ((module, function),
+# arguments, future, when it was submitted).
+_first: dict[ProcessPoolExecutor, tuple[tuple[str, str], tuple[Any, ...], Future, float]] = {}
 
 
 def _ready() -> bool:
@@ -59,6 +62,23 @@ def _ready() -> bool:
     import torch  # noqa: F401 - imported for its side effect: the worker's torch import happens now
 
     return True
+
+
+def _run_named(module: str, name: str, args: tuple[Any, ...]) -> Any:
+    """`module.name(*args)`, imported in the worker: the caller names a job without importing what it needs (torch)."""
+    import importlib
+
+    return getattr(importlib.import_module(module), name)(*args)
+
+
+def take_first(pool: ProcessPoolExecutor, job: tuple[str, str], args: tuple[Any, ...]) -> tuple[Future, float] | None:
+    """The future of the job `pool` was handed as it started (kept_worker's `first`) and when it was submitted, where
+    that job is `job` (module, function) with `args`; taken once. None otherwise: a job that was not asked for
+    still runs, and the worker's next job waits for it."""
+    begun = _first.pop(pool, None)
+    if begun is None or begun[0] != tuple(job) or begun[1] != args:
+        return None
+    return begun[2], begun[3]
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
@@ -88,13 +108,16 @@ def _spawn_pool() -> ProcessPoolExecutor:
 
 
 @contextlib.contextmanager
-def kept_worker(start_now: bool = False):
+def kept_worker(start_now: bool = False, first: tuple[str, str, tuple[Any, ...]] | None = None):
     """One clean worker for every `in_clean_worker` job inside the block (the start and end calibrations,
     re-calibrations on component shapes), instead of a fresh process each: its interpreter and torch import
     are paid once per collection (the two calibrations took about 10 s before, 6 s after, in
     benchmarks/collect_scale.py). It runs nothing but calibration jobs, so it stays as clean as a fresh one;
     between jobs it sleeps on a pipe. With `start_now` it starts at once, so its start overlaps the caller's
-    own setup (building the model). A nested block shares the outer block's worker."""
+    own setup (building the model). `first` (module, function, arguments): a job it starts as soon as torch is
+    imported (implies `start_now`), which a caller takes with `take_first` (`cbsite collect`'s start calibration:
+    it then runs beside the command's own imports too, not only beside the model's build). A nested block shares the
+    outer block's worker."""
     if _kept:
         yield
         return
@@ -102,11 +125,15 @@ def kept_worker(start_now: bool = False):
     pool = _spawn_pool()
     _kept.append(pool)
     try:
-        if start_now:
+        if start_now or first is not None:
             with _main_not_reimported():  # the worker process starts inside submit()
                 pool.submit(_ready)
+                if first is not None:
+                    module, name, args = first
+                    _first[pool] = ((module, name), args, pool.submit(_run_named, module, name, args), time.perf_counter())
         yield
     finally:
+        _first.pop(pool, None)
         if pool in _kept:
             _kept.remove(pool)
         _stop(pool)

@@ -32,8 +32,19 @@ from cbsite.collector.clean_worker import (  # noqa: F401 - kept_worker and in_c
     drop_kept,
     in_clean_worker,
     kept_worker,
+    take_first,
 )
 from cbsite.collector.contention import WaitProbe
+from cbsite.collector.cpu_plan import (  # noqa: F401 - the calibration's constants are this module's API too
+    CALIBRATION_JOB,
+    CALIBRATION_MIN_RUN_TIME,
+    CALIBRATION_REPEATS,
+    COPY_BYTES,
+    END_CALIBRATION_REPEATS,
+    LATER_PASS_SHAPES,
+    MATMUL_SHAPES,
+    calibration_args,
+)
 from cbsite.collector.executors import usable_cores
 
 # Dense peak FLOP/s per dtype and peak memory bandwidth (bytes/s), SXM parts, from vendor datasheets.
@@ -46,10 +57,6 @@ GPU_PEAKS: dict[str, dict[str, Any]] = {
     "B200": {"flops": {"float32": 80e12, "tf32": 1.1e15, "bfloat16": 2.25e15, "float16": 2.25e15, "float8": 4.5e15}, "bandwidth": 8e12},
 }
 
-MATMUL_SHAPES = ((256, 256, 256), (512, 512, 512), (1024, 1024, 1024), (2048, 512, 2048), (4096, 256, 1024))
-COPY_BYTES = 256 * 2**20
-
-
 def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -59,15 +66,6 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-CALIBRATION_REPEATS = 3
-# The end of the run checks drift on the start's best shape: one pass, not three. The peak is the higher of start and
-# end, so fewer passes can only leave the start's standing; each pass was a third of the end calibration's time, which
-# was the largest untimed item of dlrm small's collection (benchmarks/collect_scale.py, "calib" column).
-END_CALIBRATION_REPEATS = 1
-LATER_PASS_SHAPES = 2  # the passes after the first time the first pass's fastest shapes only
-CALIBRATION_MIN_RUN_TIME = 0.1  # seconds of timed runs per shape (and for the copy), per repeat
 
 
 def calibrate_once(dtype: torch.dtype, num_threads: int, min_run_time: float = CALIBRATION_MIN_RUN_TIME,
@@ -159,13 +157,20 @@ def start_calibration(dtype: torch.dtype, num_threads: int, min_run_time: float 
     if not _kept or left < 1:
         return None
     pool = _kept[-1]
-    args = (str(dtype).replace("torch.", ""), num_threads, CALIBRATION_REPEATS, min_run_time, [list(x) for x in shapes])
-    try:
-        with _main_not_reimported():
-            future = pool.submit(_calibrate_repeats, *args)
-    except Exception:  # noqa: BLE001 - a broken worker: calibrate_cpu starts over when it is called
-        return None
-    _early = _Early(pool, args, future, time.perf_counter())  # one at a time: an older one's worker is gone or busy
+    args = calibration_args(str(dtype).replace("torch.", ""), num_threads, CALIBRATION_REPEATS, min_run_time, shapes)
+    # `cbsite collect` may have handed this very job to the worker as it started (cpu_plan.start_job): it has run
+    # since, beside the command's imports, and is taken as it stands.
+    begun = take_first(pool, CALIBRATION_JOB, args)
+    if begun is not None:
+        future, submitted = begun
+    else:
+        try:
+            with _main_not_reimported():
+                future = pool.submit(_calibrate_repeats, *args)
+        except Exception:  # noqa: BLE001 - a broken worker: calibrate_cpu starts over when it is called
+            return None
+        submitted = time.perf_counter()
+    _early = _Early(pool, args, future, submitted)  # one at a time: an older one's worker is gone or busy
     return left
 
 
@@ -204,8 +209,7 @@ def calibrate_cpu(
     `shapes`: the matmul shapes to try (the end of a run times the start's best one only).
     """
     started = time.perf_counter()
-    dtype_name = str(dtype).replace("torch.", "")
-    args = (dtype_name, num_threads, repeats, min_run_time, [list(x) for x in shapes])
+    args = calibration_args(str(dtype).replace("torch.", ""), num_threads, repeats, min_run_time, shapes)
     early = _take_early(args) if clean else None
     overlap: dict[str, Any] = {}
     if early is not None:

@@ -34,6 +34,7 @@ from cbsite.collector.device import describe_device, kept_worker
 from cbsite.collector.measure import (BLOCKS_PER_BUDGET, REAL_COUNT_BELOW_S, ComponentMeasurement, GradOutputs, Known,
                                       NothingToDifferentiate, PhaseResult, TimingConfig)
 from cbsite.collector.counting import Counts, count_on_shapes
+from cbsite.collector.cpu_plan import DEFAULT_CPU_THREADS
 from cbsite.collector.peaks import check_peaks
 from cbsite.collector.preprocess import batch_size_of
 from cbsite.collector.restore import preserved
@@ -498,12 +499,6 @@ def planned_captures(model: nn.Module, batches: Sequence[Inputs], grad: bool, de
     return census, mem_plan, GroupedCaptures(model, batches, grad, mem_plan, census, everything=everything,
                                              census_forwards=1 + (stopped and not census.on_shapes))
 
-
-# Intra-op threads when --threads is not given: one on CPU. Measured (benchmarks/threads.py, README "Why one
-# thread"): on 2 cores, two threads had 12 % run-to-run spread against 1.3 % for one thread, and two busy
-# neighbours stalled two-thread components up to 559x (OpenMP barriers waiting for a descheduled thread)
-# against at most 4.7x, flagged, for one. A user measuring multi-threaded kernels says --threads N.
-DEFAULT_CPU_THREADS = 1
 
 
 def threads_for(config: CollectConfig) -> int:
