@@ -314,11 +314,14 @@ def _print_run(run: Any, top: int = 15) -> None:
         peak = mem.get("peak_rss_bytes") if mem.get("peak_rss_bytes") is not None else mem.get("peak_device_bytes")
         oom = mem.get("out_of_memory") or []
         setter = mem.get("peak_set_by")
+        returned = mem.get("heap_returned")
         console.print(
             f"memory: peak {gib(peak)}, limit {gib(mem.get('limit_bytes'))} ({mem.get('limit_source')}), "
             f"{mem.get('capture_groups')} capture group(s) in {mem.get('capture_forwards')} forwards"
             + (f"; peak reached in the {setter.get('what')} of {setter.get('path') or '<root>'}"
                if isinstance(setter, dict) and setter.get("peak_bytes") == peak else "")
+            + (f"; freed heap handed back after {returned['times']} measurement(s), {gib(returned.get('bytes'))}"
+               if isinstance(returned, dict) and returned.get("times") else "")
             + (f"; out of memory: {len(oom)} component phase(s)" if oom else ""),
             markup=False, highlight=False)
     warnings = meta.get("warnings")

@@ -107,6 +107,34 @@ def over_the_limit() -> dict:
             "warnings": run.meta["warnings"], "limit": limit, "weight_ok": bool(torch.isfinite(model.pair.a.weight).all())}
 
 
+class Churn(nn.Module):
+    """Allocates 256 MiB in 1 MiB pieces per call and frees them all before it returns."""
+
+    def forward(self, x):
+        pieces = [torch.empty(2**18).fill_(1.0) for _ in range(256)]
+        return x * float(len(pieces))
+
+
+def heap_left_by_a_component() -> dict:
+    """glibc kept from giving back what it freed: its mmap threshold above 1 MiB (the pieces come from the heap, as
+    tensors below 32 MiB do once larger ones were freed) and its top trim off (as when something live sits above
+    the freed pieces). Whatever a measurement of Churn freed then stays resident unless the collection hands it back."""
+    import ctypes
+
+    libc = ctypes.CDLL("libc.so.6")
+    m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's mallopt parameters
+    assert libc.mallopt(m_mmap_threshold, 64 * 2**20) == 1 and libc.mallopt(m_trim_threshold, 2**30) == 1
+    from cbsite.collector import CollectConfig, memory, profile
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), Churn())
+    config = CollectConfig(min_run_time=0.005, warmup=1, calibrate=False, peak_flops=1e11, peak_bandwidth=1e10,
+                           progress=False, step=False)
+    before = memory.resident_bytes()
+    run = profile(model, torch.randn(4, 8), config=config)
+    return {"memory": run.meta["memory"], "grew_bytes": memory.resident_bytes() - before}
+
+
 if __name__ == "__main__":
-    print(json.dumps({"plain_step": plain_step, "collection": collection, "over_the_limit": over_the_limit}[sys.argv[1]](),
-                     default=str))
+    print(json.dumps({"plain_step": plain_step, "collection": collection, "over_the_limit": over_the_limit,
+                      "heap_left_by_a_component": heap_left_by_a_component}[sys.argv[1]](), default=str))

@@ -250,15 +250,38 @@ def resident_bytes() -> int | None:
     return _status_kb("VmRSS")
 
 
+class HeapReturns:
+    """Where a collection handed freed heap back to the system after a component's measurement (trimmed_if_left with
+    `returns`): after whose, what that measurement had left resident, and how much went back (run.json memory
+    `heap_returned`). A large return after a component is memory the next one would otherwise have allocated beside."""
+
+    KEEP = 5
+
+    def __init__(self) -> None:
+        self.returned: list[dict[str, Any]] = []
+
+    def note(self, path: str, left_bytes: int, returned_bytes: int) -> None:
+        self.returned.append({"path": path, "left_bytes": left_bytes, "returned_bytes": returned_bytes})
+
+    def record(self) -> dict[str, Any]:
+        top = sorted(self.returned, key=lambda r: -r["returned_bytes"])[: self.KEEP]
+        return {"heap_returned": {"times": len(self.returned), "bytes": sum(r["returned_bytes"] for r in self.returned),
+                                  "most_after": top}}
+
+
 @contextlib.contextmanager
-def trimmed_if_left() -> Iterator[None]:
-    """Around an untimed pass (a peak pass, a real counting pass): where it left more than TRIM_LEFT_BYTES resident
-    beyond what it found, or either is unknown, its freed heap goes back to the system."""
+def trimmed_if_left(returns: HeapReturns | None = None, path: str = "") -> Iterator[None]:
+    """Around an untimed pass (a peak pass, a real counting pass) or a component's whole measurement: where it left more
+    than TRIM_LEFT_BYTES resident beyond what it found, or either is unknown, its freed heap goes back to the system
+    (noted in `returns`, as after `path`'s measurement, where given)."""
     before = resident_bytes()
     yield
     after = resident_bytes()
     if before is None or after is None or after - before > TRIM_LEFT_BYTES:
         trim_heap()
+        now = resident_bytes()
+        if returns is not None and before is not None and after is not None and now is not None:
+            returns.note(path, after - before, max(0, after - now))
 
 
 # A pass that leaves more than this resident beyond what it found has its freed heap handed back (trimmed_if_left).

@@ -597,6 +597,7 @@ def _profile(
     order = breadth_first(components, later=lambda c: mem_plan.batches_for(c.path) < len(batches))
     parent_of = {c.path: c.parent for c in components}
     raisers = memory.PeakRaisers()  # which capture or measurement raised the peak (run.json memory)
+    returns = memory.HeapReturns()  # freed heap handed back after a component's measurement (run.json memory)
     twins = Twins() if config.count_twins_once else None  # identical components counted once (twins.py)
     # Backward graphs' grad_outputs drawn once per batch and shape, within a quarter of the allowance: twins and a
     # component's own graphs share them (measure.GradOutputs). Let go before the whole-model step.
@@ -646,11 +647,12 @@ def _profile(
             def on_phase(phase: str, name: str = name) -> None:
                 progress.update(task, description=f"{escape(name)} · {phase}")
 
-            # What a measurement freed stays in glibc's heap, resident, wherever something live sits above it (then the
-            # heap's top cannot shrink): the next component then allocated beside it. dlrm medium's sparse_arch, whose
-            # backward writes every table's dense gradient, raised the peak by 0.55 GB after the whole model's
-            # measurement had left its own freed gradients resident, and by 0.02-0.09 GB where they had gone back.
-            with memory.trimmed_if_left():
+            # What a measurement freed stays in glibc's heap, resident, wherever something live sits above it (the
+            # heap's top cannot shrink past it), and the next component allocates beside it. dlrm medium's sparse_arch,
+            # whose backward writes every table's dense gradient, raised the collection's peak by 0.55 GB in one run and
+            # by 0.02-0.09 GB in most (run.json memory.peak_raised_most_by), after the whole model's measurement, which
+            # frees as many gradients. Handed back here, what the next component finds resident is what is live.
+            with memory.trimmed_if_left(returns, comp.path):
                 outcomes[comp.path] = _measure(modules[comp.path], per_batch, config.phases, timing, plugged, on_phase,
                                                census.graph_bytes(comp.path), census.saved_bytes.get(comp.path), twins,
                                                comp.path, grad_outputs,
@@ -777,6 +779,7 @@ def _profile(
             "peak_rss_bytes": memory.peak_rss_bytes() if stages.memory else None,
             "peak_rss_bytes_after_stage": dict(stages.memory.peaks) if stages.memory else None,
             **(raisers.record() if stages.memory else {}),
+            **returns.record(),
             "peak_device_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
             "out_of_memory": out_of_memory,
         },
