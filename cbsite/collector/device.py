@@ -57,6 +57,7 @@ GPU_PEAKS: dict[str, dict[str, Any]] = {
     "B200": {"flops": {"float32": 80e12, "tf32": 1.1e15, "bfloat16": 2.25e15, "float16": 2.25e15, "float8": 4.5e15}, "bandwidth": 8e12},
 }
 
+
 def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -96,7 +97,7 @@ def calibrate_once(dtype: torch.dtype, num_threads: int, min_run_time: float = C
 def _copy_buffers() -> tuple[torch.Tensor, torch.Tensor]:
     """The copy's source (filled, so its pages exist: a read of untouched pages reads the one zero page) and
     destination, COPY_BYTES each, far past any cache. The destination is left untouched: the copy's first run, Timer's
-    block-size estimate, which no block includes, makes its pages, so filling it first would only pay for them twice."""
+    block-size estimate, which no block includes, makes its pages; a fill before it was one more pass over COPY_BYTES."""
     src = torch.empty(COPY_BYTES // 4, dtype=torch.float32).fill_(1.0)
     return src, torch.empty_like(src)
 

@@ -500,7 +500,6 @@ def planned_captures(model: nn.Module, batches: Sequence[Inputs], grad: bool, de
                                              census_forwards=1 + (stopped and not census.on_shapes))
 
 
-
 def threads_for(config: CollectConfig) -> int:
     """The intra-op thread count a collection times with (recorded in run.json)."""
     if config.num_threads:
