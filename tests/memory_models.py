@@ -108,17 +108,21 @@ def over_the_limit() -> dict:
 
 
 class Churn(nn.Module):
-    """Allocates 256 MiB in 1 MiB pieces per call and frees them all before it returns."""
+    """Allocates `mib` MiB in 1 MiB pieces per call and frees them all before it returns."""
+
+    def __init__(self, mib: int) -> None:
+        super().__init__()
+        self.mib = mib
 
     def forward(self, x):
-        pieces = [torch.empty(2**18).fill_(1.0) for _ in range(256)]
+        pieces = [torch.empty(2**18).fill_(1.0) for _ in range(self.mib)]
         return x * float(len(pieces))
 
 
 def heap_left_by_a_component() -> dict:
     """glibc kept from giving back what it freed: its mmap threshold above 1 MiB (the pieces come from the heap, as
     tensors below 32 MiB do once larger ones were freed) and its top trim off (as when something live sits above
-    the freed pieces). Whatever a measurement of Churn freed then stays resident unless the collection hands it back."""
+    the freed pieces). Whatever a measurement of a Churn freed then stays resident unless the collection hands it back."""
     import ctypes
 
     libc = ctypes.CDLL("libc.so.6")
@@ -127,7 +131,7 @@ def heap_left_by_a_component() -> dict:
     from cbsite.collector import CollectConfig, memory, profile
 
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(8, 8), Churn())
+    model = nn.Sequential(nn.Linear(8, 8), Churn(256), Churn(16))
     config = CollectConfig(min_run_time=0.005, warmup=1, calibrate=False, peak_flops=1e11, peak_bandwidth=1e10,
                            progress=False, step=False)
     before = memory.resident_bytes()

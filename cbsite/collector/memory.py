@@ -270,14 +270,14 @@ class HeapReturns:
 
 
 @contextlib.contextmanager
-def trimmed_if_left(returns: HeapReturns | None = None, path: str = "") -> Iterator[None]:
+def trimmed_if_left(returns: HeapReturns | None = None, path: str = "", left_bytes: int = 0) -> Iterator[None]:
     """Around an untimed pass (a peak pass, a real counting pass) or a component's whole measurement: where it left more
-    than TRIM_LEFT_BYTES resident beyond what it found, or either is unknown, its freed heap goes back to the system
-    (noted in `returns`, as after `path`'s measurement, where given)."""
+    than max(TRIM_LEFT_BYTES, `left_bytes`) resident beyond what it found, or either is unknown, its freed heap goes
+    back to the system (noted in `returns`, as after `path`'s measurement, where given)."""
     before = resident_bytes()
     yield
     after = resident_bytes()
-    if before is None or after is None or after - before > TRIM_LEFT_BYTES:
+    if before is None or after is None or after - before > max(TRIM_LEFT_BYTES, left_bytes):
         trim_heap()
         now = resident_bytes()
         if returns is not None and before is not None and after is not None and now is not None:

@@ -650,8 +650,10 @@ def _profile(
             # heap's top cannot shrink past it), and the next component allocates beside it. dlrm medium's sparse_arch,
             # whose backward writes every table's dense gradient, raised the collection's peak by 0.55 GB in one run and
             # by 0.02-0.09 GB in most (run.json memory.peak_raised_most_by), after the whole model's measurement, which
-            # frees as many gradients. Handed back here, what the next component finds resident is what is live.
-            with memory.trimmed_if_left(returns, comp.path):
+            # frees as many gradients. Handed back only past the plan's allowance (what it lets a group's captured
+            # inputs hold): a smaller leftover is within what the plan budgets, and the next component faults handed-
+            # back pages in again, in its first timed block (run.json memory.heap_returned says where it happened).
+            with memory.trimmed_if_left(returns, comp.path, mem_plan.allowance_bytes):
                 outcomes[comp.path] = _measure(modules[comp.path], per_batch, config.phases, timing, plugged, on_phase,
                                                census.graph_bytes(comp.path), census.saved_bytes.get(comp.path), twins,
                                                comp.path, grad_outputs,
