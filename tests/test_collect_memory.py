@@ -419,7 +419,6 @@ def test_what_a_components_measurement_left_in_the_heap_goes_back_before_the_nex
     for path in ("1", ""):
         assert after[path]["left_bytes"] > memory.TRIM_LEFT_BYTES and after[path]["returned_bytes"] >= 200 * 2**20
     assert returned["times"] >= 2 and returned["bytes"] == sum(r["returned_bytes"] for r in returned["most_after"])
-    assert got["grew_bytes"] < 100 * 2**20  # nothing of it stayed with the process
 
 
 def test_a_small_peak_pass_leaves_the_heap_alone(monkeypatch):
