@@ -400,7 +400,7 @@ def test_a_peak_pass_leaves_what_it_freed_with_the_system():
 
 
 def test_what_a_components_measurement_left_in_the_heap_goes_back_before_the_next():
-    """dlrm medium's sparse_arch raised the peak by 0.55 GB in one run, allocating its gradients beside memory the
+    """dlrm medium's sparse_arch raised the peak by 0.59 GB in one run, allocating its gradients beside memory the
     whole model's measurement had freed but glibc kept. A measurement that leaves more than the plan's allowance
     resident (here its floor, TRIM_LEFT_BYTES) hands its freed heap back, and run.json says after which component and
     how much; a smaller leftover stays (the next component would fault its pages in again in its first block)."""

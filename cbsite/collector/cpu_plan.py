@@ -34,15 +34,15 @@ def calibration_args(dtype_name: str, num_threads: int, repeats: int = CALIBRATI
     return (dtype_name, num_threads, repeats, min_run_time, [list(x) for x in shapes])
 
 
-def leaves_a_core(num_threads: int) -> bool:
-    """May a calibration on `num_threads` threads run beside this process? Only where it leaves this process a core
-    of its own: the calibration must not wait for a CPU, and this process must not take one from it."""
-    return len(usable_cores()) - num_threads >= 1
+def free_cores() -> int:
+    """How many cores this process may run on (executors.usable_cores)."""
+    return len(usable_cores())
 
 
 def start_job(dtype_name: str, num_threads: int) -> tuple[str, str, tuple[Any, ...]] | None:
     """The start calibration of a collection on `num_threads` threads in `dtype_name`, as (module, function,
-    arguments) for kept_worker's `first`; None where it would not run beside this process (leaves_a_core)."""
-    if not leaves_a_core(num_threads):
+    arguments) for kept_worker's `first`; None where it would not leave this process a core of its own, the rule of
+    device.start_calibration (the calibration must not wait for a CPU, nor this process take one from it)."""
+    if free_cores() - num_threads < 1:
         return None
     return (*CALIBRATION_JOB, calibration_args(dtype_name, num_threads))

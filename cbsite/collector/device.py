@@ -44,8 +44,8 @@ from cbsite.collector.cpu_plan import (  # noqa: F401 - the calibration's consta
     LATER_PASS_SHAPES,
     MATMUL_SHAPES,
     calibration_args,
+    free_cores,
 )
-from cbsite.collector.executors import usable_cores
 
 # Dense peak FLOP/s per dtype and peak memory bandwidth (bytes/s), SXM parts, from vendor datasheets.
 # float32 means plain FP32 (no TF32); "tf32" is listed separately for matmuls that use it.
@@ -135,11 +135,6 @@ class _Early:
 
 
 _early: _Early | None = None  # the one started calibration not yet taken
-
-
-def free_cores() -> int:
-    """How many cores this process may run on (executors.usable_cores)."""
-    return len(usable_cores())
 
 
 def start_calibration(dtype: torch.dtype, num_threads: int, min_run_time: float = CALIBRATION_MIN_RUN_TIME,

@@ -648,8 +648,8 @@ def _profile(
 
             # What a measurement freed stays in glibc's heap, resident, wherever something live sits above it (the
             # heap's top cannot shrink past it), and the next component allocates beside it. dlrm medium's sparse_arch,
-            # whose backward writes every table's dense gradient, raised the collection's peak by 0.55 GB in one run and
-            # by 0.02-0.09 GB in most (run.json memory.peak_raised_most_by), after the whole model's measurement, which
+            # whose backward writes every table's dense gradient, raised the collection's peak by 0.59 GB in one run and
+            # by 0.02-0.10 GB in most (run.json memory.peak_raised_most_by), after the whole model's measurement, which
             # frees as many gradients. Handed back only past the plan's allowance (what it lets a group's captured
             # inputs hold): a smaller leftover is within what the plan budgets, and the next component faults handed-
             # back pages in again, in its first timed block (run.json memory.heap_returned says where it happened).
