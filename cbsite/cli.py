@@ -315,9 +315,12 @@ def _print_run(run: Any, top: int = 15) -> None:
         oom = mem.get("out_of_memory") or []
         setter = mem.get("peak_set_by")
         returned = mem.get("heap_returned")
+        anchored = mem.get("capture_anchors")
         console.print(
             f"memory: peak {gib(peak)}, limit {gib(mem.get('limit_bytes'))} ({mem.get('limit_source')}), "
             f"{mem.get('capture_groups')} capture group(s) in {mem.get('capture_forwards')} forwards"
+            + (f" and {anchored['batches']} replay(s) of their anchors"
+               if isinstance(anchored, dict) and anchored.get("batches") else "")
             + (f"; peak reached in the {setter.get('what')} of {setter.get('path') or '<root>'}"
                if isinstance(setter, dict) and setter.get("peak_bytes") == peak else "")
             + (f"; freed heap handed back after {returned['times']} measurement(s), {gib(returned.get('bytes'))}"

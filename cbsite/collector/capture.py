@@ -206,6 +206,7 @@ def capture(
     census: bool = True,
     stop_after: collections.abc.Mapping[str, int] | None = None,
     stop_past_keep: bool = False,
+    through: Sequence[tuple[nn.Module, Call]] | None = None,
 ) -> Capture:
     """Run one forward with pre-hooks (with kwargs) on every module; hooks are always removed.
 
@@ -220,6 +221,9 @@ def capture(
     already assumes a module makes the same calls in every batch (calls per batch are per-call divisors).
     `stop_past_keep`: the forward stops where the kept inputs pass `keep_bytes` (`stopped_early`, `complete`
     False): the caller takes the census on shapes instead (profiler.planned_captures).
+    `through`: instead of the whole model's forward, these submodules' captured calls, replayed in order (each with
+    fresh clones of its inputs and the grad mode it ran with): the inputs of the modules inside them, without the
+    rest of the model running (profiler.GroupedCaptures, anchors). `args` and `kwargs` are then not used.
     """
     result = Capture()
     module_path = module_paths(model)
@@ -324,7 +328,15 @@ def capture(
             hooks = torch.autograd.graph.saved_tensors_hooks(_drop_saved, _never_unpacked)
         try:
             with torch.set_grad_enabled(grad), hooks:
-                output = model(*args, **kwargs)
+                if through is None:
+                    output = model(*args, **kwargs)
+                else:
+                    output = None
+                    for module, call in through:
+                        replay_args, replay_kwargs = call.replay_inputs(with_grad=call.grad_enabled)
+                        with torch.set_grad_enabled(call.grad_enabled):
+                            module(*replay_args, **replay_kwargs)
+                        del replay_args, replay_kwargs
         except _Enough:
             result.stopped_early = True
             return result  # the partial forward's graph goes with the exception's frames

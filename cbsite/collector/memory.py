@@ -8,7 +8,8 @@ batch 2 x 128). The plan here bounds both by the model's own footprint:
 * **Capture groups**: the components are taken in their breadth-first measuring order and cut into
   groups whose captured inputs fit `EXTRA_FRACTION` of the footprint (parameters and buffers plus the
   bytes autograd saves in one forward of the whole model); each group is captured, measured and freed
-  before the next. One extra forward per group and batch is the price.
+  before the next. One extra forward per group and batch is the price, up to the group's last member; a group
+  of modules inside anchors (GPT-2's blocks) replays just those anchors' captured calls instead (anchors.py).
 * **Rotation where it matters**: batches rotate so that ids and activations of one batch do not stay hot
   in cache. A component whose inputs of one batch exceed the last-level cache streams them through memory
   on every call anyway; one that writes more than the cache holds in a call (its outputs and the activations
@@ -141,15 +142,16 @@ class Plan:
         graph = self.graph_bytes(path)
         return graph * batches if (batches - 1) * graph <= self.allowance_bytes else graph
 
-    def group(self, candidates: Sequence[str]) -> list[str]:
+    def group(self, candidates: Sequence[str], held: int = 0) -> list[str]:
         """The next capture group: `candidates` in order while their inputs fit (at least one). They fit the
         allowance, or, where the collection measures the whole model, the room its measurement needs anyway: the
         group's inputs plus the graphs measuring its largest member holds stay within the whole model's graph
         (`headroom_bytes`): fewer groups, and a forward per batch each group needs. The bound is on the census's
         figures, not on resident memory: a measurement also holds gradients and outputs, and the allocator keeps
-        what was freed (run.json `memory.peak_set_by` says which measurement set the peak)."""
+        what was freed (run.json `memory.peak_set_by` says which measurement set the peak). `held`: bytes already
+        held beside the group (the anchors' kept inputs, anchors.py)."""
         chosen: list[str] = []
-        held = largest = 0
+        largest = 0
         for path in candidates:
             need = self.input_bytes.get(path, 0) * self.batches_for(path)
             working = max(largest, self.working_bytes(path))

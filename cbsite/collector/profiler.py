@@ -27,7 +27,8 @@ from rich.markup import escape
 from torch import nn
 
 from cbsite import archive, schema, tree
-from cbsite.collector.capture import Capture, capture, moved, refuse_iterators, root_calls
+from cbsite.collector.anchors import Anchors
+from cbsite.collector.capture import Call, Capture, capture, moved, refuse_iterators, root_calls
 from cbsite.collector import hierarchy, memory
 from cbsite.collector.session import rounds
 from cbsite.collector.device import describe_device, kept_worker
@@ -409,6 +410,8 @@ class GroupedCaptures:
         self.census_forwards = census_forwards  # real forwards of the census (planned_captures)
         self.seconds = 0.0
         self.most_bytes = 0  # the largest group's cloned inputs
+        # Groups of modules inside anchors (GPT-2's blocks) are captured by replaying those anchors (anchors.py).
+        self.anchors = Anchors(census.counts, dict(model.named_modules()), enabled=not everything)
 
     def calls(self, path: str, candidates: Callable[[], list[str]]) -> list[list[Any]]:
         """Per batch, the captured calls of `path` (captured now, with a group, if not held)."""
@@ -428,7 +431,9 @@ class GroupedCaptures:
             return self.held.get(path, [])[: self.plan.batches_for(path)]
         if path not in self.held:
             started = time.perf_counter()
-            group = self.plan.group([path] + [c for c in candidates() if c != path])  # starts with `path`
+            self.anchors.fit(self.plan.input_bytes, self.plan.batches_for, self.plan.allowance_bytes)
+            group = self.plan.group([path] + [c for c in candidates() if c != path],  # starts with `path`
+                                    held=self.anchors.held_bytes())
             try:
                 self._capture(group)
             except _CaptureOutOfMemory:
@@ -452,27 +457,55 @@ class GroupedCaptures:
                 for p in wanted:
                     self.held.setdefault(p, []).append(self.batch0.get(p, []))
                 continue
-            try:
-                # Only the members this batch needs (a batch-0-only member is not cloned again), and the
-                # forward stops once they have all made their calls.
-                cap = capture(self.model, args, kwargs, grad=self.grad, census=False,
-                              paths=None if group is None else wanted,
-                              stop_after=None if group is None else {p: self.counts.get(p, 0) for p in wanted})
-            except Exception as exc:  # noqa: BLE001 - after a real census forward, only memory can differ
-                self.held = {}
-                if memory.is_out_of_memory(exc) and self.whole_forward_ran:
-                    raise _CaptureOutOfMemory(_error_text(exc)) from exc
-                raise _forward_error(exc, i) from exc
-            self.whole_forward_ran = self.whole_forward_ran or not cap.stopped_early or self.last_called in wanted
-            self.forwards += 1
+            through = None if group is None else self.anchors.through(wanted, i)
+            cap = None if through is None else self._anchored(wanted, through, i)
+            if cap is None:
+                try:
+                    # Only the members this batch needs (a batch-0-only member is not cloned again), and the
+                    # forward stops once they have all made their calls.
+                    cap = capture(self.model, args, kwargs, grad=self.grad, census=False,
+                                  paths=None if group is None else wanted,
+                                  stop_after=None if group is None else {p: self.counts.get(p, 0) for p in wanted})
+                except Exception as exc:  # noqa: BLE001 - after a real census forward, only memory can differ
+                    self.held = {}
+                    if memory.is_out_of_memory(exc) and self.whole_forward_ran:
+                        raise _CaptureOutOfMemory(_error_text(exc)) from exc
+                    raise _forward_error(exc, i) from exc
+                self.whole_forward_ran = self.whole_forward_ran or not cap.stopped_early or self.last_called in wanted
+                self.forwards += 1
             held_bytes += cap.kept_bytes()
             for p in wanted:
                 self.held.setdefault(p, []).append(cap.calls.get(p, []))
         self.most_bytes = max(self.most_bytes, held_bytes)
+        self.anchors.keep(self.held)
+
+    def _anchored(self, wanted: list[str], through: list[tuple[nn.Module, Call]], batch: int) -> Capture | None:
+        """`wanted`'s calls of `batch` from replaying their anchors (anchors.py), or None where that cannot stand for
+        the whole forward: the anchors are then let go, and the caller runs one."""
+        try:
+            cap = capture(self.model, (), {}, grad=self.grad, census=False, paths=wanted,
+                          stop_after={p: self.counts.get(p, 0) for p in wanted}, through=through)
+        except Exception as exc:  # noqa: BLE001 - the user's modules, replayed on their own
+            if memory.is_out_of_memory(exc) and self.whole_forward_ran:
+                self.held = {}
+                raise _CaptureOutOfMemory(_error_text(exc)) from exc
+            self.anchors.let_go(f"replaying an anchor raised {_error_text(exc)}")
+            return None
+        why = (None if cap.stopped_early else
+               "a module of a group did not make its calls within the anchors replayed (one shared with another part of "
+               "the model)")
+        why = why or (self.anchors.mismatch(wanted, cap.input_bytes, self.plan.input_bytes) if batch == 0 else None)
+        if why:
+            self.anchors.let_go(why)
+            return None
+        self.anchors.batches += 1
+        self.anchors.calls += len(through)
+        return cap
 
     def drop(self) -> None:
         self.held = {}
         self.batch0 = None
+        self.anchors.kept = {}
 
 
 def planned_captures(model: nn.Module, batches: Sequence[Inputs], grad: bool, device: torch.device,
@@ -777,6 +810,8 @@ def _profile(
             "capture_groups": captures.groups, "capture_forwards": captures.forwards + captures.census_forwards,
             "census": "on shapes" if census.on_shapes else "real",
             "largest_capture_bytes": captures.most_bytes,
+            # Groups captured by replaying the anchors that contain them, not by forwards (anchors.py).
+            "capture_anchors": captures.anchors.record(),
             "peak_rss_bytes": memory.peak_rss_bytes() if stages.memory else None,
             "peak_rss_bytes_after_stage": dict(stages.memory.peaks) if stages.memory else None,
             **(raisers.record() if stages.memory else {}),
