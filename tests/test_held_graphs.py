@@ -173,9 +173,9 @@ def test_fresh_graphs_start_on_a_given_graph_and_go_on_with_the_next_batch():
 
 
 def test_grad_outputs_past_the_tile_repeat_the_drawn_values_in_order(monkeypatch):
-    from cbsite.collector import measure
+    from cbsite.collector import device, measure
 
-    monkeypatch.setattr(measure, "GRAD_TILE", 16)
+    monkeypatch.setattr(device, "NORMAL_TILE", 16)
     small, large = torch.zeros(3, 5), torch.zeros(5, 7)  # 15 values: drawn; 35: two tiles and 3 values
     drawn = torch.randn(16, generator=torch.Generator().manual_seed(4))
     got_small, got_large = measure.GradOutputs().of([small], seed=4)[0], measure.GradOutputs().of([large], seed=4)[0]

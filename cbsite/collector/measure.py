@@ -28,6 +28,7 @@ from cbsite.collector.capture import Call, describe, tensors_in
 from cbsite.collector.contention import WaitProbe, contended, wait_for_quiet
 from cbsite.collector.counting import Counts, count, count_on_shapes
 from cbsite.collector.cpu_memory import cpu_peak
+from cbsite.collector.device import normal_values
 from cbsite.collector.memory import trimmed_if_left
 
 
@@ -567,29 +568,10 @@ class FreshGraphs:
         self.build_s += time.perf_counter() - t0
 
 
-GRAD_TILE = 1 << 20  # normal values drawn per grad_output; a larger one repeats them (`_normal_tiled`)
-
-
-def _normal_tiled(like: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """Standard normal values shaped as `like`: up to GRAD_TILE drawn from `gen`, repeated in order past that.
-    Drawing is the slow part (206 M values for GPT-2 small's logits at 8 x 512 took seconds per graph); copying a
-    drawn tile is a memory copy. Backward's work does not depend on the gradient's values, only on its shape, dtype
-    and memory, so a tensor of repeated values costs what one of fresh values would."""
-    numel = like.numel()
-    if numel <= GRAD_TILE:
-        return torch.randn(like.shape, dtype=like.dtype, device=like.device, generator=gen)
-    tile = torch.randn(GRAD_TILE, dtype=like.dtype, device=like.device, generator=gen)
-    out = torch.empty(numel, dtype=like.dtype, device=like.device)
-    whole = numel // GRAD_TILE
-    out[: whole * GRAD_TILE].view(whole, GRAD_TILE).copy_(tile.expand(whole, GRAD_TILE))
-    out[whole * GRAD_TILE:].copy_(tile[: numel - whole * GRAD_TILE])
-    return out.view(like.shape)
-
-
 class GradOutputs:
     """The fixed seeded `grad_outputs` of backward graphs: per batch, standard normal values drawn in order from a
-    generator seeded with the batch's index, shaped as the graph's outputs (past GRAD_TILE values, the drawn ones
-    repeat: `_normal_tiled`).
+    generator seeded with the batch's index, shaped as the graph's outputs (past device.NORMAL_TILE values, the drawn
+    ones repeat: `device.normal_values`).
 
     Drawing normal values is slow next to most of the work they serve (GPT-2 small's logits at 8 x 512 are 8 x 512 x
     50257 = 206 M of them per graph), and a collection draws the same ones again and again: a component's graphs of one batch, and its twins' (GPT-2's 12
@@ -606,7 +588,7 @@ class GradOutputs:
         if key in self.kept:
             return self.kept[key]
         gen = torch.Generator(device=roots[0].device).manual_seed(seed)
-        grads = [_normal_tiled(r, gen) for r in roots]
+        grads = [normal_values(r.shape, r.dtype, r.device, gen) for r in roots]
         size = sum(g.numel() * g.element_size() for g in grads)
         if self.kept_bytes + size <= self.limit_bytes:
             self.kept[key] = grads

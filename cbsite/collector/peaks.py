@@ -30,7 +30,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from cbsite import tree
 from cbsite.collector.counting import Counts, Signature
-from cbsite.collector.device import END_CALIBRATION_REPEATS, calibrate_cpu, in_clean_worker
+from cbsite.collector.device import END_CALIBRATION_REPEATS, calibrate_cpu, in_clean_worker, normal_values
 
 DRIFT_WARNING = 0.10  # start vs end calibration: a relative difference above this is reported
 MAX_COMPONENTS = 24  # components re-calibrated on their shapes per run (the fastest first)
@@ -71,7 +71,7 @@ def _build(spec: Any) -> Any:
         dtype = getattr(torch, dtype_name)
         size = 1 + sum((s - 1) * st for s, st in zip(shape, stride) if s > 0) if all(s > 0 for s in shape) else 0
         if dtype.is_floating_point or dtype.is_complex:
-            base = torch.randn(max(size, 1), dtype=dtype, device=device)
+            base = normal_values((max(size, 1),), dtype, device)
         else:
             base = torch.zeros(max(size, 1), dtype=dtype, device=device)
         return base.as_strided(shape, stride)
