@@ -56,7 +56,8 @@ class Anchors:
         self.order = {path: i for i, path in enumerate(counts)}  # the census's call order
         self.modules = modules
         self.kept: dict[str, list[list[Call]]] = {}  # per anchor, per batch, its calls
-        self.off: str | None = None if self.of else "no module is called inside another below the root"
+        self.off: str | None = (None if self.of else "no module is called inside another below the root" if enabled
+                                else "every module is captured in one group (capture_all_at_once)")
         self.batches = 0  # batches of groups captured by replaying anchors
         self.calls = 0  # anchor calls replayed for them
         self.bytes = 0  # the inputs the anchors hold (planned: census bytes x batches)
