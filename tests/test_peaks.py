@@ -152,6 +152,8 @@ def test_recorded_shapes_replay_standalone():
     assert sum(counts.matmul_calls.values()) == 3
     timed = peaks.time_signatures(calls, torch.get_num_threads(), repeats=1, min_run_time=0.001)
     assert timed[0]["flops"] == 2 * 4 * 16 * 8 and all(t["seconds"] > 0 for t in timed)
+    # The budget grows with the time the components spent in timed blocks, within 1-5 s.
+    assert [peaks.shapes_budget(t) for t in (10.0, 100.0, 1000.0)] == [1.0, 2.0, 5.0]
     # Once the budget is spent no call is started: with none, the first is not either, and each says why.
     spent = peaks.time_signatures(calls, torch.get_num_threads(), repeats=1, min_run_time=0.001, budget_s=0.0)
     assert [t["seconds"] for t in spent] == [None] * 3 and all("budget of 0 s was spent" in t["error"] for t in spent)

@@ -11,7 +11,8 @@
    whose FLOPs the row counts, so nothing is replayed or captured again); those calls are timed
    standalone in a clean worker (best of repeats) and their FLOP/s is that component's ceiling. A
    ceiling above the peak raises the peak, with its source `calibrated (component shapes: <path>)`.
-   The rows go fastest first, and no call is started once SHAPES_BUDGET_S is spent.
+   The rows go fastest first, and no call is started once the budget is spent (`shapes_budget`: 2 % of the
+   components' timed blocks, 1-5 s).
 3. Every row's ratios are derived again from the peak used; a row still above 100 % MFU gets a note,
    and the run a warning that names it. Bandwidth utilisation above 100 % is normal for a working
    set that stays in cache (the bandwidth peak is a DRAM copy): a note, never a peak change.
@@ -39,11 +40,20 @@ MAX_SIGNATURES = 64  # distinct op calls timed per run
 SHAPE_REPEATS = 3
 SHAPE_MIN_RUN_TIME = 0.05
 LONG_CALL_BUDGET_S = 1.0  # a call longer than a block is timed again only while its calls add up to less
-# The whole re-timing of shapes: no call is started after it is spent (the rows come fastest first, so the shapes most
-# likely to raise the peak are timed first). One more component's measurement, as the per-component cap bounds it: a
-# start calibration on a slow moment had GPT-2 small at 8 x 512 re-time 24 rows' 14 shapes for 20.8 s, lm_head's two
-# backward matmuls 2.4 s a call among them.
-SHAPES_BUDGET_S = 5.0
+# The whole re-timing of shapes (`shapes_budget`): no call is started after it is spent (the rows come fastest first, so
+# the shapes most likely to raise the peak are timed first). A start calibration on a slow moment had GPT-2 small at
+# 8 x 512 re-time 24 rows' 14 shapes for 20.8 s (lm_head's two backward matmuls 2.4 s a call among them), and at
+# 2 x 128 15 rows' 13 shapes for 5.4 s, 12 % of its components' timed blocks.
+SHAPES_BUDGET_S = 5.0  # at most: one more component's measurement, as the per-component cap bounds one
+SHAPES_BUDGET_SHARE = 0.02  # of the components' time in timed blocks
+SHAPES_MIN_BUDGET_S = 1.0  # at least: a few shapes of a small model (each is timed three times, 0.05 s or one call)
+
+
+def shapes_budget(timed_s: float) -> float:
+    """Seconds the re-timing of shapes may start calls in: SHAPES_BUDGET_SHARE of the components' timed blocks
+    (`timed_s`), within SHAPES_MIN_BUDGET_S and SHAPES_BUDGET_S, so that it stays a small part of the collection's
+    untimed work whatever the model's size."""
+    return min(SHAPES_BUDGET_S, max(SHAPES_MIN_BUDGET_S, SHAPES_BUDGET_SHARE * timed_s))
 
 MFU_NOTE = "MFU above 100 %"
 BANDWIDTH_NOTE = (
@@ -216,6 +226,7 @@ def _component_ceilings(
     above: list[dict[str, Any]],
     recorded: RecordedCalls,
     num_threads: int,
+    budget_s: float = SHAPES_BUDGET_S,
 ) -> tuple[list[dict[str, Any]], str | None]:
     """Each row's recorded matmul calls, the distinct calls timed in one clean worker, summed per row."""
     records: list[dict[str, Any]] = []
@@ -238,7 +249,7 @@ def _component_ceilings(
     if unique:
         sigs = list(unique)
         timings, method = in_clean_worker(time_signatures, sigs, num_threads, SHAPE_REPEATS, SHAPE_MIN_RUN_TIME,
-                                          SHAPES_BUDGET_S)
+                                          budget_s)
     for rec in records:
         calls = rec.pop("calls", None)
         if calls is None:
@@ -268,8 +279,10 @@ def check_peaks(
     rows: Sequence[dict[str, Any]],
     device_info: dict[str, Any],
     recorded: RecordedCalls,
+    shapes_budget_s: float = SHAPES_BUDGET_S,
 ) -> list[str]:
     """Check the run's peaks against its rows; fix what can be fixed; return warnings for run.json.
+    `shapes_budget_s`: what the re-timing of component shapes may take (`shapes_budget`).
 
     Mutates `rows` (ratios, notes) and `device_info` (peak_flops, peak_bandwidth, peak_source,
     calibration) in place. `recorded(path, phase)` returns the counts of that component's phase, whose
@@ -293,7 +306,7 @@ def check_peaks(
     )
     if above and peak_flops:
         before, before_source = peak_flops, source.get("flops")
-        records, method = _component_ceilings(above, recorded, num_threads)
+        records, method = _component_ceilings(above, recorded, num_threads, shapes_budget_s)
         best = max((r for r in records if r.get("ceiling_flops_per_s")), key=lambda r: r["ceiling_flops_per_s"], default=None)
         raised = best is not None and best["ceiling_flops_per_s"] > peak_flops
         if raised:
@@ -301,7 +314,8 @@ def check_peaks(
             source["flops"] = f"calibrated (component shapes: {best['path'] or '<root>'})"
         if not isinstance(cal, dict):
             cal = device_info["calibration"] = {}
-        cal["component_shapes"] = {"method": method, "peak_before": before, "source_before": before_source, "components": records}
+        cal["component_shapes"] = {"method": method, "peak_before": before, "source_before": before_source,
+                                   "budget_s": round(shapes_budget_s, 3), "components": records}
         named = ", ".join(f"{_label(r)} at {_gflops(_achieved(r))}" for r in above[:8])
         more = f" and {len(above) - 8} more" if len(above) > 8 else ""
         head = f"{len(above)} row(s) beat the peak of {_gflops(before)} ({before_source}): {named}{more}"

@@ -36,7 +36,7 @@ from cbsite.collector.measure import (BLOCKS_PER_BUDGET, REAL_COUNT_BELOW_S, Com
                                       NothingToDifferentiate, PhaseResult, TimingConfig)
 from cbsite.collector.counting import Counts, count_on_shapes
 from cbsite.collector.cpu_plan import DEFAULT_CPU_THREADS
-from cbsite.collector.peaks import check_peaks
+from cbsite.collector.peaks import check_peaks, shapes_budget
 from cbsite.collector.preprocess import batch_size_of
 from cbsite.collector.restore import preserved
 from cbsite.collector.step import collect_step
@@ -731,7 +731,9 @@ def _profile(
                                 (session_record or {}).pop("flagged_notes", None))
     stages.done("rounds")
     hierarchy_record = hierarchy.check(rows, remeasured)
-    peak_warnings = check_peaks(rows, device_info, lambda path, phase: _counted(outcomes, path, phase))
+    components_timed_s = sum(o.result.timing.timed_s for per in outcomes.values() for o in per.values() if o.result)
+    peak_warnings = check_peaks(rows, device_info, lambda path, phase: _counted(outcomes, path, phase),
+                                shapes_budget(components_timed_s))
     stages.done("calibration_end_and_peak_checks")
     counts = {s: sum(1 for r in rows if r["phase"] == config.phases[0] and r["status"] == s) for s in schema.STATUSES}
     # Every failed phase of every component, as measured: a failed parent is estimated from its children
