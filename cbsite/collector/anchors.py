@@ -106,6 +106,10 @@ class Anchors:
                         f"the whole forward's {census.get(path, 0):,}: something around the anchor's call changes them")
         return None
 
+    def drop(self) -> None:
+        """The collection's last use of captured inputs is over (profiler.GroupedCaptures.drop)."""
+        self.kept = {}
+
     def let_go(self, why: str) -> None:
         self.off = self.off or why
         self.kept = {}

@@ -101,9 +101,9 @@ NORMAL_TILE = 1 << 20  # normal values drawn per tensor by `normal_values`; a la
 def normal_values(shape: Sequence[int], dtype: torch.dtype, device: Any = "cpu",
                   generator: torch.Generator | None = None) -> torch.Tensor:
     """A contiguous tensor of standard normal values: up to NORMAL_TILE drawn from `generator`, repeated in order past
-    that. Drawing is the slow part (the 206 M values of GPT-2 small's logits at 8 x 512 took seconds per backward
-    graph; the operands of its matmul shapes, timed again at a collection's end, most of a second each); copying a
-    drawn tile is a memory copy. What they serve (backward's grad_outputs, a matmul's operands) does work that depends
+    that. Drawing is the slow part (206 M values per backward graph of GPT-2 small's logits at 8 x 512: with repeated
+    values its collection's backward-graph time went from 15.0-15.1 s to 6.0-7.9 s, benchmarks/collect_scale.py);
+    copying a drawn tile is a memory copy. What they serve (backward's grad_outputs, a matmul's operands) does work that depends
     on shapes, dtypes and memory, not on the values, so a tensor of repeated values costs what fresh ones would."""
     numel = math.prod(shape)
     if numel <= NORMAL_TILE:

@@ -42,8 +42,8 @@ SHAPE_MIN_RUN_TIME = 0.05
 LONG_CALL_BUDGET_S = 1.0  # a call longer than a block is timed again only while its calls add up to less
 # The whole re-timing of shapes (`shapes_budget`): no call is started after it is spent (the rows come fastest first, so
 # the shapes most likely to raise the peak are timed first). A start calibration on a slow moment had GPT-2 small at
-# 8 x 512 re-time 24 rows' 14 shapes for 20.8 s (lm_head's two backward matmuls 2.4 s a call among them), and at
-# 2 x 128 15 rows' 13 shapes for 5.4 s, 12 % of its components' timed blocks.
+# 8 x 512 re-time 24 rows' 14 shapes (lm_head's two backward matmuls 2.4 s a call among them; 20.8 s with the end
+# calibration), and at 2 x 128 15 rows' 13 shapes (6.0 s with it, 14 % of its components' timed blocks).
 SHAPES_BUDGET_S = 5.0  # at most: one more component's measurement, as the per-component cap bounds one
 SHAPES_BUDGET_SHARE = 0.02  # of the components' time in timed blocks
 SHAPES_MIN_BUDGET_S = 1.0  # at least: a few shapes of a small model (each is timed three times, 0.05 s or one call)
@@ -226,7 +226,7 @@ def _component_ceilings(
     above: list[dict[str, Any]],
     recorded: RecordedCalls,
     num_threads: int,
-    budget_s: float = SHAPES_BUDGET_S,
+    budget_s: float,
 ) -> tuple[list[dict[str, Any]], str | None]:
     """Each row's recorded matmul calls, the distinct calls timed in one clean worker, summed per row."""
     records: list[dict[str, Any]] = []

@@ -505,7 +505,7 @@ class GroupedCaptures:
     def drop(self) -> None:
         self.held = {}
         self.batch0 = None
-        self.anchors.kept = {}
+        self.anchors.drop()
 
 
 def planned_captures(model: nn.Module, batches: Sequence[Inputs], grad: bool, device: torch.device,
@@ -731,9 +731,9 @@ def _profile(
                                 (session_record or {}).pop("flagged_notes", None))
     stages.done("rounds")
     hierarchy_record = hierarchy.check(rows, remeasured)
-    components_timed_s = sum(o.result.timing.timed_s for per in outcomes.values() for o in per.values() if o.result)
+    timed_s = sum(o.result.timing.timed_s for per in outcomes.values() for o in per.values() if o.result)
     peak_warnings = check_peaks(rows, device_info, lambda path, phase: _counted(outcomes, path, phase),
-                                shapes_budget(components_timed_s))
+                                shapes_budget(timed_s))
     stages.done("calibration_end_and_peak_checks")
     counts = {s: sum(1 for r in rows if r["phase"] == config.phases[0] and r["status"] == s) for s in schema.STATUSES}
     # Every failed phase of every component, as measured: a failed parent is estimated from its children
@@ -747,7 +747,6 @@ def _profile(
     training = model.training  # as the caller left it: the step changes modes and leaves them to `preserved`
     step = collect_step(model, batches, config, num_threads, request, root_seconds) if config.step else None
     stages.done("step")
-    timed_s = sum(o.result.timing.timed_s for per in outcomes.values() for o in per.values() if o.result)
     quiet_s = sum(o.result.timing.quiet_wait_s for per in outcomes.values() for o in per.values() if o.result)
     passes_s: dict[str, float] = {}  # the untimed passes of every measured phase (counting, peaks, graphs)
     for o in (o for per in outcomes.values() for o in per.values() if o.result):
