@@ -254,3 +254,39 @@ def test_sigterm_on_a_rank_prints_its_line_before_the_clis_handler_raises(capsys
         assert signal.getsignal(signal.SIGTERM) is _terminate  # put back as it was
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_sigterm_while_waiting_for_the_other_ranks_reports_still_says_no_run(capsys, monkeypatch):
+    """The race CI hit: rank 0 saw its collective fail (rank 1 SIGKILLed), waited for the ranks' reports,
+    and torchrun's SIGTERM landed in that wait. The rank's own line must still go out, naming its stage."""
+    import signal
+    import types
+
+    from cbsite.cli import Terminated, _terminate
+    from cbsite.collector.distributed import collect as dcollect
+
+    def lost(request, group, stage):
+        with stage.at("the per-rank measurement"):
+            raise RuntimeError("[gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:1234")
+
+    def waited(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # the launcher, mid-wait
+        for _ in range(1000):
+            pass
+        raise AssertionError("the SIGTERM handler did not run")
+
+    monkeypatch.setattr(dcollect, "_collect", lost)
+    monkeypatch.setattr(dcollect, "_reported", waited)
+    monkeypatch.setattr(dcollect, "_store", lambda: None)
+    request = types.SimpleNamespace(config=types.SimpleNamespace(rounds=1))
+    group = types.SimpleNamespace(rank=0, world_size=2)
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        with pytest.raises(Terminated):
+            dcollect.collect_distributed(request, group)
+        said = capsys.readouterr().err
+        assert "cbsite: rank 0: stopped during the per-rank measurement" in said
+        assert said.rstrip().endswith("no run was written")
+        assert signal.getsignal(signal.SIGTERM) is _terminate
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -141,31 +141,34 @@ def collect_distributed(request: CollectRequest, group: Group) -> archive.Run | 
         raise CbsiteError("--rounds repeats timing in fresh processes, which a sharded run cannot do; leave --rounds at 1")
     stage = Stage()
     store = _store()
-    try:
-        with _said_when_stopped(group.rank, stage):
+    # The handler stays installed while a failure is handled too: a rank that saw a collective fail waits for the
+    # others' reports (seconds), and torchrun's SIGTERM lands in that wait when it has seen the other rank die
+    # (CI, test_a_killed_rank_ends_the_job_with_its_name_and_no_run: "cbsite: terminated" and nothing else).
+    with _said_when_stopped(group.rank, stage):
+        try:
             return _collect(request, group, stage)
-    except KeyboardInterrupt:
-        # The line itself went out from the handler; what the other ranks reported follows it.
-        reports, _ = _reported(store, group.world_size, group.rank, grace_s=0.5)
-        for r, t in sorted(reports.items()):
-            print(f"cbsite: rank {group.rank}: rank {r} reported: {t}", file=sys.stderr, flush=True)
-        raise
-    except CbsiteError as exc:
-        _report(store, group.rank, f"{exc}")
-        raise CbsiteError(f"rank {group.rank}: {exc}") from exc
-    except (RuntimeError, ConnectionError) as exc:
-        if not _is_comm_failure(exc):
-            _report(store, group.rank, f"{type(exc).__name__}: {exc}")
+        except KeyboardInterrupt:
+            # The line itself went out from the handler; what the other ranks reported follows it.
+            reports, _ = _reported(store, group.world_size, group.rank, grace_s=0.5)
+            for r, t in sorted(reports.items()):
+                print(f"cbsite: rank {group.rank}: rank {r} reported: {t}", file=sys.stderr, flush=True)
             raise
-        _report(store, group.rank, f"lost the other ranks during {stage.now}")
-        reports, silent = _reported(store, group.world_size, group.rank)
-        said = "; ".join(f"rank {r} reported: {t}" for r, t in sorted(reports.items()))
-        who = (f"rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))} stopped without a report (killed or crashed)"
-               if silent else "")
-        raise CbsiteError(
-            f"rank {group.rank}: a collective failed during {stage.now} ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
-            f"{'; '.join(x for x in (who, said) if x) or 'no other rank reported'}. The job stops; no run was written"
-        ) from exc
+        except CbsiteError as exc:
+            _report(store, group.rank, f"{exc}")
+            raise CbsiteError(f"rank {group.rank}: {exc}") from exc
+        except (RuntimeError, ConnectionError) as exc:
+            if not _is_comm_failure(exc):
+                _report(store, group.rank, f"{type(exc).__name__}: {exc}")
+                raise
+            _report(store, group.rank, f"lost the other ranks during {stage.now}")
+            reports, silent = _reported(store, group.world_size, group.rank)
+            said = "; ".join(f"rank {r} reported: {t}" for r, t in sorted(reports.items()))
+            who = (f"rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))} stopped without a report (killed or crashed)"
+                   if silent else "")
+            raise CbsiteError(
+                f"rank {group.rank}: a collective failed during {stage.now} ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
+                f"{'; '.join(x for x in (who, said) if x) or 'no other rank reported'}. The job stops; no run was written"
+            ) from exc
 
 
 def _is_comm_failure(exc: BaseException) -> bool:
