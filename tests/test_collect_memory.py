@@ -532,6 +532,11 @@ def test_a_group_never_holds_more_than_the_whole_models_measurement(inputs, grap
     first = plain.group(paths)
     assert len(first) == 1 or sum(plain.input_bytes[p] * plain.batches_for(p) for p in first) <= plain.allowance_bytes
     assert len(plan.group(paths)) >= len(first)  # room only ever adds to a group
+    # A rider's group (profiler.GroupedCaptures): batch 0's inputs within the bound, a prefix of the group without it.
+    bound = plan.allowance_bytes
+    cut = plan.group(paths, batch0_room=bound)
+    assert cut == plan.group(paths)[: len(cut)] and cut
+    assert len(cut) == 1 or sum(plan.input_bytes[p] for p in cut) <= bound
 
 
 def test_the_whole_model_is_captured_alone_without_a_forward():

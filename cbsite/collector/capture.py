@@ -207,6 +207,7 @@ def capture(
     stop_after: collections.abc.Mapping[str, int] | None = None,
     stop_past_keep: bool = False,
     through: Sequence[tuple[nn.Module, Call]] | None = None,
+    run: Callable[[], Any] | None = None,
 ) -> Capture:
     """Run one forward with pre-hooks (with kwargs) on every module; hooks are always removed.
 
@@ -224,6 +225,9 @@ def capture(
     `through`: instead of the whole model's forward, these submodules' captured calls, replayed in order (each with
     fresh clones of its inputs and the grad mode it ran with): the inputs of the modules inside them, without the
     rest of the model running (profiler.GroupedCaptures, anchors). `args` and `kwargs` are then not used.
+    `run`: instead of a forward of its own, a call that runs the model's forward anyway (`Rider`): the hooks ride on
+    it, and grad mode and what autograd saves are left as that call has them. `args`, `kwargs` and `grad` are then
+    not used, and a `run` that raises raises here.
     """
     result = Capture()
     module_path = module_paths(model)
@@ -317,6 +321,9 @@ def capture(
             path = module_path[id(module)]
             handles.append(module.register_forward_pre_hook(make_pre_hook(path), with_kwargs=True))
             handles.append(module.register_forward_hook(make_post_hook(path), always_call=True))
+        if run is not None:
+            run()
+            return result
         # A capture forward that is not a census keeps nothing autograd saves: no backward ever runs on it, and
         # grad mode stays on, so the model takes the same path and its inputs require grad as in training. It holds
         # the model, the inputs it clones and what is alive at the moment, not a whole forward's activations.
@@ -347,6 +354,41 @@ def capture(
         for handle in handles:
             handle.remove()
     return result
+
+
+class Rider:
+    """Captures `paths`' inputs of batch 0 during a forward of the whole model that runs anyway (the whole model's
+    forward peak pass, measure.ComponentMeasurement `rider`), instead of a capture forward of their own.
+
+    The clones it makes are allocations inside that pass's recording, so the peak pass leaves them out by their
+    storage (`storages`, cpu_memory.peak_allocated `excluded`): the peak is the model's own. CPU only: CUDA's peak
+    statistics cannot leave allocations out. The capture stands only where every path made as many calls as the
+    census counted (`captured`); otherwise, or where the forward raised, there is none, and the group takes a
+    forward of its own as before."""
+
+    def __init__(self, model: nn.Module, paths: Sequence[str], counts: collections.abc.Mapping[str, int]) -> None:
+        self.model = model
+        self.paths = list(paths)
+        self.counts = {p: counts.get(p, 0) for p in self.paths}
+        self.captured: Capture | None = None
+
+    def around(self, fn: Callable[[], Any]) -> Callable[[], None]:
+        """`fn` (which runs the model's forward once) with this rider's hooks on."""
+
+        def ridden() -> None:
+            self.captured = None
+            cap = capture(self.model, (), {}, grad=True, census=False, paths=self.paths, run=fn)
+            if all(len(cap.calls.get(p, ())) == n for p, n in self.counts.items()):
+                self.captured = cap
+
+        return ridden
+
+    def storages(self) -> set[int]:
+        """The data pointers of the clones the ridden call made (the allocations its peak leaves out)."""
+        if self.captured is None:
+            return set()
+        return {t.untyped_storage().data_ptr() for calls in self.captured.calls.values() for call in calls
+                for t in tensors_in((call.args, call.kwargs))}
 
 
 def tensors_in(obj: Any) -> list[torch.Tensor]:

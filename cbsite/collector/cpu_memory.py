@@ -13,7 +13,7 @@ allocator warns on stderr, silenced) and are ignored: the peak is of what the ph
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 import torch
 
@@ -29,11 +29,22 @@ def allocation_nodes(op_tree: Any) -> list[Any]:
     return [n for n in op_tree.sorted_nodes if n.tag == _EventType.Allocation and n.extra_fields.device.type == "cpu"]
 
 
-def peak_allocated(nodes: list[Any]) -> int:
-    """Most bytes live at once among the blocks allocated within the recording."""
+def peak_allocated(nodes: list[Any], excluded: Collection[int] = ()) -> int:
+    """Most bytes live at once among the blocks allocated within the recording. `excluded`: data pointers of blocks
+    still live at the end that are not the run's own (a Rider's clones): each one's last allocation is left out."""
+    skip: set[int] = set()
+    if excluded:
+        last: dict[int, int] = {}
+        for i, n in enumerate(nodes):
+            ptr = int(n.extra_fields.ptr)
+            if ptr in excluded and int(n.extra_fields.alloc_size) > 0:
+                last[ptr] = i
+        skip = set(last.values())
     live: dict[int, int] = {}
     total = peak = 0
-    for n in nodes:
+    for i, n in enumerate(nodes):
+        if i in skip:
+            continue
         ptr, size = int(n.extra_fields.ptr), int(n.extra_fields.alloc_size)
         if size > 0:
             live[ptr] = size
@@ -44,8 +55,9 @@ def peak_allocated(nodes: list[Any]) -> int:
     return peak
 
 
-def cpu_peak(fn: Callable[[], Any]) -> int:
-    """Peak bytes allocated by one (warm) call of `fn` on CPU, as the allocator saw it."""
+def cpu_peak(fn: Callable[[], Any], excluded: Callable[[], Collection[int]] | None = None) -> int:
+    """Peak bytes allocated by one (warm) call of `fn` on CPU, as the allocator saw it. `excluded`: asked after the
+    call, the data pointers of live blocks the call made that are not the run's own (`peak_allocated`)."""
     # The profiler's own small allocations, made between the run's, pin the heap: what the run freed stayed
     # resident and the timing after it allocated afresh beside it (dlrm medium's whole-model backward: its gradients,
     # as large as its embedding tables; README "Memory and scale").
@@ -56,6 +68,6 @@ def cpu_peak(fn: Callable[[], Any]) -> int:
             fn()
         from torch.profiler._memory_profiler import OpTree
 
-        peak = peak_allocated(allocation_nodes(OpTree(prof.profiler.kineto_results)))
+        peak = peak_allocated(allocation_nodes(OpTree(prof.profiler.kineto_results)), excluded() if excluded else ())
         del prof
     return peak

@@ -423,16 +423,21 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_
     )
 
 
-def phase_peak(device: str, fn: Callable[[], Any]) -> int:
+def phase_peak(device: str, fn: Callable[[], Any], excluded: Callable[[], Collection[int]] | None = None) -> int:
     """Peak bytes the phase allocates in one run of batch 0, from the allocator itself: CUDA's peak
-    statistics, or on CPU the profiler's allocation events (not the census: see cpu_memory.py)."""
-    return _cuda_peak(fn) if device.startswith("cuda") else cpu_peak(fn)
+    statistics, or on CPU the profiler's allocation events (not the census: see cpu_memory.py). `excluded` (CPU
+    only): the live blocks the run made that are not the phase's (cpu_memory.cpu_peak)."""
+    if device.startswith("cuda"):
+        if excluded is not None:
+            raise ValueError("CUDA's peak statistics cannot leave allocations out: no rider on CUDA")
+        return _cuda_peak(fn)
+    return cpu_peak(fn, excluded)
 
 
-def _timed_peak(device: str, fn: Callable[[], Any]) -> tuple[int, float]:
+def _timed_peak(device: str, fn: Callable[[], Any], excluded: Callable[[], Collection[int]] | None = None) -> tuple[int, float]:
     """`phase_peak` and the wall seconds its (profiled, so slightly slower) run took."""
     t0 = time.perf_counter()
-    peak = phase_peak(device, fn)
+    peak = phase_peak(device, fn, excluded)
     return peak, time.perf_counter() - t0
 
 
@@ -630,6 +635,9 @@ class ComponentMeasurement:
         # Phases counted on a real run straight away (set by the collector where the nearest measured ancestor's
         # statement of that phase ran under REAL_COUNT_BELOW_S): the run is cheaper than the same pass on fake tensors.
         self.count_real: set[str] = set()
+        # Set by the collector for the whole model on CPU (capture.Rider): the next capture group's inputs of batch 0
+        # are captured during forward's peak pass, a forward that runs anyway, instead of in a forward of their own.
+        self.rider: Any = None
 
     def input_shapes(self) -> str:
         call = self.batches[0][0]
@@ -751,7 +759,12 @@ class ComponentMeasurement:
         # The allocator peak of one call, then timing, warmed by it (and by a real counting pass, where there was one).
         # The peak pass's outputs are kept only where backward takes their graph.
         outs: list[Any] = []
-        peak, peak_s = _timed_peak(self.cfg.device, lambda: outs.append(self._run(first_inputs, first_modes)))
+        peak_pass = lambda: outs.append(self._run(first_inputs, first_modes))  # noqa: E731
+        rider, self.rider = self.rider, None
+        if rider is None:
+            peak, peak_s = _timed_peak(self.cfg.device, peak_pass)
+        else:  # its clones are not the component's: left out of the peak
+            peak, peak_s = _timed_peak(self.cfg.device, rider.around(peak_pass), excluded=rider.storages)
         if self.hold_graphs:
             self._hold_peak_graph(self._left_graph(first_inputs, first_modes, outs.pop(), seed=0))
         outs.clear()

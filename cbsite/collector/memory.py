@@ -142,24 +142,28 @@ class Plan:
         graph = self.graph_bytes(path)
         return graph * batches if (batches - 1) * graph <= self.allowance_bytes else graph
 
-    def group(self, candidates: Sequence[str], held: int = 0) -> list[str]:
+    def group(self, candidates: Sequence[str], held: int = 0, batch0_room: int | None = None) -> list[str]:
         """The next capture group: `candidates` in order while their inputs fit (at least one). They fit the
         allowance, or, where the collection measures the whole model, the room its measurement needs anyway: the
         group's inputs plus the graphs measuring its largest member holds stay within the whole model's graph
         (`headroom_bytes`): fewer groups, and a forward per batch each group needs. The bound is on the census's
         figures, not on resident memory: a measurement also holds gradients and outputs, and the allocator keeps
         what was freed (run.json `memory.peak_set_by` says which measurement set the peak). `held`: bytes already
-        held beside the group (the anchors' kept inputs, anchors.py)."""
+        held beside the group (the anchors' kept inputs, anchors.py). `batch0_room`: a bound on the group's inputs of
+        batch 0 alone (a rider's, held through the whole model's measurement: profiler.GroupedCaptures)."""
         chosen: list[str] = []
         largest = 0
+        first = 0
         for path in candidates:
             need = self.input_bytes.get(path, 0) * self.batches_for(path)
             working = max(largest, self.working_bytes(path))
             room = max(self.allowance_bytes, self.headroom_bytes - working)
-            if chosen and held + need > room:
+            over_first = batch0_room is not None and first + self.input_bytes.get(path, 0) > batch0_room
+            if chosen and (held + need > room or over_first):
                 break
             chosen.append(path)
             held += need
+            first += self.input_bytes.get(path, 0)
             largest = working
         return chosen
 

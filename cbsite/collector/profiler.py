@@ -28,7 +28,7 @@ from torch import nn
 
 from cbsite import archive, schema, tree
 from cbsite.collector.anchors import Anchors
-from cbsite.collector.capture import Call, Capture, capture, moved, refuse_iterators, root_calls
+from cbsite.collector.capture import Call, Capture, Rider, capture, moved, refuse_iterators, root_calls
 from cbsite.collector import hierarchy, memory
 from cbsite.collector.session import rounds
 from cbsite.collector.device import describe_device, kept_worker
@@ -203,6 +203,7 @@ def _measure(
     path: str = "",
     grad_outputs: GradOutputs | None = None,
     count_real: set[str] | None = None,
+    rider: Rider | None = None,
 ) -> dict[str, _Outcome]:
     outcomes: dict[str, _Outcome] = {}
     measurement = None
@@ -210,6 +211,7 @@ def _measure(
     try:
         measurement = ComponentMeasurement(module, batches, cfg, graph_bytes, saved_bytes, grad_outputs)
         measurement.count_real = set(count_real or ())
+        measurement.rider = rider
         # Backward right after forward, with no plugin replaying either in between: forward's own runs build the
         # graphs backward differentiates (measure.ComponentMeasurement.hold_graphs).
         order = list(phases)
@@ -391,7 +393,7 @@ class GroupedCaptures:
     with the components after it that fit the allowance, and the previous group is dropped first."""
 
     def __init__(self, model: nn.Module, batches: Sequence[Inputs], grad: bool, plan: memory.Plan, census: Capture,
-                 everything: bool = False, census_forwards: int = 1) -> None:
+                 everything: bool = False, census_forwards: int = 1, ride: bool = False) -> None:
         self.model, self.batches, self.grad, self.plan = model, batches, grad, plan
         self.everything = everything  # one group of every module, captured once (CollectConfig.capture_all_at_once)
         self.counts = dict(census.counts)  # every module's calls per forward (where a group's capture may stop)
@@ -412,16 +414,34 @@ class GroupedCaptures:
         self.most_bytes = 0  # the largest group's cloned inputs
         # Groups of modules inside anchors (GPT-2's blocks) are captured by replaying those anchors (anchors.py).
         self.anchors = Anchors(census.counts, dict(model.named_modules()), enabled=not everything)
+        # The first group after the whole model takes batch 0's inputs from the whole model's forward peak pass
+        # (capture.Rider), where no census kept them (`batch0`) and peaks can leave its clones out (CPU): `ride`.
+        self.ride = ride and not everything and self.batch0 is None
+        self.rider: Rider | None = None
+        self.rode = False  # did a group take batch 0's inputs from the rider (run.json memory.capture_rode_root)?
 
     def calls(self, path: str, candidates: Callable[[], list[str]]) -> list[list[Any]]:
         """Per batch, the captured calls of `path` (captured now, with a group, if not held)."""
         if path == "" and not self.everything:
             # The whole model's inputs are the batches themselves: a group of its own, and no forward. Nothing else is
-            # held while it is measured, the measurement that needs the most memory.
+            # held while it is measured, the measurement that needs the most memory, but the rider's batch 0 of the
+            # next group, within the allowance.
             self.held = {}
             self.groups += 1
             self.held[""] = [root_calls(*self.batches[i], self.grad, self.root_mutates)
                              for i in range(self.plan.batches_for(""))]
+            if self.ride:
+                self.ride = False  # once: a re-measurement of the whole model needs no rider
+                self.anchors.fit(self.plan.input_bytes, self.plan.batches_for, self.plan.allowance_bytes)
+                following = [c for c in candidates() if c != ""]
+                # Batch 0's inputs are held through the whole model's measurement, which sets the collection's peak
+                # where nothing else is held: the group is cut where they would pass the allowance, what the plan lets
+                # captured inputs hold beside any measurement (GPT-2 small at 8 x 512: 60 members, not 67; the 7 go
+                # to the next group, captured through the anchors).
+                group = (self.plan.group(following, held=self.anchors.held_bytes(), batch0_room=self.plan.allowance_bytes)
+                         if following else [])
+                fits = sum(self.plan.input_bytes.get(p, 0) for p in group) <= self.plan.allowance_bytes
+                self.rider = Rider(self.model, group, self.counts) if group and fits else None
             return self.held[""]
         if self.everything:
             if not self.groups:
@@ -432,8 +452,11 @@ class GroupedCaptures:
         if path not in self.held:
             started = time.perf_counter()
             self.anchors.fit(self.plan.input_bytes, self.plan.batches_for, self.plan.allowance_bytes)
-            group = self.plan.group([path] + [c for c in candidates() if c != path],  # starts with `path`
-                                    held=self.anchors.held_bytes())
+            if self.rider is not None and self.rider.paths[0] == path:
+                group = self.rider.paths  # the group the rider was cut for (batch 0 from it, where it captured)
+            else:
+                group = self.plan.group([path] + [c for c in candidates() if c != path],  # starts with `path`
+                                        held=self.anchors.held_bytes())
             try:
                 self._capture(group)
             except _CaptureOutOfMemory:
@@ -457,6 +480,12 @@ class GroupedCaptures:
                 for p in wanted:
                     self.held.setdefault(p, []).append(self.batch0.get(p, []))
                 continue
+            rode = self._rode(wanted) if i == 0 else None
+            if rode is not None:
+                held_bytes += rode.kept_bytes()
+                for p in wanted:
+                    self.held.setdefault(p, []).append(rode.calls.get(p, []))
+                continue
             through = None if group is None else self.anchors.through(wanted, i)
             cap = None if through is None else self._anchored(wanted, through, i)
             if cap is None:
@@ -478,6 +507,17 @@ class GroupedCaptures:
                 self.held.setdefault(p, []).append(cap.calls.get(p, []))
         self.most_bytes = max(self.most_bytes, held_bytes)
         self.anchors.keep(self.held)
+
+    def _rode(self, wanted: list[str]) -> Capture | None:
+        """Batch 0's calls of `wanted` from the whole model's forward peak pass (capture.Rider), or None where it
+        did not capture them all. The rider is let go either way: only the first group after the root may use it."""
+        rider, self.rider = self.rider, None
+        cap = rider.captured if rider is not None else None
+        if cap is None or not set(wanted) <= set(rider.paths):
+            return None
+        cap.calls = {p: cap.calls[p] for p in wanted}  # members the group does not take are let go
+        self.rode = self.whole_forward_ran = True
+        return cap
 
     def _anchored(self, wanted: list[str], through: list[tuple[nn.Module, Call]], batch: int) -> Capture | None:
         """`wanted`'s calls of `batch` from replaying their anchors (anchors.py), or None where that cannot stand for
@@ -505,6 +545,7 @@ class GroupedCaptures:
     def drop(self) -> None:
         self.held = {}
         self.batch0 = None
+        self.rider = None
         self.anchors.drop()
 
 
@@ -530,7 +571,8 @@ def planned_captures(model: nn.Module, batches: Sequence[Inputs], grad: bool, de
                            memory.cache_bytes(device), census.output_bytes, census.saved_bytes)
     # Real census forwards: the stopped one, and one to the end where no census on shapes stood in.
     return census, mem_plan, GroupedCaptures(model, batches, grad, mem_plan, census, everything=everything,
-                                             census_forwards=1 + (stopped and not census.on_shapes))
+                                             census_forwards=1 + (stopped and not census.on_shapes),
+                                             ride=device.type == "cpu")
 
 
 def threads_for(config: CollectConfig) -> int:
@@ -690,7 +732,8 @@ def _profile(
                 outcomes[comp.path] = _measure(modules[comp.path], per_batch, config.phases, timing, plugged, on_phase,
                                                census.graph_bytes(comp.path), census.saved_bytes.get(comp.path), twins,
                                                comp.path, grad_outputs,
-                                               _cheap_phases(*_timed_ancestor(comp, parent_of, outcomes, census)))
+                                               _cheap_phases(*_timed_ancestor(comp, parent_of, outcomes, census)),
+                                               captures.rider if comp.path == "" else None)
             raisers.step("measurement", comp.path)
             if mem_plan.batches_for(comp.path) < len(batches):
                 for outcome in outcomes[comp.path].values():
@@ -809,6 +852,8 @@ def _profile(
             # Real forwards that captured inputs, the census's included (planned_captures: a real one stopped where
             # batch 0's inputs passed the allowance, before one on shapes, counts as one).
             "capture_groups": captures.groups, "capture_forwards": captures.forwards + captures.census_forwards,
+            # The first group after the whole model took batch 0's inputs from its forward peak pass (capture.Rider).
+            "capture_rode_root": captures.rode,
             "census": "on shapes" if census.on_shapes else "real",
             "largest_capture_bytes": captures.most_bytes,
             # Groups captured by replaying the anchors that contain them, not by forwards (anchors.py).
