@@ -275,3 +275,20 @@ def test_backward_not_applicable_is_skipped_and_is_no_reason_to_go_deeper(fast_c
     assert rows[("0", "backward")]["status"] == "skipped"
     assert "backward not applicable" in rows[("0", "backward")]["error"]
     assert ("0.0", "forward") not in rows
+
+
+def test_the_counting_set_up_is_made_while_the_start_calibration_runs(monkeypatch, fast_config):
+    """The first counting pass of a process pays a one-time set-up (counting.warm_up); a collection that would wait for
+    its start calibration makes it in that wait, and only then."""
+    from cbsite.collector import counting, profiler
+
+    counting.warm_up()  # runs on its own
+    called = []
+    monkeypatch.setattr(profiler, "warm_counting", lambda: called.append(True))
+    model, batches = nn.Linear(4, 4), [((torch.randn(2, 4),), {})]
+    monkeypatch.setattr(profiler, "start_calibration_running", lambda: False)
+    profiler.profile_model(model, batches, fast_config)
+    assert called == []
+    monkeypatch.setattr(profiler, "start_calibration_running", lambda: True)
+    profiler.profile_model(model, batches, fast_config)
+    assert called == [True]

@@ -152,6 +152,11 @@ def test_recorded_shapes_replay_standalone():
     assert sum(counts.matmul_calls.values()) == 3
     timed = peaks.time_signatures(calls, torch.get_num_threads(), repeats=1, min_run_time=0.001)
     assert timed[0]["flops"] == 2 * 4 * 16 * 8 and all(t["seconds"] > 0 for t in timed)
+    # The FLOPs the collecting process counts on meta tensors (the worker then only times) are the worker's own.
+    flops = peaks.signature_flops(calls)
+    assert flops == [t["flops"] for t in timed]
+    given = peaks.time_signatures(calls, torch.get_num_threads(), repeats=1, min_run_time=0.001, flops=flops)
+    assert [t["flops"] for t in given] == flops and all(t["seconds"] > 0 for t in given)
     # The budget grows with the time the components spent in timed blocks, within 1-5 s.
     assert [peaks.shapes_budget(t) for t in (10.0, 100.0, 1000.0)] == [1.0, 2.0, 5.0]
     # Once the budget is spent no call is started: with none, the first is not either, and each says why.

@@ -192,6 +192,11 @@ def start_calibration(dtype: torch.dtype, num_threads: int, min_run_time: float 
     return left
 
 
+def start_calibration_running() -> bool:
+    """Is a started calibration still running in the clean worker (the caller would wait for it)?"""
+    return _early is not None and not _early.future.done()
+
+
 def _take_early(args: tuple[Any, ...]) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
     """The passes of a started calibration with these arguments, and how it overlapped; None when there is none
     (or it failed: the caller then calibrates as if none had been started)."""

@@ -97,6 +97,35 @@ def _build(spec: Any) -> Any:
     return spec[1]
 
 
+def _meta(spec: Any) -> Any:
+    """`_build` on the meta device: the shapes, strides and dtypes, no memory."""
+    kind = spec[0]
+    if kind == "tensor":
+        _, shape, stride, dtype_name, _device = spec
+        return torch.empty_strided(shape, stride, dtype=getattr(torch, dtype_name), device="meta")
+    if kind == "seq":
+        items = [_meta(s) for s in spec[2]]
+        return items if spec[1] == "list" else tuple(items)
+    return spec[1]
+
+
+def signature_flops(signatures: list[Signature]) -> list[int | None]:
+    """Each call's FLOPs, counted on meta tensors in the collecting process, where FlopCounterMode has been used by
+    the counting passes. Its first use in a process is slow (seconds), and the clean worker that times the calls paid
+    it on every run: the re-timing of a single addmm shape took 2.2 s of GPT-2 small's end check at 2 x 128 (run.json
+    `check_s` less the end calibration's `seconds`), whose three timed repeats were of 0.05 s each."""
+    out: list[int | None] = []
+    for name, arg_specs, kwarg_specs in signatures:
+        try:
+            op = _op(name)
+            with FlopCounterMode(display=False) as counter:
+                op(*[_meta(s) for s in arg_specs], **{k: _meta(s) for k, s in kwarg_specs})
+            out.append(int(counter.get_total_flops()))
+        except Exception:  # noqa: BLE001 - no meta kernel: the worker counts this one on its real call
+            out.append(None)
+    return out
+
+
 def _op(name: str) -> Any:
     namespace, rest = name.split("::", 1)
     packet, _, overload = rest.partition(".")
@@ -114,13 +143,14 @@ def _one_call(op: Any, args: list[Any], kwargs: dict[str, Any]) -> float:
 
 
 def time_signatures(signatures: list[Signature], num_threads: int, repeats: int, min_run_time: float,
-                    budget_s: float | None = None) -> list[dict[str, Any]]:
-    """Time each call standalone (best of `repeats` medians) and count its FLOPs; the worker's job. Once `budget_s`
-    is spent, the calls left are not started (reported as not timed)."""
+                    budget_s: float | None = None, flops: list[int | None] | None = None) -> list[dict[str, Any]]:
+    """Time each call standalone (best of `repeats` medians); the worker's job. `flops`: each call's, counted by the
+    caller (`signature_flops`); a call without them is counted here on its warm-up call. Once `budget_s` is spent, the
+    calls left are not started (reported as not timed)."""
     torch.set_num_threads(num_threads)
     out: list[dict[str, Any]] = []
     started = time.perf_counter()
-    for name, arg_specs, kwarg_specs in signatures:
+    for i, (name, arg_specs, kwarg_specs) in enumerate(signatures):
         if budget_s is not None and time.perf_counter() - started >= budget_s:
             out.append({"flops": None, "seconds": None, "error": f"not timed: the re-timing's budget of {budget_s:g} s was spent"})
             continue
@@ -128,9 +158,13 @@ def time_signatures(signatures: list[Signature], num_threads: int, repeats: int,
             op = _op(name)
             args = [_build(s) for s in arg_specs]
             kwargs = {k: _build(s) for k, s in kwarg_specs}
-            with FlopCounterMode(display=False) as counter:
-                op(*args, **kwargs)  # also the warm-up call
-            flops = counter.get_total_flops()
+            counted = flops[i] if flops is not None else None
+            if counted is None:
+                with FlopCounterMode(display=False) as counter:
+                    op(*args, **kwargs)  # also the warm-up call
+                counted = counter.get_total_flops()
+            else:
+                op(*args, **kwargs)  # the warm-up call
             first = _one_call(op, args, kwargs)
             if first >= min_run_time:
                 # A call longer than a whole block is its own block: timed call by call, best of at most
@@ -142,7 +176,7 @@ def time_signatures(signatures: list[Signature], num_threads: int, repeats: int,
             else:
                 timer = Timer("op(*args, **kwargs)", globals={"op": op, "args": args, "kwargs": kwargs}, num_threads=num_threads)
                 medians = [timer.blocked_autorange(min_run_time=min_run_time).median for _ in range(repeats)]
-            out.append({"flops": int(flops), "seconds": min(medians), "repeats_s": medians})
+            out.append({"flops": int(counted), "seconds": min(medians), "repeats_s": medians})
         except Exception as exc:  # noqa: BLE001 - an op we cannot rebuild is reported, never fatal
             out.append({"flops": None, "seconds": None, "error": f"{type(exc).__name__}: {exc}"[:300]})
     return out
@@ -249,7 +283,7 @@ def _component_ceilings(
     if unique:
         sigs = list(unique)
         timings, method = in_clean_worker(time_signatures, sigs, num_threads, SHAPE_REPEATS, SHAPE_MIN_RUN_TIME,
-                                          budget_s)
+                                          budget_s, signature_flops(sigs))
     for rec in records:
         calls = rec.pop("calls", None)
         if calls is None:

@@ -31,10 +31,11 @@ from cbsite.collector.anchors import Anchors
 from cbsite.collector.capture import Call, Capture, Rider, capture, moved, refuse_iterators, root_calls
 from cbsite.collector import hierarchy, memory
 from cbsite.collector.session import rounds
-from cbsite.collector.device import describe_device, kept_worker
+from cbsite.collector.device import describe_device, kept_worker, start_calibration_running
 from cbsite.collector.measure import (BLOCKS_PER_BUDGET, REAL_COUNT_BELOW_S, ComponentMeasurement, GradOutputs, Known,
                                       NothingToDifferentiate, PhaseResult, TimingConfig)
 from cbsite.collector.counting import Counts, count_on_shapes
+from cbsite.collector.counting import warm_up as warm_counting
 from cbsite.collector.cpu_plan import DEFAULT_CPU_THREADS
 from cbsite.collector.peaks import check_peaks, shapes_budget
 from cbsite.collector.preprocess import batch_size_of
@@ -650,6 +651,10 @@ def _profile(
         captures.plan = mem_plan
     timing = TimingConfig(config.min_run_time, config.warmup, num_threads, config.device,
                           max_component_s=config.max_component_s, graph_allowance_bytes=mem_plan.allowance_bytes)
+    if start_calibration_running():
+        # The process would only wait for the worker: the counting passes' one-time set-up is made in that wait (tiny and
+        # small models waited for their start calibration while their first counting pass paid it).
+        warm_counting()
     device_info = describe_device(
         device, dtype, peak_flops=config.peak_flops, peak_bandwidth=config.peak_bandwidth, calibrate=config.calibrate
     )
