@@ -437,8 +437,8 @@ class GroupedCaptures:
                 following = [c for c in candidates() if c != ""]
                 # Batch 0's inputs are held through the whole model's measurement, which sets the collection's peak
                 # where nothing else is held: the group is cut where they would pass the allowance, what the plan lets
-                # captured inputs hold beside any measurement (GPT-2 small at 8 x 512: 60 members, not 67; the 7 go
-                # to the next group, captured through the anchors).
+                # captured inputs hold beside any measurement; the members past the cut go to the next group, captured
+                # through the anchors (GPT-2 small at 8 x 512: 42 anchor calls, not 39, run.json memory.capture_anchors).
                 group = (self.plan.group(following, held=self.anchors.held_bytes(), batch0_room=self.plan.allowance_bytes)
                          if following else [])
                 fits = sum(self.plan.input_bytes.get(p, 0) for p in group) <= self.plan.allowance_bytes
