@@ -175,3 +175,25 @@ def test_a_collection_captures_its_inner_groups_through_anchors_and_measures_the
         return sorted(zip(table["path"], table["phase"], table["flops"], table["input_shapes"]))
 
     assert work(anchored) == work(plain) and len(work(plain)) >= 2 * 14
+
+
+def test_the_hierarchy_remeasurement_captures_only_the_components_it_asks_for():
+    """The re-measurement of inverted pairs re-captures a group of the pairs' components alone (profiler._Remeasure
+    `needed`), not of every measured component after the first: its forwards stop after the last of them."""
+    from cbsite.collector.measure import TimingConfig
+    from cbsite.collector.profiler import _Outcome, _Remeasure, planned_captures
+
+    torch.manual_seed(0)
+    model, batches = Stack(), _batches()
+    census, plan, captures = planned_captures(model, batches, True, torch.device("cpu"))
+    captures.batch0 = None  # every batch by a capture: the census's batch 0 is dropped by then
+    captures.anchors.let_go("turned off by the test")
+    order = [c for c in breadth_first(component_tree(model)) if census.call_count(c.path) > 0]
+    outcomes = {c.path: {"forward": _Outcome("measured")} for c in order}
+    remeasure = _Remeasure(order, outcomes, captures, dict(model.named_modules()), TimingConfig(), census)
+    remeasure.needed(["blocks.0", "blocks.0.fc1"])
+    fn, calls = remeasure.statement("blocks.0", "forward")
+    assert set(captures.held) == {"blocks.0", "blocks.0.fc1"} and calls == 1
+    fn()
+    reference = capture(model, *batches[1], grad=True)
+    assert torch.equal(captures.held["blocks.0.fc1"][1][0].args[0], reference.calls["blocks.0.fc1"][0].args[0])

@@ -45,6 +45,11 @@ def inverted(parent: dict[str, Any], child: dict[str, Any]) -> bool:
     return lo_child > hi_parent
 
 
+def inverted_pairs(rows: Iterable[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """The (parent, child) rows `remeasure` times again: the eligible pairs that are inverted."""
+    return [(parent, child) for parent, child in _eligible(rows) if inverted(parent, child)]
+
+
 def remeasure(
     rows: list[dict[str, Any]],
     statement: Callable[[str, str], tuple[Callable[[], Any], int] | None],
@@ -64,9 +69,7 @@ def remeasure(
     done = 0
     rng = random.Random(session_id)
     probe = WaitProbe()
-    for parent, child in _eligible(rows):
-        if not inverted(parent, child):
-            continue
+    for parent, child in inverted_pairs(rows):
         sides = []
         for row in (parent, child):
             found = statement(row["path"], row["phase"])
