@@ -77,6 +77,28 @@ def _batches(n: int = 3) -> list:
     return [((torch.randn(5, 8, generator=torch.Generator().manual_seed(i)),), {}) for i in range(n)]
 
 
+def tight_allowance(monkeypatch):
+    """A 4-block Stack, three batches, and an allowance just above what the blocks' inputs take (the census cannot keep
+    batch 0, as GPT-2 small's at 8 x 512): (model, batches, the blocks' input bytes)."""
+    from cbsite.collector import memory
+    from cbsite.collector.profiler import planned_captures
+
+    torch.manual_seed(0)
+    model = Stack(width=64, depth=4)
+    batches = [((torch.randn(64, 8),), {}) for _ in range(3)]
+    _, plan, _ = planned_captures(model, batches, True, torch.device("cpu"))
+    blocks = sum(plan.input_bytes[f"blocks.{k}"] * plan.batches_for(f"blocks.{k}") for k in range(4))
+    monkeypatch.setattr(memory, "MIN_ALLOWANCE", blocks + 1)
+    monkeypatch.setattr(memory, "EXTRA_FRACTION", 1e-12)
+    return model, batches, blocks
+
+
+def work(run):
+    """What a run measured: (path, phase, FLOPs, input shapes) of every measured row."""
+    table = run.table().filter(run.table()["status"] == "measured")
+    return sorted(zip(table["path"], table["phase"], table["flops"], table["input_shapes"]))
+
+
 def test_the_anchor_of_a_module_is_the_outermost_called_module_above_it_below_the_root():
     counts = {"": 1, "inp": 1, "blocks": 0, "blocks.0": 1, "blocks.0.fc1": 1, "blocks.0.attn": 1,
               "blocks.0.attn.proj": 2, "head": 1}
@@ -148,17 +170,10 @@ def test_a_collection_captures_its_inner_groups_through_anchors_and_measures_the
     """An allowance just above what the blocks' inputs take: the inner modules come in groups of their own, each
     captured by replaying its blocks (run.json memory.capture_anchors); the rows count what a collection without
     anchors counts."""
-    from cbsite.collector import memory
     from cbsite.collector.anchors import Anchors
-    from cbsite.collector.profiler import planned_captures, profile_model
+    from cbsite.collector.profiler import profile_model
 
-    torch.manual_seed(0)
-    model = Stack(width=64, depth=4)
-    batches = [((torch.randn(64, 8),), {}) for _ in range(3)]
-    _, plan, _ = planned_captures(model, batches, True, torch.device("cpu"))
-    blocks = sum(plan.input_bytes[f"blocks.{k}"] * plan.batches_for(f"blocks.{k}") for k in range(4))
-    monkeypatch.setattr(memory, "MIN_ALLOWANCE", blocks + 1)
-    monkeypatch.setattr(memory, "EXTRA_FRACTION", 1e-12)
+    model, batches, blocks = tight_allowance(monkeypatch)
     anchored = profile_model(model, batches, fast_config)
     mem = anchored.meta["memory"]
     assert mem["allowance_bytes"] == blocks + 1
@@ -169,11 +184,6 @@ def test_a_collection_captures_its_inner_groups_through_anchors_and_measures_the
     plain = profile_model(model, batches, fast_config)
     assert plain.meta["memory"]["capture_anchors"]["batches"] == 0
     assert plain.meta["memory"]["capture_forwards"] > mem["capture_forwards"]
-
-    def work(run):
-        table = run.table().filter(run.table()["status"] == "measured")
-        return sorted(zip(table["path"], table["phase"], table["flops"], table["input_shapes"]))
-
     assert work(anchored) == work(plain) and len(work(plain)) >= 2 * 14
 
 

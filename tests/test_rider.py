@@ -7,7 +7,7 @@ import torch
 
 from cbsite.collector.capture import Rider, capture
 from cbsite.collector.cpu_memory import cpu_peak
-from tests.test_anchors import Stack
+from tests.test_anchors import Stack, tight_allowance, work
 
 
 def _model_and_batch():
@@ -54,27 +54,15 @@ def test_a_collection_takes_its_first_groups_batch_0_from_the_root_peak_pass(mon
     """An allowance the census cannot keep batch 0 within (as GPT-2 small's at 8 x 512): the first group after the
     root rides on the root's forward peak pass, one capture forward fewer; the rows measure the same work, and the
     root's peak is the same as without the rider."""
-    from cbsite.collector import memory
-    from cbsite.collector.profiler import planned_captures, profile_model
+    from cbsite.collector.profiler import profile_model
 
-    torch.manual_seed(0)
-    model = Stack(width=64, depth=4)
-    batches = [((torch.randn(64, 8),), {}) for _ in range(3)]
-    _, plan, _ = planned_captures(model, batches, True, torch.device("cpu"))
-    blocks = sum(plan.input_bytes[f"blocks.{k}"] * plan.batches_for(f"blocks.{k}") for k in range(4))
-    monkeypatch.setattr(memory, "MIN_ALLOWANCE", blocks + 1)
-    monkeypatch.setattr(memory, "EXTRA_FRACTION", 1e-12)
+    model, batches, _ = tight_allowance(monkeypatch)
     ridden = profile_model(model, batches, fast_config)
     monkeypatch.setattr(Rider, "around", lambda self, fn: fn)  # the peak pass runs without the rider's hooks
     plain = profile_model(model, batches, fast_config)
     assert ridden.meta["memory"]["capture_rode_root"] is True
     assert plain.meta["memory"]["capture_rode_root"] is False
     assert ridden.meta["memory"]["capture_forwards"] == plain.meta["memory"]["capture_forwards"] - 1
-
-    def work(run):
-        table = run.table().filter(run.table()["status"] == "measured")
-        return sorted(zip(table["path"], table["phase"], table["flops"], table["input_shapes"]))
-
     assert work(ridden) == work(plain) and len(work(plain)) >= 2 * 14
 
     def root_peak(run):

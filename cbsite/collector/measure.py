@@ -24,7 +24,7 @@ import torch
 from torch import nn
 from torch.utils.benchmark import Timer
 
-from cbsite.collector.capture import Call, describe, tensors_in
+from cbsite.collector.capture import Call, Rider, describe, tensors_in
 from cbsite.collector.contention import WaitProbe, contended, wait_for_quiet
 from cbsite.collector.counting import Counts, count, count_on_shapes
 from cbsite.collector.cpu_memory import cpu_peak
@@ -637,7 +637,7 @@ class ComponentMeasurement:
         self.count_real: set[str] = set()
         # Set by the collector for the whole model on CPU (capture.Rider): the next capture group's inputs of batch 0
         # are captured during forward's peak pass, a forward that runs anyway, instead of in a forward of their own.
-        self.rider: Any = None
+        self.rider: Rider | None = None
 
     def input_shapes(self) -> str:
         call = self.batches[0][0]

@@ -80,11 +80,15 @@ def _label(row: dict[str, Any]) -> str:
 # ----- timing the calls standalone (in a clean worker) ---------------------------------------------
 
 
-def _build(spec: Any) -> Any:
+def _build(spec: Any, meta: bool = False) -> Any:
+    """A recorded argument rebuilt: tensors of its shape, strides and dtype (on the meta device with `meta`: no memory,
+    for counting FLOPs), sequences of them, or the value itself."""
     kind = spec[0]
     if kind == "tensor":
         _, shape, stride, dtype_name, device = spec
         dtype = getattr(torch, dtype_name)
+        if meta:
+            return torch.empty_strided(shape, stride, dtype=dtype, device="meta")
         size = 1 + sum((s - 1) * st for s, st in zip(shape, stride) if s > 0) if all(s > 0 for s in shape) else 0
         if dtype.is_floating_point or dtype.is_complex:
             base = normal_values((max(size, 1),), dtype, device)
@@ -92,19 +96,7 @@ def _build(spec: Any) -> Any:
             base = torch.zeros(max(size, 1), dtype=dtype, device=device)
         return base.as_strided(shape, stride)
     if kind == "seq":
-        items = [_build(s) for s in spec[2]]
-        return items if spec[1] == "list" else tuple(items)
-    return spec[1]
-
-
-def _meta(spec: Any) -> Any:
-    """`_build` on the meta device: the shapes, strides and dtypes, no memory."""
-    kind = spec[0]
-    if kind == "tensor":
-        _, shape, stride, dtype_name, _device = spec
-        return torch.empty_strided(shape, stride, dtype=getattr(torch, dtype_name), device="meta")
-    if kind == "seq":
-        items = [_meta(s) for s in spec[2]]
+        items = [_build(s, meta) for s in spec[2]]
         return items if spec[1] == "list" else tuple(items)
     return spec[1]
 
@@ -119,7 +111,7 @@ def signature_flops(signatures: list[Signature]) -> list[int | None]:
         try:
             op = _op(name)
             with FlopCounterMode(display=False) as counter:
-                op(*[_meta(s) for s in arg_specs], **{k: _meta(s) for k, s in kwarg_specs})
+                op(*[_build(s, meta=True) for s in arg_specs], **{k: _build(s, meta=True) for k, s in kwarg_specs})
             out.append(int(counter.get_total_flops()))
         except Exception:  # noqa: BLE001 - no meta kernel: the worker counts this one on its real call
             out.append(None)
