@@ -18,7 +18,7 @@ FBGEMM_PKG := fbgemm-gpu-cpu==$(FBGEMM_VERSION)
 endif
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: install demo demo-full collect-demo site test test-fast clean-venv clean browser gpu-check
+.PHONY: install demo demo-full collect-demo site test test-fast clean-venv clean browser gpu-check docs
 
 install: $(STAMP)
 
@@ -55,6 +55,11 @@ demo-full: install
 
 test: install browser
 	$(PY) -m pytest -q
+
+# The manual (docs/, mkdocs.manual.yml) into build/manual, strictly: a broken link, a missing page or an
+# undocumented column fails the build. It includes the demo archive's reports through cbsite's MkDocs plugin.
+docs: install
+	$(VENV)/bin/mkdocs build --strict -f mkdocs.manual.yml
 
 # Every GPU check in one command, for a session lent a CUDA machine: the `gpu`-marked tests, then a
 # CUDA collection of the demo DLRM with trace, ops and memory (CUDA events, allocator peaks, kernel

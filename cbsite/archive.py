@@ -22,12 +22,13 @@ import os
 import secrets
 import shutil
 import socket
+import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, BinaryIO, Callable
 
 import polars as pl
 import pyarrow as pa
@@ -47,7 +48,6 @@ STAGING_DIR = ".cbsite-staging"  # in the archive root: runs and plugin artifact
 PARTIAL = ".partial"  # suffix of a staged Parquet file: no `**/components.parquet` glob matches it
 OWNER_FILE = ".cbsite-owner"  # in every staging folder: {"pid", "host", "started"}
 OTHER_HOST_STALE_S = 7 * 24 * 3600  # a staging folder of another host is stale after a week
-UNOWNED_STALE_S = 60  # a staging folder without an owner file (being created, or foreign) after a minute
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -247,12 +247,8 @@ def _abandoned(folder: Path) -> str | None:
         return "not a staging folder"
     owner = _read_owner(folder)
     now = time.time()
-    if owner is None:
-        try:
-            age = now - folder.stat().st_mtime
-        except OSError:
-            return None
-        return "no owner recorded" if age > UNOWNED_STALE_S else None
+    if owner is None:  # not made by cbsite (or being created): never removed, see `foreign_staging`
+        return None
     pid, host = owner.get("pid"), owner.get("host")
     if host != socket.gethostname():
         started = owner.get("started")
@@ -276,15 +272,32 @@ def stale_staging(root: str | os.PathLike[str] = "runs") -> list[Stale]:
 
     Three kinds: folders in `<root>/.cbsite-staging/` whose owner is gone; run folders whose last rename
     (components.parquet.partial -> components.parquet) never happened; `<version>/.<run_id>.partial/`
-    folders that cbsite before 0.2 staged runs in (the documented glob reads them: remove them).
+    folders that cbsite before 0.2 staged runs in (the documented glob reads them: remove them). Only what
+    cbsite made: the first two carry its owner marker (OWNER_FILE, written when staging starts), the last
+    hold nothing but a run's files (`_legacy_run`); anything else is `foreign_staging`.
     """
+    return _scan_staging(root)[0]
+
+
+def foreign_staging(root: str | os.PathLike[str] = "runs") -> list[Stale]:
+    """Folders where `stale_staging` looks that cbsite did not make (no owner marker, or a `.x.partial` holding
+    more than a run's files): `cbsite gc` leaves them and names them."""
+    return _scan_staging(root)[1]
+
+
+def _scan_staging(root: str | os.PathLike[str]) -> tuple[list[Stale], list[Stale]]:
     base = Path(root)
     out: list[Stale] = []
+    left: list[Stale] = []
     if not base.is_dir():
-        return out
+        return out, left
+    unmarked = f"no cbsite marker ({OWNER_FILE}) inside: not made by cbsite, left as it is"
     area = staging_dir(base)
     if area.is_dir() and not area.is_symlink():
         for folder in sorted(area.iterdir()):
+            if folder.is_symlink() or not folder.is_dir() or _read_owner(folder) is None:
+                left.append(Stale(folder, unmarked))
+                continue
             why = _abandoned(folder)
             if why:
                 out.append(Stale(folder, f"unfinished staging folder: {why}"))
@@ -293,12 +306,42 @@ def stale_staging(root: str | os.PathLike[str] = "runs") -> list[Stale]:
             if entry.is_symlink() or not entry.is_dir():
                 continue
             if entry.name.startswith(".") and entry.name.endswith(PARTIAL):
-                out.append(Stale(entry, "half-written run of an older cbsite (read by runs/**/components.parquet)"))
+                why = _legacy_run(entry)
+                if why is None:
+                    out.append(Stale(entry, "half-written run of an older cbsite (read by runs/**/components.parquet)"))
+                else:
+                    left.append(Stale(entry, f"{why}: not a run cbsite staged, left as it is"))
             elif (entry / (COMPONENTS_FILE + PARTIAL)).exists() and not (entry / COMPONENTS_FILE).exists():
+                if _read_owner(entry) is None:
+                    left.append(Stale(entry, unmarked))
+                    continue
                 why = _abandoned(entry)
                 if why:
                     out.append(Stale(entry, f"run never completed: {why}"))
-    return out
+    return out, left
+
+
+# What a run folder holds, staged or not: the only content of a `.<run_id>.partial` folder cbsite staged.
+_RUN_FILES = {RUN_JSON, COMPONENTS_FILE, OPS_FILE, SAMPLES_FILE, RANKS_FILE, OWNER_FILE}
+_RUN_FILES |= {name + PARTIAL for name in _RUN_FILES}
+
+
+def _legacy_run(folder: Path) -> str | None:
+    """None when `folder` is a run older cbsite staged (`.<run_id>.partial` holding only a run's files and an
+    artifacts folder); else why it is not. Those versions wrote no marker, so the name and content are it."""
+    run_id = folder.name[1:-len(PARTIAL)]
+    if not schema.RUN_ID_RE.fullmatch(run_id):
+        return f"{folder.name!r} is not .<run id>{PARTIAL}"
+    try:
+        entries = list(os.scandir(folder))
+    except OSError as exc:
+        return f"cannot be listed ({exc.strerror})"
+    for e in entries:
+        if e.name == ARTIFACTS_DIR and e.is_dir(follow_symlinks=False):
+            continue
+        if e.name not in _RUN_FILES or not e.is_file(follow_symlinks=False):
+            return f"holds {e.name!r}, which is no run file"
+    return None
 
 
 def _dirs(base: Path, depth: int) -> list[Path]:
@@ -315,7 +358,8 @@ def remove_stale(root: str | os.PathLike[str] = "runs", dry_run: bool = False) -
     removed = []
     for stale in stale_staging(root):
         if not dry_run:
-            if stale.path.name.endswith(PARTIAL) or _abandoned(stale.path):
+            legacy = stale.path.name.endswith(PARTIAL) and stale.path.name.startswith(".")
+            if (_legacy_run(stale.path) is None) if legacy else _abandoned(stale.path):
                 shutil.rmtree(stale.path, ignore_errors=True)
             if stale.path.exists():
                 continue
@@ -327,28 +371,34 @@ def remove_stale(root: str | os.PathLike[str] = "runs", dry_run: bool = False) -
 Migration = Callable[[dict[str, Any], pl.DataFrame], tuple[dict[str, Any], pl.DataFrame]]
 
 
+def _with_null_columns(rows: pl.DataFrame, fields: list[pa.Field]) -> pl.DataFrame:
+    """`rows` with each of `fields` it lacks added as a null column of the field's type."""
+    missing = [f for f in fields if f.name not in rows.columns]
+    if not missing or not rows.width:
+        return rows
+    nulls = pl.from_arrow(pa.table({f.name: pa.nulls(rows.height, f.type) for f in missing}))
+    assert isinstance(nulls, pl.DataFrame)
+    return pl.concat([rows, nulls], how="horizontal")
+
+
 def _v1_to_v2(meta: dict[str, Any], rows: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]:
-    """Schema 2 keeps raw samples; a version-1 run had none, and says so instead of inventing them."""
+    """Schema 2 keeps raw samples; a version-1 run had none, and says so instead of inventing them.
+
+    The plugin columns arrived during version 1: the first version-1 runs lack them, and get them null."""
     meta = dict(meta)
     meta.setdefault("samples", None)
     meta.setdefault("rounds", 1)
     meta.setdefault(
         "samples_note", "collected before schema 2: no raw timing samples were kept; latencies are within-run medians"
     )
-    return meta, rows
+    return meta, _with_null_columns(rows, schema.PLUGIN_FIELDS)
 
 
 def _v2_to_v3(meta: dict[str, Any], rows: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]:
     """Schema 3 adds the sharded-run columns; a version-2 run is one process: they are null."""
     meta = dict(meta)
     meta.setdefault("distributed", None)
-    fields = {f.name: f for f in schema.DISTRIBUTED_FIELDS}
-    missing = [name for name in fields if name not in rows.columns]
-    if missing and rows.width:
-        nulls = pl.from_arrow(pa.table({n: pa.nulls(rows.height, fields[n].type) for n in missing}))
-        assert isinstance(nulls, pl.DataFrame)
-        rows = pl.concat([rows, nulls], how="horizontal")
-    return meta, rows
+    return meta, _with_null_columns(rows, schema.DISTRIBUTED_FIELDS)
 
 
 MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2, 2: _v2_to_v3}
@@ -378,20 +428,121 @@ def _schema_version(meta: dict[str, Any], path: Path | str) -> int:
     return found
 
 
+# --- upgrade: older runs rewritten at the current schema, in place ---------------------------------
+
+
+@dataclass(frozen=True)
+class Upgrade:
+    """A run `upgrade_archive` rewrote (or would rewrite): its folder and the schema version it had."""
+
+    path: Path
+    found: int
+
+
+def upgrade_archive(root: str | os.PathLike[str] = "runs", dry_run: bool = False) -> tuple[list[Upgrade], int]:
+    """Rewrite every run of an older schema in place, as `read_run` migrates it: (the runs, how many were current).
+
+    Every older run is read (and so checked) before any is rewritten, so a broken run or one of a newer schema
+    stops the upgrade before it changes anything.
+    """
+    todo: list[Upgrade] = []
+    current = 0
+    for ref in list_runs(root):
+        meta = _load_meta(ref.path)
+        found = meta.get("schema_version", 0)
+        if found > schema.SCHEMA_VERSION:
+            migrate(meta, pl.DataFrame(), shown(ref.path))  # refuses, naming both versions
+        if found == schema.SCHEMA_VERSION:
+            current += 1
+            continue
+        read_run(ref.path)
+        todo.append(Upgrade(ref.path, found))
+    if not dry_run:
+        for item in todo:
+            upgrade_run(item.path, root)
+    return todo, current
+
+
+def upgrade_run(folder: str | os.PathLike[str], root: str | os.PathLike[str]) -> dict[str, Any]:
+    """Rewrite one run at SCHEMA_VERSION in place; returns its new metadata.
+
+    Each file is staged in `<root>/.cbsite-staging/` and renamed over the old one (one file system, so each
+    rename is atomic): the Parquet files first, run.json last. Every state in between reads as a whole run:
+    a newer components.parquet under an older run.json migrates to itself. Parquet files other than
+    components.parquet keep their rows; every file gets the new metadata embedded.
+    """
+    folder = Path(folder)
+    run = read_run(folder)
+    meta = run.meta
+    staging = new_staging(staging_dir(root), f"upgrade-{meta['run_id']}-")
+    try:
+        files: list[tuple[str, pa.Table]] = []
+        for name in (OPS_FILE, SAMPLES_FILE, RANKS_FILE):
+            if (folder / name).exists():
+                files.append((name, _read_parquet(folder, name)))
+        files.append((COMPONENTS_FILE, run.rows.to_arrow().cast(schema.COMPONENTS_SCHEMA)))
+        for name, table in files:
+            pq.write_table(_table_with_meta(table, meta), staging / name)
+        (staging / RUN_JSON).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        for name in [n for n, _ in files] + [RUN_JSON]:
+            os.replace(staging / name, folder / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return meta
+
+
 def shown(path: Path | str) -> str:
     """A path as text that prints anywhere: bytes that are not UTF-8 in a folder name as \\xNN escapes."""
     return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
+# Archive content is untrusted: nothing is read that is not a regular file of the run folder, or beyond a cap.
+MAX_RUN_JSON_BYTES = 16 << 20  # run.json is metadata: kilobytes in practice
+MAX_PARQUET_BYTES = 1 << 30  # a run's Parquet file: far above a real run's, below what exhausts a build machine
+
+
+def open_member(folder: Path, name: str, cap: int) -> BinaryIO:
+    """`folder/name` opened for reading when it is a regular file inside `folder` of at most `cap` bytes;
+    CbsiteError naming the run otherwise. Opened without blocking (a FIFO never waits for a writer) and
+    checked on the open descriptor, so a symlink to /dev/zero or a FIFO is refused before any byte is read."""
+    where, path = shown(folder), folder / name
+    problem = f"run folder {where} is unreadable: {name}"
+    try:
+        if not path.resolve().is_relative_to(folder.resolve()):
+            raise CbsiteError(f"{problem} is a symbolic link out of the run folder")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError as exc:
+        raise CbsiteError(f"run folder {where} is incomplete: {name} is missing") from exc
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop, on Pythons before 3.13
+        raise CbsiteError(f"{problem}: {getattr(exc, 'strerror', None) or exc}") from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise CbsiteError(f"{problem} is not a regular file")
+        if info.st_size > cap:
+            raise CbsiteError(f"{problem} is {info.st_size / 2**20:.0f} MiB, more than the {cap >> 20} MiB it may have")
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_member(folder: Path, name: str, cap: int) -> bytes:
+    """The bytes of `folder/name`, read as `open_member` allows (and never more than `cap`, should it grow)."""
+    with open_member(folder, name, cap) as f:
+        try:
+            data = f.read(cap + 1)
+        except OSError as exc:
+            raise CbsiteError(f"run folder {shown(folder)} is unreadable: {name}: {exc.strerror or exc}") from exc
+    if len(data) > cap:
+        raise CbsiteError(f"run folder {shown(folder)} is unreadable: {name} grew past {cap >> 20} MiB while read")
+    return data
+
+
 def _load_meta(folder: Path) -> dict[str, Any]:
     """run.json as a dict with a valid schema_version, non-finite numbers as null; CbsiteError otherwise."""
     where = shown(folder)
-    try:
-        raw = (folder / RUN_JSON).read_bytes()
-    except FileNotFoundError as exc:
-        raise CbsiteError(f"run folder {where} is incomplete: {RUN_JSON} is missing") from exc
-    except OSError as exc:
-        raise CbsiteError(f"run folder {where} is unreadable: {RUN_JSON}: {exc.strerror or exc}") from exc
+    raw = read_member(folder, RUN_JSON, MAX_RUN_JSON_BYTES)
     try:
         meta = json.loads(raw.decode("utf-8"), parse_constant=lambda _: None)  # NaN, Infinity -> null
     except UnicodeDecodeError as exc:
@@ -415,11 +566,16 @@ def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A run's metadata alone (run.json), for listings that need no rows; checked as `read_run` checks it."""
     folder = Path(path)
     meta = _load_meta(folder)
-    if meta.get("schema_version", 0) > schema.SCHEMA_VERSION:
-        migrate(meta, pl.DataFrame(), shown(folder))  # refuses with the message that names both versions
-    if meta.get("schema_version", 0) == schema.SCHEMA_VERSION:
-        _check_meta(meta, folder)
-    return meta
+    # Every version is checked: an older one once migrated (as read_run does), a newer one refused by name.
+    if meta.get("schema_version", 0) != schema.SCHEMA_VERSION:
+        try:
+            meta, _ = migrate(meta, pl.DataFrame(), shown(folder))
+        except CbsiteError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a migration step meeting malformed metadata
+            raise CbsiteError(f"run folder {shown(folder)} is unreadable: its run.json cannot be migrated "
+                              f"({type(exc).__name__}: {exc})") from None
+    return _check_meta(meta, folder)
 
 
 def read_run(path: str | os.PathLike[str]) -> Run:
@@ -457,11 +613,9 @@ def read_run(path: str | os.PathLike[str]) -> Run:
 
 
 def _read_parquet(folder: Path, name: str) -> pa.Table:
-    file = folder / name
     try:
-        return pq.read_table(file)
-    except FileNotFoundError as exc:
-        raise CbsiteError(f"run folder {shown(folder)} is incomplete: {name} is missing") from exc
+        with open_member(folder, name, MAX_PARQUET_BYTES) as f:
+            return pq.read_table(f)
     except (OSError, pa.ArrowException, ValueError) as exc:
         raise CbsiteError(f"run folder {shown(folder)} is unreadable: {name}: {exc}") from exc
 

@@ -30,12 +30,14 @@ import os
 import pickle
 import re
 import stat
+import zlib
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 ARTIFACTS_DIR = "artifacts"
 PUBLISHED_SUFFIXES = (".json.gz", ".json", ".pickle", ".txt")
-MAX_BYTES = 512 * 1024 * 1024  # a (decompressed) artifact larger than this is not published
+MAX_BYTES = 512 * 1024 * 1024  # an artifact file larger than this is not published
+MAX_UNPACKED_BYTES = 512 * 1024 * 1024  # nor a trace that unpacks to more (refused at the cap, see _cleaned_gzip)
 
 
 class ArtifactError(ValueError):
@@ -181,18 +183,9 @@ def cleaned(path: Path, siblings: set[str] | None = None) -> bytes:
     `siblings`: names of the files published beside it (a memory timeline's `snapshot` must be one of them).
     """
     name = path.name
-    raw = path.read_bytes()
     if name.endswith(".json.gz"):
-        try:
-            text = gzip.decompress(raw)
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
-            raise ArtifactError(f"is not gzip data ({exc})") from None
-        if len(text) > MAX_BYTES:
-            raise ArtifactError(f"unpacks to more than {MAX_BYTES >> 20} MiB")
-        out = io.BytesIO()
-        with gzip.GzipFile(fileobj=out, mode="wb", compresslevel=6, mtime=0, filename="") as gz:
-            gz.write(relative_paths(text.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape"))
-        return out.getvalue()
+        return _cleaned_gzip(path)
+    raw = path.read_bytes()
     if name.endswith(".json"):
         try:
             data = json.loads(raw.decode("utf-8"), parse_constant=lambda _: None)
@@ -209,6 +202,41 @@ def cleaned(path: Path, siblings: set[str] | None = None) -> bytes:
     raise ArtifactError(f"is not a known artifact type ({', '.join(PUBLISHED_SUFFIXES)})")
 
 
+def _cleaned_gzip(path: Path) -> bytes:
+    """A gzip trace cleaned as a stream: unpacked a chunk at a time and refused once it passes
+    MAX_UNPACKED_BYTES, so a gzip bomb costs a chunk of memory, not its unpacked size. Each chunk is cleaned up to
+    its last quote or white space: no path or URL `relative_paths` rewrites spans one, so the pieces clean as the
+    whole would."""
+    out = io.BytesIO()
+    total, carry = 0, b""
+    try:
+        with open(path, "rb") as raw, gzip.GzipFile(fileobj=raw, mode="rb") as src, \
+                gzip.GzipFile(fileobj=out, mode="wb", compresslevel=6, mtime=0, filename="") as dst:
+            while chunk := src.read(_CHUNK):
+                total += len(chunk)
+                if total > MAX_UNPACKED_BYTES:
+                    raise ArtifactError(f"unpacks to more than {MAX_UNPACKED_BYTES >> 20} MiB")
+                data = carry + chunk
+                cut = max(data.rfind(sep) for sep in _SPLITS)
+                if cut < 0 and len(data) > _MAX_TOKEN:
+                    raise ArtifactError(f"has {_MAX_TOKEN >> 20} MiB without a quote or space: not a trace")
+                dst.write(_clean_bytes(data[:cut + 1]))
+                carry = data[cut + 1:]
+            dst.write(_clean_bytes(carry))
+    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+        raise ArtifactError(f"is not gzip data ({exc})") from None
+    return out.getvalue()
+
+
+_CHUNK = 256 << 10  # small: cleaning a chunk with many paths takes several times its size
+_MAX_TOKEN = 16 << 20
+_SPLITS = (b'"', b" ", b"\n", b"\t", b"\r")  # bytes no match of _ABSOLUTE contains (ASCII: never inside a UTF-8 character)
+
+
+def _clean_bytes(data: bytes) -> bytes:
+    return relative_paths(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape") if data else b""
+
+
 def _same_folder_link(value: Any, siblings: set[str]) -> str | None:
     """A link to a published file in the same folder, by name, or None: no scheme, no '/', no '..'."""
     if isinstance(value, str) and value in siblings and re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", value):
@@ -216,17 +244,29 @@ def _same_folder_link(value: Any, siblings: set[str]) -> str | None:
     return None
 
 
+class NotPlainData(ArtifactError):
+    """A pickle that names a class or function: never built (it could run code)."""
+
+
 class _PlainUnpickler(pickle.Unpickler):
-    """Reads plain data only: dicts, lists, tuples, strings, numbers. Any class or function is refused, so
-    loading an untrusted pickle runs nothing."""
+    """Reads plain data only: dicts, lists, tuples, sets, strings, numbers, and instances of the `allowed` classes
+    (plain dataclasses the caller names, whose state is set field by field). Any other class or function is
+    refused, so loading an untrusted pickle runs nothing."""
+
+    def __init__(self, file: io.BytesIO, allowed: frozenset[tuple[str, str]] = frozenset()) -> None:
+        super().__init__(file)
+        self.allowed = allowed
 
     def find_class(self, module: str, name: str) -> Any:
-        raise ArtifactError(f"holds {module}.{name}, not plain data")
+        if (module, name) in self.allowed:
+            return super().find_class(module, name)
+        raise NotPlainData(f"holds {module}.{name}, not plain data")
 
 
-def plain_unpickle(raw: bytes) -> Any:
+def plain_unpickle(raw: bytes, allowed: frozenset[tuple[str, str]] = frozenset()) -> Any:
+    """A pickle read as plain data (see _PlainUnpickler); ArtifactError for anything else."""
     try:
-        return _PlainUnpickler(io.BytesIO(raw)).load()
+        return _PlainUnpickler(io.BytesIO(raw), allowed).load()
     except ArtifactError:
         raise
     except Exception as exc:  # noqa: BLE001 - any malformed pickle is refused the same way

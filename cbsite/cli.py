@@ -6,6 +6,7 @@ build    build the site from the archive          serve    serve a built or publ
 publish  publish a site version (mike layout)     export   write a run as CSV / Parquet / JSON
 demo     collect the demo models and build the site  gc       remove what killed runs left in the archive
 sweep    one run per point of a grid of options (a study)
+upgrade  rewrite older runs at the current schema
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import signal
 import sys
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from cbsite.errors import CbsiteError
+from cbsite.format import counts as counts_text
 
 DEFAULT_RUNS = Path(os.environ.get("CBSITE_RUNS", "runs"))
 
@@ -64,7 +67,7 @@ def _add_collect_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--peak-flops", type=float, default=None, help="override the peak FLOP/s used for MFU")
     p.add_argument("--peak-bandwidth", type=float, default=None, help="override the peak bytes/s")
     p.add_argument("--threads", type=int, default=None,
-                   help="intra-op threads (default on CPU: 1, measured as the honest choice on shared machines; README)")
+                   help="intra-op threads (default on CPU: 1, measured as the honest choice on shared machines; manual: Latency verdicts)")
     p.add_argument("--rounds", type=int, default=1,
                    help="repeat the timing in this many processes (the collecting one, then fresh workers) so the "
                         "run carries its run-to-run noise; gates judge latency only with 2 or more")
@@ -293,7 +296,7 @@ def _print_run(run: Any, top: int = 15) -> None:
         f"[bold]{meta['model']}@{meta['version']}[/bold]  {meta['run_id']}  " + escape(
             f"{dev.get('name')} ({dev.get('kind')}, {dev.get('num_threads')} threads)  dtype {meta['dtype']}  "
             f"peak {_fmt(peak, 1e-12)} TFLOP/s ({source})  wall {_fmt(meta['wall_time_s'], digits=1, fixed=True)}s  "
-            f"counts {meta['counts']}"),
+            f"components {counts_text(meta)}"),
         highlight=False,
     )
     breakdown = meta.get("breakdown_s")
@@ -509,13 +512,31 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 def cmd_gc(args: argparse.Namespace) -> int:
     """Remove what killed or interrupted runs left in the archive; never a folder a live process is writing."""
-    from cbsite.archive import remove_stale, shown
+    from cbsite.archive import foreign_staging, remove_stale, shown
 
     removed = remove_stale(args.runs, dry_run=args.dry_run)
     for stale in removed:
         print(f"{'would remove' if args.dry_run else 'removed'} {shown(stale.path)}  ({stale.reason})")
+    for other in foreign_staging(args.runs):  # only what cbsite staged is removed; the rest is named
+        print(f"left {shown(other.path)}  ({other.reason})")
     if not removed:
         print(f"nothing to remove in {shown(args.runs)}")
+    return 0
+
+
+def cmd_upgrade(args: argparse.Namespace) -> int:
+    """Rewrite the archive's older runs at the current schema, in place, one atomic file at a time."""
+    from cbsite.archive import shown, upgrade_archive
+    from cbsite.schema import SCHEMA_VERSION
+
+    if not args.runs.is_dir():
+        raise CbsiteError(f"no archive at {shown(args.runs)}: give the folder of your runs with --runs")
+    upgraded, current = upgrade_archive(args.runs, dry_run=args.dry_run)
+    for item in upgraded:
+        print(f"{'would upgrade' if args.dry_run else 'upgraded'} {shown(item.path)}  "
+              f"(schema {item.found} -> {SCHEMA_VERSION})")
+    print(f"{len(upgraded)} run{'s' * (len(upgraded) != 1)} {'to upgrade' if args.dry_run else 'upgraded'}, "
+          f"{current} already at schema {SCHEMA_VERSION}, in {shown(args.runs)}")
     return 0
 
 
@@ -532,7 +553,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 # compare's default six worker processes of eight block pairs.
 DEMO_PLUGINS = ("trace", "ops", "log", "memory", "compile")
 DEMO_PLUGIN_OPTIONS = {"compile": {"max_depth": 2}}
-# `cbsite demo` (make demo), the quick first look, about 2 minutes on 2 cores (README): the DLRM pair is always
+# `cbsite demo` (make demo), the quick first look, about 2 minutes on 2 cores (manual: Getting started): the DLRM pair is always
 # measured, without compile (the compile plugin alone took ~36 s a model) and in three worker processes of four
 # pairs (its verdicts follow the same rule, with fewer units behind them: more are inconclusive); deepfm, nanogpt
 # and the study are collected only where the archive lacks them unchanged (`_kept_demo_run`: the committed runs
@@ -654,7 +675,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         with _staging_in(args.runs):
             run = collect(CollectRequest(provider=provider, options=options, model_name=name, version=version,
                                          config=config, tags=("demo",)))
-        print(f"  saved {run.save(args.runs)}  ({run.meta['wall_time_s']:.1f}s, {run.meta['counts']})", flush=True)
+        print(f"  saved {run.save(args.runs)}  ({run.meta['wall_time_s']:.1f}s; {counts_text(run.meta)})", flush=True)
     from cbsite import study as cstudy
     from cbsite.collector.executors import run_sweep
 
@@ -693,7 +714,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=15, help="components shown in the summary table")
     p.add_argument("--distributed", action="store_true",
                    help="one rank of a sharded model's collection: launch with torchrun --nproc-per-node N -m cbsite collect "
-                        "... --distributed (README: Sharded models)")
+                        "... --distributed (manual: Sharded models)")
     p.add_argument("--dist-timeout", type=float, default=300.0,
                    help="seconds a collective may wait for the other ranks before the job ends (default 300)")
     _add_collect_args(p)
@@ -835,6 +856,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     p.set_defaults(func=cmd_gc)
 
+    p = sub.add_parser("upgrade", help="rewrite the archive's runs of older schema versions at the current one, in place",
+                       description="Rewrite every run of an older schema version at the current one, as the reader "
+                                   "migrates it; each file is staged and renamed into place, run.json last.")
+    p.add_argument("--runs", type=Path, default=DEFAULT_RUNS, help="archive folder (default: runs)")
+    p.add_argument("--dry-run", action="store_true", help="list the runs that would be rewritten, change nothing")
+    p.set_defaults(func=cmd_upgrade)
+
     p = sub.add_parser("serve", help="serve a built or published site on localhost")
     p.add_argument("dir", type=Path, nargs="?", default=Path("site"))
     p.add_argument("--host", default="127.0.0.1")
@@ -846,7 +874,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--collect-only", action="store_true")
     p.add_argument("--full", action="store_true",
                    help="the complete demo (about 9 minutes on 2 cores): every model recollected and compiled to depth 2, "
-                        "the DLRM pair timed in 6 worker processes; by default a quick one (about 2 minutes, README)")
+                        "the DLRM pair timed in 6 worker processes; by default a quick one (about 2 minutes on 2 cores)")
     p.add_argument("--diff", action="append", default=[])
     p.add_argument("--cache", type=Path, default=None, metavar="DIR",
                    help="build cache kept between builds (as cbsite build --cache)")
@@ -854,6 +882,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_collect_args(p)
     p.set_defaults(func=cmd_demo)
     return parser
+
+
+INTERNAL_ERROR = 3  # exit 1 is "a gate rule is broken" (diff, compare): an uncaught exception must not read as that
 
 
 class Terminated(KeyboardInterrupt):
@@ -864,12 +895,69 @@ def _terminate(signum: int, frame: Any) -> None:
     raise Terminated()
 
 
+def _whole(low: int, high: int | None = None) -> Any:
+    """A check of a whole number from `low` (to `high`)."""
+    def check(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= low and (high is None or value <= high)
+    return check
+
+
+def _real(low: float, high: float = math.inf, low_open: bool = True, high_open: bool = True) -> Any:
+    """A check of a finite number in the interval from `low` to `high` (open ends unless said)."""
+    def check(value: Any) -> bool:
+        return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                and (value > low if low_open else value >= low) and (value < high if high_open else value <= high))
+    return check
+
+
+# Every number a user gives, checked before any work (exit 2, every bad one in one line): a nan budget never ends, a
+# zero floor failed only after a whole session, a negative worker count failed inside an executor.
+# option dest -> (flag, check, what it must be)
+NUMBERS: dict[str, tuple[str, Any, str]] = {
+    "max_depth": ("--max-depth", _whole(0), "a whole number of 0 or more"),
+    "budget": ("--budget", _real(0), "a finite number of seconds above 0"),
+    "peak_flops": ("--peak-flops", _real(0), "a finite FLOP/s figure above 0, e.g. 1.2e12"),
+    "peak_bandwidth": ("--peak-bandwidth", _real(0), "a finite bytes/s figure above 0, e.g. 2e10"),
+    "threads": ("--threads", _whole(1), "a whole number of 1 or more"),
+    "rounds": ("--rounds", _whole(1, 1000), "a whole number from 1 to 1000"),
+    "max_component_s": ("--max-component-s", _real(0), "a finite number of seconds above 0"),
+    "batches": ("--batches", _whole(1, 10_000), "a whole number from 1 to 10000"),
+    "shrink_factor": ("--shrink-factor", _real(0), "a finite number above 0, e.g. 10"),
+    "shrink_cap": ("--shrink-cap", _whole(1), "a whole number of rows, 1 or more"),
+    "batch_size": ("--batch-size", _whole(1), "a whole number of 1 or more"),
+    "top": ("--top", _whole(0), "a whole number of 0 or more"),
+    "dist_timeout": ("--dist-timeout", _real(0), "a finite number of seconds above 0"),
+    "processes": ("--processes", _whole(2, 1000), "a whole number from 2 to 1000 (a verdict needs 2 units)"),
+    "pairs": ("--pairs", _whole(1, 10_000), "a whole number from 1 to 10000"),
+    "block_time": ("--block-time", _real(0, 10), "a number of seconds above 0 and below 10"),
+    "alpha": ("--alpha", _real(0, 0.5), "a level above 0 and below 0.5, e.g. 0.01"),
+    # A floor of 0 is allowed: every change judged by its significance alone, with no magnitude floor
+    # (then "unchanged" cannot be shown: equivalence needs a margin, so what is not significant is inconclusive).
+    "floor": ("--floor", _real(0, 10, low_open=False), "a fraction from 0 (no magnitude floor) to below 10, e.g. 0.05"),
+    "workers": ("--workers", _whole(1, 4096), "a whole number of 1 or more"),
+    "port": ("--port", _whole(0, 65535), "a port number from 0 to 65535"),
+}
+
+
+def check_numbers(args: argparse.Namespace) -> None:
+    """Every number of `args` against NUMBERS (None: the option's default, left to its command); one CbsiteError
+    naming every bad one, before anything runs."""
+    problems = []
+    for dest, (flag, ok, what) in NUMBERS.items():
+        value = getattr(args, dest, None)
+        if value is not None and not ok(value):
+            problems.append(f"{flag} must be {what}, got {value!r}")
+    if problems:
+        raise CbsiteError("; ".join(problems))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # Only the main thread may set handlers (main() called from a worker thread keeps the default).
     installed = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminate) if installed else None
     try:
+        check_numbers(args)
         return args.func(args)
     except CbsiteError as exc:
         print(f"cbsite: error: {exc}", file=sys.stderr)
@@ -880,6 +968,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("cbsite: interrupted", file=sys.stderr)
         return 130
+    except Exception:  # noqa: BLE001 - a bug: its traceback, and an exit status CI cannot read as "regressed" (1)
+        import traceback
+
+        traceback.print_exc()
+        print(f"cbsite: internal error (a bug in cbsite or a plugin, not a regression); exit {INTERNAL_ERROR}",
+              file=sys.stderr)
+        return INTERNAL_ERROR
     finally:
         if installed:
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)

@@ -102,6 +102,8 @@ class LatencyEvidence:
     units: dict[tuple[str, str], Any] = field(default_factory=dict)  # paired: [log ratios]; rounds: (base, head)
     source: str = ""  # a comparison id, or "rounds a/b"
     flagged: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    # Components whose work varies per call (random control flow): their units are draws, not judged; key -> why.
+    unjudged: dict[tuple[str, str], str] = field(default_factory=dict)
     alpha: float = stats.ALPHA  # the level and floor the verdicts of reports use (a comparison's own)
     floor: float = stats.FLOOR
     # verdicts() per (alpha, floor, units judged): a report asks for them once per section and a page once per
@@ -117,15 +119,19 @@ class LatencyEvidence:
         units = self.units.get((path, phase))
         if units is None:
             return None
+        if (path, phase) in self.unjudged:
+            return _not_judged(self.unjudged[(path, phase)], units, self.paired)
         return stats.paired(units, alpha=alpha, floor=floor) if self.paired else stats.unpaired(*units, alpha=alpha, floor=floor)
 
     def family(self, keys: Sequence[tuple[str, str]], *, alpha: float = stats.ALPHA,
                floor: float = stats.FLOOR) -> dict[tuple[str, str], stats.Verdict]:
         """Verdicts of many components judged together (Holm), for a gate rule with a glob."""
-        present = {k: self.units[k] for k in keys if k in self.units}
+        present = {k: self.units[k] for k in keys if k in self.units and k not in self.unjudged}
+        left_out = {k: _not_judged(self.unjudged[k], self.units[k], self.paired) for k in keys
+                    if k in self.units and k in self.unjudged}
         if not present:
-            return {}
-        return stats.judge_family(present, alpha=alpha, floor=floor, paired=self.paired)
+            return left_out
+        return {**stats.judge_family(present, alpha=alpha, floor=floor, paired=self.paired), **left_out}
 
     def verdicts(self, *, alpha: float | None = None, floor: float | None = None) -> dict[tuple[str, str], stats.Verdict]:
         """Every component's verdict on its own (no family correction): what reports list. The level and
@@ -139,7 +145,8 @@ class LatencyEvidence:
                 judged = stats.paired_many([self.units[k] for k in keys], alpha=alpha, floor=floor)
             else:
                 judged = stats.unpaired_many([tuple(self.units[k]) for k in keys], alpha=alpha, floor=floor)
-            self._judged[memo] = dict(zip(keys, judged))
+            self._judged[memo] = {k: _not_judged(self.unjudged[k], self.units[k], self.paired) if k in self.unjudged else v
+                                  for k, v in zip(keys, judged)}
         return dict(self._judged[memo])  # a copy: callers may filter it
 
     def describe(self) -> str:
@@ -158,13 +165,23 @@ def from_record(record: Mapping[str, Any]) -> LatencyEvidence:
             ev.units[key] = [float(u) if u is not None else math.nan for u in c["units"]]
         if c.get("flagged"):
             ev.flagged[key] = list(c["flagged"])
+        if isinstance(c.get("not_judged"), str) and c.get("units") is not None:
+            ev.unjudged[key] = c["not_judged"]
     return ev
+
+
+def _not_judged(reason: str, units: Any, paired: bool) -> stats.Verdict:
+    """The verdict of a component that is not judged whatever its units say (its work varies per call)."""
+    n = len(units) if paired else min(len(units[0]), len(units[1]))
+    return stats.Verdict("not judged", None, None, None, None, None, n, None, None, None, reason)
 
 
 def _level(record: Mapping[str, Any], key: str, default: float) -> float:
     """A record's alpha or floor, or the default where it is missing or not a usable number (archives are untrusted)."""
     value = record.get(key)
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    # A floor of 0 is a comparison's own choice (every change judged by significance alone, cli.NUMBERS).
+    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+          and (value > 0 or (key == "floor" and value == 0)))
     return float(value) if ok else default
 
 

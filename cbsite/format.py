@@ -52,3 +52,15 @@ def rate(value: float | None) -> str:
     if not finite(value):
         return DASH
     return si(value, "").replace(" ", "")
+
+
+def counts(meta: dict[str, Any]) -> str:
+    """A run's components by the status their rows carry, then its failed (component, phase) measurements, which
+    the rows show as failed, or as estimated from the children with the error kept:
+    "12 measured, 3 estimated, 0 failed, 0 skipped; 4 measurements failed"."""
+    by_status = meta.get("counts") if isinstance(meta.get("counts"), dict) else {}
+    text = ", ".join(f"{by_status.get(s, 0)} {s}" for s in ("measured", "estimated", "failed", "skipped"))
+    failed = meta.get("failed_measurements")
+    if isinstance(failed, int) and failed:
+        text += f"; {failed} measurement{'s' if failed != 1 else ''} failed (see the rows' error)"
+    return text

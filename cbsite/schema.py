@@ -28,8 +28,9 @@ PARQUET_META_KEY = b"cbsite.run"
 PHASES = ("forward", "backward")
 STATUSES = ("measured", "estimated", "failed", "skipped")
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-RUN_ID_RE = re.compile(r"^\d{8}T\d{6}Z-[0-9a-f]{6}$")
+# \A...\Z, not ^...$: `$` also matches before a final newline, so re.match would accept "dlrm\n".
+NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9._-]{0,63}\Z")
+RUN_ID_RE = re.compile(r"\A\d{8}T\d{6}Z-[0-9a-f]{6}\Z")
 
 # Identity of a row: which component, in which run, in which phase.
 IDENTITY_FIELDS: list[pa.Field] = [
@@ -210,7 +211,7 @@ _JSON_NAMES = {int: "a number", float: "a number", str: "a string", dict: "an ob
 
 def check_name(kind: str, value: str) -> str:
     """Refuse a model or version name that is not safe as one path segment on any file system."""
-    if not isinstance(value, str) or not NAME_RE.match(value):
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value):
         raise CbsiteError(
             f"invalid {kind} name {value!r}: use 1-64 characters from letters, digits, '.', '_' "
             f"and '-', starting with a letter or digit (e.g. 'dlrm' or 'v2.1')"
@@ -238,7 +239,7 @@ def check_meta(meta: dict[str, Any]) -> dict[str, Any]:
         raise CbsiteError(f"run metadata has wrong types: counts[{bad_counts[0]!r}] is not a whole number")
     check_name("model", meta["model"])
     check_name("version", meta["version"])
-    if not RUN_ID_RE.match(meta["run_id"]):
+    if not isinstance(meta["run_id"], str) or not RUN_ID_RE.fullmatch(meta["run_id"]):
         raise CbsiteError(f"invalid run id {meta['run_id']!r}: expected YYYYMMDDTHHMMSSZ-xxxxxx")
     return meta
 

@@ -296,6 +296,8 @@ def _needed(est: _Estimate, alpha_effect: float, alpha: float, delta: float) -> 
         q, margin = 1.0 - alpha_effect, m
     else:
         q, margin = 1.0 - alpha, delta - m
+    if margin <= 0:  # a mean of exactly 0 against a zero floor: no number of units decides
+        return None
     bound = (_z(q) * s / margin) ** 2  # n must exceed this even with infinite df
     if bound >= MAX_UNITS:
         return None
@@ -393,8 +395,10 @@ def _decide(est: _Estimate, p_reg: float | None, p_imp: float | None, *, alpha: 
 def _check_levels(alpha: float, floor: float) -> None:
     if not 0.0 < alpha < 0.5:
         raise ValueError(f"alpha must lie in (0, 0.5), got {alpha!r}")
-    if not floor > 0.0:
-        raise ValueError(f"floor must be > 0, got {floor!r}")
+    # A zero floor is a judgement by significance alone: no change is too small to call, and "unchanged" is never
+    # shown (equivalence needs a margin), so what is not significant stays inconclusive.
+    if not (floor >= 0.0 and math.isfinite(floor)):
+        raise ValueError(f"floor must be a finite number >= 0, got {floor!r}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -312,13 +312,18 @@ def folder(root: str | os.PathLike[str], name: str) -> Path:
 
 
 def done_points(root: str | os.PathLike[str], study: Study) -> dict[str, dict[str, Any]]:
-    """label -> {run_id, path} of the points that have a run of this study in the archive."""
+    """label -> {run_id, path} of the points that have a run of this study in the archive.
+
+    A point's run counts as done only for the options it was collected with: where the archive's runs (or the study's
+    record) hold other options than this sweep gives, the sweep is refused naming the keys (a CbsiteError), so
+    study.json never shows options that no run used."""
     from cbsite.archive import list_runs, read_meta
 
-    labels = {p.label for p in study.points}
+    points = {p.label: p for p in study.points}
     out: dict[str, dict[str, Any]] = {}
+    differing: dict[str, tuple[Any, Any]] = {}
     for ref in list_runs(root):
-        if ref.model != study.model or ref.version not in labels:
+        if ref.model != study.model or ref.version not in points:
             continue
         try:
             meta = read_meta(ref.path)
@@ -326,29 +331,77 @@ def done_points(root: str | os.PathLike[str], study: Study) -> dict[str, dict[st
             continue  # an unreadable run is not a done point: it runs again
         tags = meta.get("tags") or []
         if study_tag(study.name) in tags and point_tag(ref.version) in tags:
+            provider = meta.get("provider") if isinstance(meta.get("provider"), dict) else {}
+            differing.update(_differing(study, points[ref.version], provider))
             out[ref.version] = {"run_id": ref.run_id, "path": str(ref.path)}
+    previous = read_record(root, study.name)
+    if previous is not None:
+        recorded = previous.get("base_options") if isinstance(previous.get("base_options"), dict) else {}
+        for key in sorted(set(recorded) - set(study.base_options)):
+            differing.setdefault(key, (recorded[key], _ABSENT))
+        if previous.get("provider") not in (None, study.provider) and any(
+                isinstance(e, dict) and e.get("status") == "done" for e in previous.get("points", [])):
+            differing.setdefault("provider", (previous.get("provider"), study.provider))
+    if differing:
+        listed = ", ".join(f"{key} (recorded {_shown(old)}, now {_shown(new)})" for key, (old, new) in sorted(differing.items()))
+        raise CbsiteError(
+            f"study {study.name}: its points in the archive were collected with other options than this sweep gives: "
+            f"{listed}; sweep these options as a new study (--study {study.name}-2), or give the recorded options again")
     return out
+
+
+_ABSENT = object()  # an option given to one sweep and not to the other
+
+
+def _shown(value: Any) -> str:
+    return "not given" if value is _ABSENT else json.dumps(value, sort_keys=True, default=str)
+
+
+def _differing(study: Study, point: Point, provider: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """key -> (recorded, given) where a point's run (its run.json `provider`) differs from what this sweep gives it.
+    The run records the provider's effective options (defaults too): only the keys this sweep gives are compared."""
+    out: dict[str, tuple[Any, Any]] = {}
+    recorded = provider.get("options") if isinstance(provider.get("options"), dict) else {}
+    for key, value in study.options_of(point).items():
+        was = recorded.get(key, _ABSENT)
+        if was is _ABSENT or _canonical(was) != _canonical(value):
+            out[key] = (was, value)
+    return out
+
+
+def _canonical(value: Any) -> str:
+    """JSON text of a value, tuples as lists: run.json holds what JSON gave back."""
+    return json.dumps(value, sort_keys=True, default=str)
 
 
 def new_record(study: Study, selected: Sequence[Point], done: Mapping[str, Mapping[str, Any]],
                settings: Mapping[str, Any], previous: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The study.json of a sweep about to run: points done, pending or deselected."""
+    """The study.json of a sweep about to run: points done, pending or deselected.
+
+    Merged into `previous`: a done point whose run is the one recorded keeps its entry as it was, and keys this
+    code does not set (the executor's, a point's affinity, threads or job id) are kept, never dropped."""
     chosen = {p.label for p in selected}
     before = {p["label"]: p for p in (previous or {}).get("points", []) if isinstance(p, dict) and "label" in p}
     points = []
     for p in study.points:
-        entry: dict[str, Any] = {"label": p.label, "index": p.index, "options": dict(p.options), "status": "pending",
-                                 "run_id": None, "path": None, "error": None, "wall_s": None,
-                                 "attempts": int(before.get(p.label, {}).get("attempts") or 0)}
+        prev = before.get(p.label, {})
+        same_run = p.label in done and prev.get("status") == "done" and prev.get("run_id") == done[p.label]["run_id"]
+        left_out = p.label not in done and p.label not in chosen and prev.get("status") in ("failed", "deselected")
+        if same_run or left_out:  # nothing new about this point
+            points.append(dict(prev))
+            continue
+        entry: dict[str, Any] = {**prev, "label": p.label, "index": p.index, "options": dict(p.options),
+                                 "status": "pending", "run_id": None, "path": None, "error": None, "wall_s": None,
+                                 "attempts": int(prev.get("attempts") or 0)}
         if p.label in done:
             entry.update(status="done", run_id=done[p.label]["run_id"], path=done[p.label]["path"],
-                         wall_s=before.get(p.label, {}).get("wall_s"))
+                         wall_s=prev.get("wall_s"))
         elif p.label not in chosen:
-            entry.update(status=before.get(p.label, {}).get("status") if before.get(p.label, {}).get("status") == "failed" else "deselected",
-                         error=before.get(p.label, {}).get("error"))
+            entry.update(status="deselected")
         points.append(entry)
     now = _now()
     return {
+        **(previous or {}),
         "study_version": STUDY_VERSION, "name": study.name, "provider": study.provider, "model": study.model,
         "base_options": study.base_options, "zip": study.zip_axes,
         "grid": [{"key": a.key, "values": list(a.values)} for a in study.axes],
@@ -356,6 +409,19 @@ def new_record(study: Study, selected: Sequence[Point], done: Mapping[str, Mappi
         "created_at": (previous or {}).get("created_at") or now, "updated_at": now,
         "sweeps": int((previous or {}).get("sweeps") or 0) + 1,
     }
+
+
+# What a sweep that runs nothing would change in a record: when only these differ, the record is kept as it is.
+_BOOKKEEPING = ("updated_at", "sweeps", "settings")
+
+
+def changes_anything(previous: Mapping[str, Any] | None, record: Mapping[str, Any]) -> bool:
+    """Whether `record` says more than `previous` beyond the bookkeeping of one more sweep."""
+    if previous is None:
+        return True
+    keys = (set(previous) | set(record)) - set(_BOOKKEEPING)
+    return any(json.dumps(previous.get(k), sort_keys=True, default=str) != json.dumps(record.get(k), sort_keys=True, default=str)
+               for k in keys)
 
 
 def update_point(record: dict[str, Any], label: str, **values: Any) -> None:

@@ -184,7 +184,8 @@ def parse_rule(text: str) -> tuple[str, float] | str:
     if metric not in RULE_METRICS:
         return f"unknown metric {metric!r} for a drop rule (use {', '.join(RULE_METRICS)})"
     limit = float(match["limit"]) / 100
-    if limit >= 0:
+    # -0% is a drop rule with no magnitude floor (any significant drop breaks it), as latency>+0% is for growth.
+    if limit > 0 or not match["limit"].startswith("-"):
         return "the limit is a drop (-N%); a rise would fail every unchanged model"
     if limit <= -1:
         return "a drop is less than 100%"

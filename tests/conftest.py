@@ -36,17 +36,34 @@ def page(browser, request):
         yield pg
 
 
-COMMITTED_RUNS = Path(__file__).resolve().parent.parent / "runs"
+# The tests' own archive: the demo runs (every demo model with the full demo's plugins, the DLRM comparison, the
+# demo study, the sharded runs) at the current schema; tests/data/README.md says how it was made. No test reads
+# the repository's runs/, which `cbsite demo` writes.
+DEMO_ARCHIVE = Path(__file__).resolve().parent / "data" / "runs"
 
 
 @pytest.fixture(scope="session")
-def committed_site(tmp_path_factory):
-    """The committed archive (runs/) built once for every browser module that reads it, served over HTTP:
+def demo_runs(tmp_path_factory) -> Path:
+    """A session copy of tests/data/runs, so that no test can change the archive the others read."""
+    import shutil
+
+    from cbsite import archive, schema
+
+    copy = tmp_path_factory.mktemp("demo-archive") / "runs"
+    shutil.copytree(DEMO_ARCHIVE, copy, ignore=shutil.ignore_patterns(archive.STAGING_DIR))
+    old = [r.path for r in archive.list_runs(copy) if archive.read_meta(r.path)["schema_version"] != schema.SCHEMA_VERSION]
+    assert not old, f"tests/data/runs has runs of an older schema: run `cbsite upgrade --runs tests/data/runs` ({old})"
+    return copy
+
+
+@pytest.fixture(scope="session")
+def committed_site(demo_runs, tmp_path_factory):
+    """The tests' demo archive built once for every browser module that reads it, served over HTTP:
     (server, site folder). Tests only read it."""
     from cbsite.generator import build_site
     from tests.test_browser_site import Server
 
-    built = build_site(COMMITTED_RUNS, tmp_path_factory.mktemp("committed") / "site", quiet=True)
+    built = build_site(demo_runs, tmp_path_factory.mktemp("committed") / "site", quiet=True)
     server = Server(built)
     yield server, built
     server.close()

@@ -1,4 +1,4 @@
-"""Issue 14's diff page on the committed archive (runs/): dlrm v1 -> v2, measured together (judged latency, 29
+"""Issue 14's diff page on the demo archive (tests/data/runs): dlrm v1 -> v2, measured together (judged latency, 29
 components), in Debian's chromium at 1400x1000. It opened 7.2 screens long with 1.84 MB of data at 10,000
 components; now setup, totals, icicle and a 15-row table come first and the rest is collapsed (about 3 screens),
 the page loads its first phase on open and the other when asked for, and deltas print with at most 4 significant
@@ -6,25 +6,20 @@ digits ("+653 ns", once "+0.000653 ms"). The checks are tests/test_browser_site.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from cbsite.generator import build_site
 from tests.test_browser_site import (CHROMIUM, Server, _outside, check_short_lazy_diff_page, launched_browser,
                                      recording_page)
 
-RUNS = Path(__file__).resolve().parent.parent / "runs"
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (make browser)"),
-    pytest.mark.skipif(not (RUNS / "dlrm" / "v1").is_dir() or not (RUNS / "dlrm" / "v2").is_dir(),
-                       reason="the committed runs are absent"),
 ]
 
 
-def test_committed_dlrm_diff_page_opens_short_and_loads_the_backward_phase_when_asked(tmp_path):
-    built = build_site(RUNS, tmp_path / "site", quiet=True)
+def test_committed_dlrm_diff_page_opens_short_and_loads_the_backward_phase_when_asked(demo_runs, tmp_path):
+    built = build_site(demo_runs, tmp_path / "site", quiet=True)
     server = Server(built)
     try:
         with launched_browser() as browser, recording_page(browser, {"width": 1400, "height": 1000}) as page:

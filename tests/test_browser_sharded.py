@@ -11,20 +11,18 @@ import pytest
 
 from cbsite.generator import build_site
 from tests.test_browser_site import CHROMIUM, Server, _outside, launched_browser, recording_page
-from tests.test_site_sharded import RUNS
 
 COMMUNICATION = "#c2185b"  # runpage.js KIND
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (make browser)"),
-    pytest.mark.skipif(not (RUNS / "row-wise").is_dir(), reason="the committed sharded runs are absent"),
 ]
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
+def site(demo_runs, tmp_path_factory):
     base = tmp_path_factory.mktemp("sharded-browser")
-    shutil.copytree(RUNS, base / "runs" / "dlrm-sharded")
+    shutil.copytree(demo_runs / "dlrm-sharded", base / "runs" / "dlrm-sharded")
     built = build_site(base / "runs", base / "site", quiet=True)
     server = Server(built)
     yield server, built
@@ -94,7 +92,7 @@ DETAILS = """() => Object.fromEntries(Array.from(document.querySelectorAll('#cbs
     .map(tr => [tr.children[0].textContent, Array.from(tr.children).slice(1).map(td => td.textContent)]))"""
 
 
-def test_rank_selector_also_switches_totals_and_details(site):
+def test_rank_selector_also_switches_totals_and_details(demo_runs, site):
     """Choosing a rank shows that rank everywhere: the Totals are its root row, and the details panel of the open
     component shows that rank's row (its rank, latency, peak memory); back on all ranks, the page is as it was."""
     from cbsite import archive
@@ -102,7 +100,7 @@ def test_rank_selector_also_switches_totals_and_details(site):
 
     server, built = site
     run_dir = next((built / "runs" / "dlrm-sharded" / "row-wise").iterdir())
-    ranks = archive.read_run(RUNS / "row-wise" / run_dir.name).ranks
+    ranks = archive.read_run(demo_runs / "dlrm-sharded" / "row-wise" / run_dir.name).ranks
     rows = {(r["rank"], r["phase"], r["path"]): r for r in ranks.iter_rows(named=True)}
     # A component whose forward latency differs between the ranks, as the page shows it.
     path = next(p for (rk, ph, p) in rows if rk == 0 and ph == "forward" and p and rows[(0, ph, p)]["latency_ms"] is not None

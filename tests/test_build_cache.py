@@ -102,8 +102,8 @@ def test_a_changed_run_is_computed_again_with_its_diffs(tmp_path, counted):
     assert len(list((cache / "diffs").iterdir())) == 2
 
 
-def test_the_cache_of_the_committed_runs_gives_the_same_site(tmp_path, counted):
-    runs = Path(__file__).resolve().parents[1] / "runs"
+def test_the_cache_of_the_demo_runs_gives_the_same_site(demo_runs, tmp_path, counted):
+    runs = demo_runs
     cold = _build(runs, tmp_path / "a", tmp_path / "cache")
     n_runs, n_diffs = len(counted["runs"]), len(counted["diffs"])
     assert n_runs >= 4 and n_diffs >= 1

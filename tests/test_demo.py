@@ -17,12 +17,10 @@ import cbsite.collector.session.compare as compare_module
 from cbsite.cli import DEMO, DEMO_PLUGINS, DEMO_QUICK_COMPARE, DEMO_QUICK_PLUGINS, main
 from cbsite.collector.device import cpu_name
 
-ROOT = Path(__file__).resolve().parents[1]
 
-
-def _demo_run(runs: Path, model: str, version: str, **changes) -> Path:
-    """A committed demo run's run.json, as if collected on this machine with this torch."""
-    source = next((ROOT / "runs" / model / version).iterdir())
+def _demo_run(demo_runs: Path, runs: Path, model: str, version: str, **changes) -> Path:
+    """A demo run's run.json (from the tests' archive), as if collected on this machine with this torch."""
+    source = next((demo_runs / model / version).iterdir())
     meta = json.loads((source / "run.json").read_text())
     meta["device"]["name"] = cpu_name()
     meta["versions"]["torch"] = torch.__version__
@@ -60,11 +58,11 @@ def recorded(monkeypatch):
     return seen
 
 
-def test_quick_demo_compares_the_dlrm_pair_and_keeps_unchanged_runs(tmp_path, monkeypatch, recorded):
+def test_quick_demo_compares_the_dlrm_pair_and_keeps_unchanged_runs(demo_runs, tmp_path, monkeypatch, recorded):
     monkeypatch.chdir(tmp_path)
     runs = tmp_path / "runs"
     for _, name, version, _ in DEMO[2:]:
-        _demo_run(runs, name, version)
+        _demo_run(demo_runs, runs, name, version)
     assert main(["demo", "--runs", str(runs), "--collect-only", "--no-progress"]) == 0
     (base, head, cfg), = recorded["compare"]
     assert (base.version, head.version) == ("v1", "v2")
@@ -74,20 +72,20 @@ def test_quick_demo_compares_the_dlrm_pair_and_keeps_unchanged_runs(tmp_path, mo
     assert recorded["sweep"] == 1
 
 
-def test_quick_demo_collects_what_the_archive_lacks_or_holds_collected_otherwise(tmp_path, monkeypatch, recorded):
+def test_quick_demo_collects_what_the_archive_lacks_or_holds_collected_otherwise(demo_runs, tmp_path, monkeypatch, recorded):
     monkeypatch.chdir(tmp_path)
     runs = tmp_path / "runs"
-    _demo_run(runs, "deepfm", "v1", min_run_time=0.05)  # another budget: not the same collection
+    _demo_run(demo_runs, runs, "deepfm", "v1", min_run_time=0.05)  # another budget: not the same collection
     assert main(["demo", "--runs", str(runs), "--collect-only", "--no-progress"]) == 0
     assert [r.model_name for r in recorded["collect"]] == ["deepfm", "nanogpt"]
     assert all(r.config.plugins == DEMO_QUICK_PLUGINS for r in recorded["collect"])
 
 
-def test_full_demo_recollects_every_model_with_compile(tmp_path, monkeypatch, recorded):
+def test_full_demo_recollects_every_model_with_compile(demo_runs, tmp_path, monkeypatch, recorded):
     monkeypatch.chdir(tmp_path)
     runs = tmp_path / "runs"
     for _, name, version, _ in DEMO[2:]:
-        _demo_run(runs, name, version)
+        _demo_run(demo_runs, runs, name, version)
     assert main(["demo", "--full", "--runs", str(runs), "--collect-only", "--no-progress"]) == 0
     (base, _, cfg), = recorded["compare"]
     assert (cfg.processes, cfg.pairs) == (compare_module.CompareConfig().processes, compare_module.CompareConfig().pairs)

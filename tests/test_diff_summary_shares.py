@@ -11,7 +11,6 @@ import itertools
 import re
 from pathlib import Path
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 
 from cbsite import archive
@@ -21,7 +20,6 @@ from tests.runfactory import make_run
 from tests.test_diff import revisions
 
 ROOT = Path(__file__).resolve().parent.parent
-RUNS = ROOT / "runs"
 SHARE = re.compile(r"(-|\u2212)?(\d+)% (each|together|\)|of the)|\((-|\u2212)?(\d+)%\)")
 
 
@@ -53,14 +51,9 @@ def check_summary(rd: cdiff.RunDiff, model: str) -> str:
     return text
 
 
-needs_runs = pytest.mark.skipif(not (RUNS / "dlrm-sharded").is_dir() or not (RUNS / "dlrm").is_dir(),
-                                reason="the committed runs are absent")
-
-
-@needs_runs
-def test_sharded_diff_says_the_parts_cancel_out():
+def test_sharded_diff_says_the_parts_cancel_out(demo_runs):
     """Table-wise -> row-wise: tables moved between ranks, +2.56 MB here, -2.56 MB there, -32 B net."""
-    rd = cdiff.diff_runs(_newest(RUNS / "dlrm-sharded" / "table-wise"), _newest(RUNS / "dlrm-sharded" / "row-wise"))
+    rd = cdiff.diff_runs(_newest(demo_runs / "dlrm-sharded" / "table-wise"), _newest(demo_runs / "dlrm-sharded" / "row-wise"))
     text = check_summary(rd, "dlrm-sharded")
     assert "2000000%" not in text and "together" not in _where(text)
     assert "Parameter memory: own changes cancel out (+2.56 MB up, \u22122.56 MB down, \u221232 B net" in text
@@ -72,22 +65,25 @@ def test_sharded_diff_says_the_parts_cancel_out():
         assert (diffdata.cancelled(rd, metric, "forward") is None) == (rd.cancelled(metric, "forward") is None)
 
 
-@needs_runs
-def test_dlrm_diff_gives_peak_memory_no_share():
-    rd = cdiff.diff_runs(_newest(RUNS / "dlrm" / "v1"), _newest(RUNS / "dlrm" / "v2"))
+def test_dlrm_diff_gives_peak_memory_no_share(demo_runs):
+    rd = cdiff.diff_runs(_newest(demo_runs / "dlrm" / "v1"), _newest(demo_runs / "dlrm" / "v2"))
     text = check_summary(rd, "dlrm")
-    assert "peak memory growth (56%)" not in text
-    assert "the largest own forward peak memory growth is in sparse_arch.embedding_bag_collection (EmbeddingBagCollection, +" in text
+    assert "peak memory growth (" not in text and "peak memory reduction (" not in text
+    total = rd.totals["forward"]["peak_memory_bytes"].delta
+    if total:  # named with its type and amount, never a share (peaks are maxima)
+        c = _largest_own(rd, "peak_memory_bytes", "forward")
+        grew = "growth" if total > 0 else "reduction"
+        assert (f"the largest own forward peak memory {grew} is in {cdiff.display_path(c.path, 'dlrm')} "
+                f"({cdiff._short_type(c.module_type)}, {'+' if total > 0 else chr(0x2212)}") in text
     # Shares that add up stay: the eight tied tables.
     assert "8 components tie for the largest part of the parameter memory growth (12% each, 98% together)" in text
 
 
-@needs_runs
-def test_every_committed_pair_of_versions_prints_readable_shares():
+def test_every_committed_pair_of_versions_prints_readable_shares(demo_runs):
     """Every pair of versions of a committed model, both ways (the demo study's once read
     "Dense_arch.model accounts for 647% of the parameter memory growth")."""
     seen = 0
-    for folder in sorted(p for p in RUNS.iterdir() if p.is_dir() and not p.name.startswith("_")):
+    for folder in sorted(p for p in demo_runs.iterdir() if p.is_dir() and not p.name.startswith("_")):
         versions = sorted(p for p in folder.iterdir() if p.is_dir())
         for a, b in itertools.permutations(versions, 2):
             text = check_summary(cdiff.diff_runs(_newest(a), _newest(b)), folder.name)
@@ -139,44 +135,54 @@ def test_no_share_printed_is_above_100_or_below_0_percent(pair):
     check_summary(rd, "m")
 
 
-@needs_runs
-def test_where_latency_grew_follows_the_verdicts_and_names_each_phase():
-    """The committed dlrm v1 -> v2 pair: backward latency grew by +4.51 ms, 69 % of it in
-    sparse_arch.embedding_bag_collection's own time. Its within-run intervals overlap (the demo runs had one
-    round), so the noise rule left it out and the summary once said "the largest part of the latency growth
-    (38%)" of the forward's +0.156 ms alone. Judged by the comparison session, it regressed: the summary, the PR
-    comment and the diff page name it, each latency clause with its phase."""
+def _largest_own(rd: cdiff.RunDiff, metric: str, phase: str, counts=None) -> cdiff.ComponentDelta | None:
+    """The component with the largest own change of `metric` in the direction of the whole model's change:
+    where the summary must say the change is (derived from the runs read, never pinned)."""
+    grew = rd.totals[phase][metric].delta > 0
+    return next((c for c in rd.top(metric, phase, len(rd.components), counts) if (c.self_delta[metric] > 0) == grew), None)
+
+
+def test_where_latency_grew_follows_the_verdicts_and_names_each_phase(demo_runs):
+    """The dlrm v1 -> v2 pair was measured in one comparison session. Its within-run intervals alone once left
+    the backward growth out (the noise rule) and the summary explained the forward's small growth only. Judged
+    by the comparison, each phase whose verdict is a change gets a clause that names its phase and the largest
+    own change among the components judged changed; a phase judged otherwise gets none."""
     from cbsite import comparison, review
 
-    base, head = _newest(RUNS / "dlrm" / "v1"), _newest(RUNS / "dlrm" / "v2")
+    base, head = _newest(demo_runs / "dlrm" / "v1"), _newest(demo_runs / "dlrm" / "v2")
     rd = cdiff.diff_runs(base, head)
-    unjudged = rd.summary()
-    assert "the largest part of the forward latency growth (38%) is in over_arch.model.0._mlp.1._linear" in unjudged
-    ebc = next(c for c in rd.for_phase("backward") if c.path == "sparse_arch.embedding_bag_collection")
-    assert ebc.noise["latency_ms"] and ebc.self_delta["latency_ms"] > 3.0  # the noise rule drops it ...
-    evidence = comparison.evidence_for(RUNS, base, head, {c.path: c.base_path for c in rd.components if c.base_path})
+    evidence = comparison.evidence_for(demo_runs, base, head, {c.path: c.base_path for c in rd.components if c.base_path})
     assert evidence is not None and evidence.paired
-    assert review.latency_changed(ebc, evidence.verdicts())  # ... the comparison judged it regressed
-    judged = rd.summary(latency=review.root_verdicts(evidence, rd), latency_counts=review.latency_counts(evidence))
-    assert ("most of the backward latency growth (69%) is in sparse_arch.embedding_bag_collection "
-            "(EmbeddingBagCollection)") in judged
-    assert "the largest part of the forward latency growth (38%) is in over_arch.model.0._mlp.1._linear" in judged
+    verdicts, counts = review.root_verdicts(evidence, rd), review.latency_counts(evidence)
+    judged = rd.summary(latency=verdicts, latency_counts=counts)
+    where = _where(judged)
+    for phase in rd.phases:
+        delta = rd.totals[phase]["latency_ms"].delta
+        clause = f"{phase} latency {'growth' if delta > 0 else 'reduction'}"
+        c = _largest_own(rd, "latency_ms", phase, counts)
+        if verdicts.get(phase) in ("regressed", "improved") and c is not None:
+            assert clause in where and cdiff.display_path(c.path, "dlrm") in where, (phase, where)
+        else:
+            assert f"{phase} latency growth" not in where and f"{phase} latency reduction" not in where, (phase, where)
+    # Every latency clause names its phase.
+    assert where.count("latency growth") + where.count("latency reduction") == sum(
+        where.count(f"{p} latency {w}") for p in rd.phases for w in ("growth", "reduction"))
     assert judged in review.markdown(rd, latency=evidence)
     # A component the comparison found unchanged is never where latency changed, whatever its own difference.
     unchanged = {k for k, v in evidence.verdicts().items() if v.verdict not in review.CHANGE_VERDICTS}
-    for c in rd.top("latency_ms", "backward", 100, review.latency_counts(evidence)):
-        assert (c.path, "backward") not in unchanged or c.kind in ("added", "removed")
+    for phase in rd.phases:
+        for c in rd.top("latency_ms", phase, 100, counts):
+            assert (c.path, phase) not in unchanged or c.kind in ("added", "removed")
 
 
-@needs_runs
-def test_a_comparisons_verdicts_are_judged_once(monkeypatch):
+def test_a_comparisons_verdicts_are_judged_once(demo_runs, monkeypatch):
     """A PR comment asks the evidence for its verdicts once per section (summary, where, latency table, gate):
     each a t-test per component, judged once and handed out as copies."""
     from cbsite import comparison, review, stats
 
-    base, head = _newest(RUNS / "dlrm" / "v1"), _newest(RUNS / "dlrm" / "v2")
+    base, head = _newest(demo_runs / "dlrm" / "v1"), _newest(demo_runs / "dlrm" / "v2")
     rd = cdiff.diff_runs(base, head)
-    evidence = comparison.evidence_for(RUNS, base, head, {c.path: c.base_path for c in rd.components if c.base_path})
+    evidence = comparison.evidence_for(demo_runs, base, head, {c.path: c.base_path for c in rd.components if c.base_path})
     calls = []
     judge = stats.paired_many
     monkeypatch.setattr(stats, "paired_many", lambda *a, **k: calls.append(1) or judge(*a, **k))

@@ -21,12 +21,12 @@ ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = ROOT / "cbsite" / "generator" / "templates"
 
 
-def _project(tmp_path: Path, nav: bool) -> Path:
+def _project(tmp_path: Path, nav: bool, runs: Path) -> Path:
     proj = tmp_path / "team-docs"
     (proj / "docs").mkdir(parents=True)
     (proj / "docs" / "index.md").write_text("# Team docs\n\nOur [performance reports](perf/index.md).\n")
     (proj / "docs" / "guide.md").write_text("# Guide\n\nHow we work.\n")
-    shutil.copytree(ROOT / "runs", proj / "runs")
+    shutil.copytree(runs, proj / "runs")
     nav_yaml = "nav:\n  - Home: index.md\n  - Guide: guide.md\n" if nav else ""
     (proj / "mkdocs.yml").write_text(textwrap.dedent("""\
         site_name: Team docs
@@ -58,8 +58,8 @@ def _build(proj: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("nav", [True, False], ids=["explicit-nav", "automatic-nav"])
-def test_plugin_adds_the_archive_under_a_prefix(tmp_path, nav):
-    proj = _project(tmp_path, nav)
+def test_plugin_adds_the_archive_under_a_prefix(demo_runs, tmp_path, nav):
+    proj = _project(tmp_path, nav, demo_runs)
     _build(proj)
     site = proj / "site"
     refs = archive.list_runs(proj / "runs")
@@ -109,14 +109,14 @@ def test_plugin_adds_the_archive_under_a_prefix(tmp_path, nav):
     assert any(loc.startswith("guide/") for loc in locations)
 
 
-def test_plugin_and_cbsite_build_share_the_page_generator(tmp_path):
+def test_plugin_and_cbsite_build_share_the_page_generator(demo_runs, tmp_path):
     """The same archive gives the same page Markdown and data files under the plugin's prefix as in the
     project `cbsite build` generates (both come from build.render_docs)."""
     from cbsite.generator import build
     from cbsite.generator.catalog import load_catalog
     from cbsite.generator.config import SiteConfig
 
-    catalog = load_catalog((ROOT / "runs").resolve(), ())
+    catalog = load_catalog(demo_runs.resolve(), ())
     site = SiteConfig(base={}, perfetto_origin="https://ui.perfetto.dev", source=None)
     a, b = tmp_path / "a", tmp_path / "b" / "perf"
     os.environ["CBSITE_BUILD_JOBS"] = "1"
@@ -131,8 +131,8 @@ def test_plugin_and_cbsite_build_share_the_page_generator(tmp_path):
     assert all((a / f).read_bytes() == (b / f).read_bytes() for f in files_a)
 
 
-def test_plugin_refuses_a_missing_archive(tmp_path):
-    proj = _project(tmp_path, nav=False)
+def test_plugin_refuses_a_missing_archive(demo_runs, tmp_path):
+    proj = _project(tmp_path, nav=False, runs=demo_runs)
     shutil.rmtree(proj / "runs")
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict"], cwd=proj, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0

@@ -1,5 +1,5 @@
 """cbsite as a wheel: the site's templates ship inside the package, so an installed cbsite with no source tree
-builds a site from the committed runs.
+builds a site from the demo runs (tests/data/runs).
 
 The wheel is built from a copy of the package's sources (never in the repository, where setuptools would leave
 build/ behind), with the development venv's setuptools (`--no-build-isolation`: no package index needed).
@@ -62,7 +62,7 @@ def test_wheel_carries_every_template(wheel):
         assert needed in shipped
 
 
-def test_installed_wheel_builds_the_committed_runs(wheel, tmp_path):
+def test_installed_wheel_builds_the_demo_runs(demo_runs, wheel, tmp_path):
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp_path)
     py = venv / "bin" / "python"
@@ -70,8 +70,8 @@ def test_installed_wheel_builds_the_committed_runs(wheel, tmp_path):
     purelib = Path(_run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=tmp_path).stdout.strip())
     (purelib / "zz_cbsite_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
 
-    work = tmp_path / "work"  # a user's folder: the committed runs, no source tree, no mkdocs.yml
-    shutil.copytree(ROOT / "runs", work / "runs")
+    work = tmp_path / "work"  # a user's folder: the demo runs, no source tree, no mkdocs.yml
+    shutil.copytree(demo_runs, work / "runs")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["CBSITE_BUILD_JOBS"] = "1"
     where = _run([str(py), "-c", "import cbsite, cbsite.generator.pages as p; print(cbsite.__file__); print(p.TEMPLATES)"],

@@ -1,5 +1,6 @@
-"""Honest peaks: calibration in a clean worker (repeats, start and end), re-calibration on a component's
-own shapes when it beats the peak, null ratios for FLOP-free modules, and never a silent MFU above 100 %.
+"""Honest peaks: calibration in a clean worker (repeats, start and end), a row that beats the peak re-timed against
+dense matmuls of known FLOPs (a miscount never raises the peak: it is FLOPs suspect), null ratios for FLOP-free
+modules, and never a silent MFU above 100 %.
 
 The collections here calibrate for real (a few seconds each); what they assert never depends on how
 fast the machine is: a peak that is deliberately low is given or planted, never hoped for.
@@ -37,11 +38,11 @@ def label(row: dict) -> str:
 
 
 def assert_no_silent_mfu(run) -> None:
-    """Every row above 100 % MFU carries the note and is named by a run warning."""
+    """Every row above 100 % MFU carries a note (timing noise, or FLOPs suspect) and is named by a run warning."""
     text = " ".join(run.meta["warnings"])
     for row in rows_of(run):
         if row["mfu"] is not None and row["mfu"] > 1:
-            assert any(n.startswith(peaks.MFU_NOTE) for n in row["notes"]), label(row)
+            assert any(n.startswith((peaks.MFU_NOTE, peaks.FLOPS_SUSPECT_NOTE)) for n in row["notes"]), label(row)
             assert label(row) in text, f"{label(row)} has MFU {row['mfu']:.2f} and no run warning names it"
 
 
@@ -61,10 +62,10 @@ def test_low_given_peak_warns_and_no_mfu_above_one_goes_unnamed(low_given_peak_r
     shapes = dev["calibration"]["component_shapes"]
     assert shapes["peak_before"] == 1e6 and shapes["source_before"] == "given"
     assert {c["path"] for c in shapes["components"]} >= {"0", "3"}  # both Linears beat 1 MFLOP/s
-    # The peak was raised on the components' own matmul shapes (and says so), or kept with a warning.
+    # The peak was raised by dense matmuls of known FLOPs (and says so), or kept with a warning.
     peak = dev["peak_flops"]["float32"]
     if peak > 1e6:
-        assert dev["peak_source"]["flops"].startswith("calibrated (component shapes: ")
+        assert dev["peak_source"]["flops"].startswith(("calibrated (component shapes: ", "calibrated (dense matmul "))
         assert any("the peak was raised to" in w for w in warnings)
     for table in (run.table("forward"), run.table("backward")):
         tree.self_check(tree.build_tree(table.to_dicts()))
@@ -121,14 +122,110 @@ def test_shape_recalibration_raises_a_low_calibrated_peak(monkeypatch):
     assert replays == []
     dev = run.meta["device"]
     assert dev["peak_flops"]["float32"] > 1e6
-    assert dev["peak_source"]["flops"].startswith("calibrated (component shapes: ")
+    assert dev["peak_source"]["flops"].startswith(("calibrated (component shapes: ", "calibrated (dense matmul "))
     assert dev["calibration"]["used"]["flops"] == "start"  # start and end agree: 1 MFLOP/s
     components = dev["calibration"]["component_shapes"]["components"]
     linear = next(c for c in components if c["path"] == "0")
     assert [(op["op"], op["calls"]) for op in linear["ops"]] == [("addmm(256, 32x128, 128x256)", 1)]  # as counted
     assert linear["ops"][0]["flops"] == 2 * 32 * 128 * 256 and linear["ceiling_flops_per_s"] > 1e6
+    assert linear["count_verified"]  # a Linear's whole count is its addmm's 2*M*N*K
+    # The reference matmul is sized to the row's FLOPs per call: a square n^3 within 25 % of them, n a multiple of 8.
+    n = int(linear["reference"]["op"].split("(")[1].split("x")[0])
+    assert n % 8 == 0 and linear["reference"]["flops"] == 2 * n**3
+    assert linear["reference"]["op"] == f"mm({n}x{n}, {n}x{n})" and abs(2 * n**3 / (2 * 32 * 128 * 256) - 1) < 0.25
     assert any("the peak was raised to" in w for w in run.meta["warnings"])
+    assert not any(n.startswith(peaks.FLOPS_SUSPECT_NOTE) for r in rows_of(run) for n in r["notes"])  # counts are right
     assert_no_silent_mfu(run)
+
+
+def inflated_conv_formula(factor: int):
+    """A convolution FLOP formula `factor` times too high: a miscount the peak check must not take for speed."""
+    from torch.utils.flop_counter import conv_flop
+
+    def formula(*args, **kwargs):  # on shapes, as FlopCounterMode calls a custom formula
+        return factor * conv_flop.__wrapped__(*args, **kwargs)  # torch's forward count (right for any groups)
+
+    return formula
+
+
+def depthwise() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(32, 32, 3, padding=1, groups=32), nn.ReLU(), nn.Conv2d(32, 16, 1))
+
+
+def test_a_miscounted_module_is_flops_suspect_and_never_raises_the_peak(monkeypatch):
+    """A convolution counted 1000x too high beats the calibrated peak; re-timing it on its own shapes would time its
+    own miscount. Dense matmuls of known FLOPs do not reach its rate: the peak stays what calibration measured, the
+    row says FLOPs suspect and a run warning names it."""
+    monkeypatch.setitem(counting.EXTRA_FLOP_FORMULAS, torch.ops.aten.convolution, inflated_conv_formula(1000))
+    config = CollectConfig(min_run_time=0.01, warmup=1, progress=False, phases=("forward",), step=False)
+    run = profile(depthwise(), torch.randn(8, 32, 32, 32), config=config)
+    dev = run.meta["device"]
+    cal = dev["calibration"]
+    calibrated = max(cal["start"]["flops"], cal["end"]["flops"])
+    shapes = cal["component_shapes"]
+    assert shapes["peak_before"] == calibrated
+    # Not raised by the count: at most by a dense matmul that ran faster than the calibration (noise, a few %).
+    peak = dev["peak_flops"]["float32"]
+    assert peak < 2 * calibrated
+    assert dev["peak_source"]["flops"] == "calibrated" or dev["peak_source"]["flops"].startswith("calibrated (dense matmul ")
+    conv = next(c for c in shapes["components"] if c["path"] == "0")
+    assert conv["not_independent"] and conv["ops"] == [] and not conv["count_verified"]  # its conv call is not timed
+    assert conv["reference"]["op"] == "mm(1024x1024, 1024x1024)"  # sized to its (inflated) FLOPs, at the cap
+    rows = {r["path"]: r for r in rows_of(run)}
+    text = " ".join(run.meta["warnings"])
+    for path in ("0", ""):  # the convolution and the root that holds it
+        row = rows[path]
+        assert row["mfu"] > peaks.SUSPECT_FACTOR
+        assert any(n.startswith(peaks.FLOPS_SUSPECT_NOTE) for n in row["notes"]), row["notes"]
+        assert label(row) in text
+    assert any(w.startswith(f"{peaks.FLOPS_SUSPECT_NOTE} for ") for w in run.meta["warnings"])
+    assert_no_silent_mfu(run)
+
+
+def test_a_verified_count_above_the_peak_is_noise_and_an_unverified_one_is_suspect():
+    """Two rows at twice a peak no CPU reaches (10 TFLOP/s, given): the one whose count is its addmm's 2*M*N*K is timing
+    noise (MFU note); the one counted 1000x its addmm is FLOPs suspect. Neither raises the peak: the dense matmuls of
+    known FLOPs timed for them run far below it."""
+    a = ("tensor", (64, 64), (64, 1), "float32", "cpu")
+    addmm = ("aten::addmm", (("tensor", (64,), (1,), "float32", "cpu"), a, a), ())
+    right = 2 * 64**3
+
+    def row(path: str, flops: int) -> dict:
+        return {"path": path, "phase": "forward", "status": "measured", "flops": flops, "call_count": 1, "notes": [],
+                "latency_ms": flops / 2e13 * 1e3, "bytes_moved": 0}  # 20 TFLOP/s as counted
+
+    rows = [row("right", right), row("wrong", 1000 * right)]
+    counts = {p: counting.Counts(flops=r["flops"], bytes_moved=0, unsupported_ops=[], flops_by_op={}, op_calls={},
+                                 matmul_calls={addmm: 1}) for p, r in (("right", rows[0]), ("wrong", rows[1]))}
+    info = {"dtype": "float32", "num_threads": 1, "peak_flops": {"float32": 1e13}, "peak_bandwidth": None,
+            "peak_source": {"flops": "given", "bandwidth": None}}
+    warnings = peaks.check_peaks(rows, info, lambda path, phase: counts.get(path), shapes_budget_s=2.0)
+    assert info["peak_flops"]["float32"] == 1e13 and info["peak_source"]["flops"] == "given"
+    records = {r["path"]: r for r in info["calibration"]["component_shapes"]["components"]}
+    assert records["right"]["count_verified"] and not records["wrong"]["count_verified"]
+    assert records["wrong"]["reference"]["op"] == "mm(640x640, 640x640)"  # 1000 * 2 * 64^3 = 2 * 640^3
+    noisy, suspect = rows
+    assert [n.split(":")[0] for n in noisy["notes"]] == [peaks.MFU_NOTE]
+    assert [n.split(":")[0] for n in suspect["notes"]] == [peaks.FLOPS_SUSPECT_NOTE]
+    assert any(w.startswith(f"{peaks.FLOPS_SUSPECT_NOTE} for 1 row(s): wrong (forward)") for w in warnings), warnings
+    assert any(w.startswith("MFU above 100 % remains for 1 row(s) after re-calibration: right (forward)") for w in warnings)
+
+
+def test_dense_matmul_flops_come_from_shapes_alone():
+    def t(*shape):
+        return ("tensor", shape, (), "float32", "cpu")
+
+    assert peaks.dense_matmul_flops(("aten::mm", (t(4, 5), t(5, 6)), ())) == 2 * 4 * 5 * 6
+    assert peaks.dense_matmul_flops(("aten::addmm", (t(6), t(4, 5), t(5, 6)), ())) == 2 * 4 * 5 * 6
+    assert peaks.dense_matmul_flops(("aten::bmm", (t(3, 4, 5), t(3, 5, 6)), ())) == 2 * 3 * 4 * 5 * 6
+    assert peaks.dense_matmul_flops(("aten::baddbmm", (t(3, 4, 6), t(3, 4, 5), t(3, 5, 6)), ())) == 2 * 3 * 4 * 5 * 6
+    conv = ("aten::convolution", (t(1, 8, 9, 9), t(8, 1, 3, 3), ("value", None)), ())
+    assert peaks.dense_matmul_flops(conv) is None  # a formula's word, not a shape's
+    sig = peaks.reference_matmul(2 * 200**3, "bfloat16", "cpu")
+    assert sig == ("aten::mm", (("tensor", (200, 200), (200, 1), "bfloat16", "cpu"),) * 2, ())
+    assert peaks.reference_matmul(1.0, "float32", "cpu")[1][0][1] == (peaks.REFERENCE_N[0],) * 2
+    assert peaks.reference_matmul(1e15, "float32", "cpu")[1][0][1] == (peaks.REFERENCE_N[1],) * 2
 
 
 def test_derive_ratios_are_null_where_the_numerator_is_zero():

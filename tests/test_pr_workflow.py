@@ -5,7 +5,7 @@
   index, fbgemm's CPU build (never the CUDA `fbgemm-gpu` on a CPU runner), torchrec with --no-deps and then
   the same hand-listed requirements, submitit, and cbsite with its site extra;
 * every `cbsite` command it runs names a real verb and real options, and the diff and publish steps run
-  against a copy of the committed runs (collect is not run: it would measure a model; its options are checked).
+  against a copy of the demo runs (tests/data/runs) (collect is not run: it would measure a model; its options are checked).
 """
 
 from __future__ import annotations
@@ -124,13 +124,13 @@ def test_workflow_cbsite_commands_name_real_options():
 
 
 @pytest.fixture
-def substitutions(tmp_path) -> dict[str, str]:
-    shutil.copytree(ROOT / "runs", tmp_path / "runs")
+def substitutions(demo_runs, tmp_path) -> dict[str, str]:
+    shutil.copytree(demo_runs, tmp_path / "runs")
     return {"$RUNS": str(tmp_path / "runs"), "$MODEL": "dlrm", "$BASE_VERSION": "v1", "$HEAD_VERSION": "v2",
             "$SITE_URL": "https://example.github.io/models", "${{ github.event.pull_request.number }}": "42"}
 
 
-def test_workflow_diff_and_publish_run_on_the_committed_runs(tmp_path, substitutions):
+def test_workflow_diff_and_publish_run_on_the_demo_runs(tmp_path, substitutions):
     env = {**os.environ, "CBSITE_BUILD_JOBS": "1"}
     ran = set()
     for name, args in _cbsite_commands():

@@ -387,8 +387,10 @@ def test_failed_counts_count_failed_parents_and_backwards(fast_config):
     assert rows[("0", "forward")]["status"] == "estimated"  # failed, estimated from its child
     assert rows[("", "forward")]["status"] == "estimated"  # the root replays 0, so it fails too
     assert rows[("2", "backward")]["status"] == "failed" and rows[("2", "forward")]["status"] == "measured"
-    # Failed phases: the root and 0 in both phases (their rows say estimated), 2's backward.
-    assert run.meta["counts"]["failed"] == 5
+    # Failed measurements: the root and 0 in both phases (their rows say estimated), 2's backward; the counts
+    # follow the forward rows, where nothing is left failed.
+    assert run.meta["failed_measurements"] == 5
+    assert run.meta["counts"]["failed"] == 0 and run.meta["counts"]["estimated"] == 2
     assert run.meta["components"] == 5
 
 

@@ -15,21 +15,25 @@ from cbsite import diff as cdiff
 from cbsite.errors import CbsiteError
 from cbsite.generator import build_site
 
-RUNS = Path(__file__).resolve().parent.parent / "runs" / "dlrm-sharded"
 PLANS = ("table-wise", "row-wise")
 OUTPUT_DIST = "sparse_arch.embedding_bag_collection.output_dist"
 
-pytestmark = pytest.mark.skipif(not all((RUNS / p).is_dir() for p in PLANS), reason="the committed sharded runs are absent")
-
-
-def _run(plan: str) -> archive.Run:
-    return archive.read_run(next(p for p in sorted((RUNS / plan).iterdir()) if not p.name.startswith(".")))
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def sharded(demo_runs) -> Path:
+    """The demo's two sharded runs of one model (table-wise and row-wise plans), in the tests' archive."""
+    return demo_runs / "dlrm-sharded"
+
+
+def _run(sharded: Path, plan: str) -> archive.Run:
+    return archive.read_run(next(p for p in sorted((sharded / plan).iterdir()) if not p.name.startswith(".")))
+
+
+@pytest.fixture(scope="module")
+def built(sharded, tmp_path_factory):
     base = tmp_path_factory.mktemp("sharded")
-    shutil.copytree(RUNS, base / "runs" / "dlrm-sharded")
+    shutil.copytree(sharded, base / "runs" / "dlrm-sharded")
     return build_site(base / "runs", base / "site", quiet=True)
 
 
@@ -38,8 +42,8 @@ def _page(built: Path, plan: str) -> Path:
 
 
 @pytest.mark.parametrize("plan", PLANS)
-def test_run_page_has_every_rank_and_the_summary(built, plan):
-    run = _run(plan)
+def test_run_page_has_every_rank_and_the_summary(sharded, built, plan):
+    run = _run(sharded, plan)
     folder = _page(built, plan)
     html = (folder / "index.html").read_text().replace("<wbr>", "")  # paths break after a dot (<wbr>)
     assert 'id="cbsite-rank"' in html
@@ -93,8 +97,8 @@ def test_non_sharded_diff_has_no_communication_section(tmp_path):
     assert 'id="cbsite-rank"' not in next((built / "runs" / "toy" / "v1").rglob("index.html")).read_text()
 
 
-def test_gate_judges_communication_bytes_of_sharded_runs():
-    rd = cdiff.diff_runs(_run("table-wise"), _run("row-wise"))
+def test_gate_judges_communication_bytes_of_sharded_runs(sharded):
+    rd = cdiff.diff_runs(_run(sharded, "table-wise"), _run(sharded, "row-wise"))
     stage = next(t for t in rd.traffic if t.phase == "forward" and t.path == OUTPUT_DIST)
     assert stage.base["comm_bytes_sent"] == 131072 and stage.head["comm_bytes_sent"] == 262144
     assert stage.change("comm_bytes") == pytest.approx(0.5)
@@ -109,7 +113,7 @@ def test_gate_judges_communication_bytes_of_sharded_runs():
     # The whole model: the root's traffic.
     assert {b.phase for b in review.check(rd, review.parse_rules(["comm_bytes>+10%"])).breaches} == {"forward", "backward"}
     # The other way round, the bytes shrink: the rule holds.
-    assert review.check(cdiff.diff_runs(_run("row-wise"), _run("table-wise")),
+    assert review.check(cdiff.diff_runs(_run(sharded, "row-wise"), _run(sharded, "table-wise")),
                         review.parse_rules(["*output_dist:comm_bytes_sent>+10%"])).passed
     # A glob that matches nothing is still refused.
     with pytest.raises(CbsiteError, match="matches no component"):
@@ -127,8 +131,8 @@ def test_gate_on_runs_without_traffic_says_so(tmp_path):
     assert gate.passed and gate.unknown and "no collective traffic" in gate.unknown[0]
 
 
-def test_pr_summary_lists_the_communication_changes():
-    rd = cdiff.diff_runs(_run("table-wise"), _run("row-wise"))
+def test_pr_summary_lists_the_communication_changes(sharded):
+    rd = cdiff.diff_runs(_run(sharded, "table-wise"), _run(sharded, "row-wise"))
     md = review.markdown(rd, review.check(rd, review.parse_rules(["*output_dist:comm_bytes_sent>+10%"])))
     section = md[md.index("### Communication (forward)"):md.index("### Gate")]
     line = next(x for x in section.splitlines() if x.startswith(f"| `{OUTPUT_DIST}` |"))

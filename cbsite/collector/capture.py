@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import collections.abc
 import contextlib
+import copy
 import dataclasses
+import enum
+import types
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Sequence
@@ -42,15 +45,41 @@ class Call:
     # Per tensor leaf of (args, kwargs) in pytree order: did it require grad in the full model?
     requires_grad: list[bool]
     # Did the module write into an input during this call in the full model (an in-place activation)?
-    # Seen by the capture from the inputs' version counters; None where it was not watched.
+    # Seen by the capture from the inputs' version counters (tensors held in state objects too); None where it was
+    # not watched.
     mutates_inputs: bool | None = None
+    # Does an input hold state a call may change (a transformers cache, a list or a plain object: anything that is
+    # not a tensor, an immutable value or a module)? Then args/kwargs hold a copy of it as of the call (`snapshot`),
+    # and every replay gets a copy of its own.
+    stateful: bool = False
+    # ids of the tensors held in that state (snapshot copies) that required grad in the full model.
+    state_grad: frozenset[int] = frozenset()
+    # Did the call itself change that state (capture.state_signature before and after it)? None where not watched.
+    state_changed: bool | None = None
+    # Why the state could not be copied (`Type: error`): args/kwargs then hold the live objects, by reference, and
+    # `state_signature` says what they were at the call.
+    state_error: str | None = None
+    state_signature: Any = None
 
     def replay_inputs(self, *, with_grad: bool) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        """Fresh clones of the inputs; floating leaves that required grad require it again."""
+        """Fresh clones of the inputs; floating leaves that required grad require it again. State objects are copied
+        again from the snapshot (never shared between replays); the tensors they hold are cloned where the call wrote
+        into an input, else shared with the snapshot (nothing writes into them)."""
         flags = iter(self.requires_grad)
+        share = self.mutates_inputs is False
+
+        def state_tensor(t: torch.Tensor) -> torch.Tensor:
+            y = t.detach() if share else t.detach().clone()
+            if with_grad and id(t) in self.state_grad and (y.is_floating_point() or y.is_complex()):
+                y.requires_grad_(True)
+            return y
+
+        memo: dict[int, Any] = {}
 
         def fresh(x: Any) -> Any:
             if not isinstance(x, torch.Tensor):
+                if self.state_error is None and is_state(x):
+                    return copy_state(x, state_tensor, memo)
                 return x
             wanted = next(flags)
             y = x.detach().clone()
@@ -60,6 +89,97 @@ class Call:
 
         args, kwargs = pytree.tree_map(fresh, (self.args, self.kwargs))
         return args, kwargs
+
+    def state_problem(self) -> str | None:
+        """Why this call cannot be replayed as it was, or None: its state could not be copied, and the call changes
+        it, or the rest of the forward changed it since (a replay would run on a state the model never had)."""
+        if self.state_error is None:
+            return None
+        what = f"an input holds state that cannot be copied ({self.state_error})"
+        if self.state_changed:
+            return (f"{what}, and the call changes it: every replay would run on a state the model never had; make it "
+                    "copyable (copy.deepcopy must work on it) to measure this component")
+        if state_signature(self.args, self.kwargs) != self.state_signature:
+            return (f"{what}, and the rest of the forward changed it after the call: a replay would run on a state the "
+                    "model never had; make it copyable (copy.deepcopy must work on it) to measure this component")
+        return None
+
+
+# Inputs a replay may share with the capture: immutable values, and code. Anything else that is not a tensor or a
+# module (a cache, a list inside an object, a plain object) is state the model may change as the forward goes on.
+_ATOMIC = (type(None), bool, int, float, complex, str, bytes, torch.dtype, torch.device, torch.layout,
+           torch.memory_format, torch.Size, enum.Enum, type, types.FunctionType, types.BuiltinFunctionType,
+           slice, range, type(Ellipsis), frozenset)
+
+
+def is_state(x: Any) -> bool:
+    """Is this pytree leaf state a call may change (to be copied as of the call), not a tensor, value or module?"""
+    return not isinstance(x, (torch.Tensor, nn.Module) + _ATOMIC)
+
+
+def _walk(obj: Any) -> list[Any]:
+    """Every object reachable from `obj` through containers, dataclass fields, `__dict__` and `__slots__`, `obj`
+    included, each once; tensors and modules are reached but not entered. An explicit stack (see tensors_in)."""
+    found: list[Any] = []
+    seen: set[int] = set()
+    todo = [obj]
+    while todo:
+        x = todo.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        found.append(x)
+        if isinstance(x, (torch.Tensor, nn.Module) + _ATOMIC):
+            continue
+        if isinstance(x, dict):
+            todo.extend(list(x.keys()) + list(x.values()))
+        elif isinstance(x, (list, tuple, set)):
+            todo.extend(x)
+        else:
+            leaves, spec = pytree.tree_flatten(x)
+            if not spec.is_leaf():
+                todo.extend(leaves)
+                continue
+            if hasattr(x, "__dict__"):
+                todo.extend(vars(x).values())
+            for klass in type(x).__mro__:
+                for name in getattr(klass, "__slots__", ()):
+                    if isinstance(name, str) and hasattr(x, name):
+                        todo.append(getattr(x, name))
+    return found
+
+
+def copy_state(obj: Any, tensor: Callable[[torch.Tensor], torch.Tensor], memo: dict[int, Any] | None = None) -> Any:
+    """A deep copy of a state object in which every tensor it holds is `tensor(t)`, and every module and parameter is
+    itself: never a copy of the model. `memo`: shared by the copies of one call's inputs, so an object two inputs
+    hold stays one object. Raises what copy.deepcopy raises (an object that cannot be copied)."""
+    memo = {} if memo is None else memo
+    for x in _walk(obj):
+        if id(x) in memo:
+            continue
+        if isinstance(x, (nn.Module, nn.Parameter)):
+            memo[id(x)] = x
+        elif isinstance(x, torch.Tensor):
+            memo[id(x)] = tensor(x)
+    return copy.deepcopy(obj, memo)
+
+
+def state_signature(*objs: Any) -> tuple[Any, ...]:
+    """What can be seen of the state objects in `objs` without copying them: each reachable object's identity and
+    type, tensors' versions and shapes, values. Equal before and after a call that did not change them."""
+    sig: list[Any] = []
+    for leaf in pytree.tree_leaves(objs):
+        if not is_state(leaf):
+            continue
+        for x in _walk(leaf):
+            if isinstance(x, torch.Tensor):
+                sig.append(("tensor", id(x), x._version, tuple(x.shape)))
+            elif isinstance(x, _ATOMIC):
+                sig.append(("value", type(x).__name__, repr(x)[:200]))
+            else:
+                size = len(x) if isinstance(x, (list, tuple, dict, set)) else None
+                sig.append((type(x).__qualname__, id(x), size))
+    return tuple(sig)
 
 
 def refuse_iterators(batches: Sequence[tuple[tuple[Any, ...], dict[str, Any]]]) -> None:
@@ -144,21 +264,51 @@ class _Cloner:
     def __init__(self) -> None:
         self.memo: dict[int, tuple[weakref.ref, int, torch.Tensor]] = {}
 
-    def clone(self, obj: Any) -> Any:
-        def one(x: Any) -> Any:
-            if not isinstance(x, torch.Tensor):
-                return x
-            hit = self.memo.get(id(x))
-            if hit is not None and hit[0]() is x and hit[1] == x._version:
-                return hit[2]
-            copy = x.detach().clone()
-            try:
-                self.memo[id(x)] = (weakref.ref(x), x._version, copy)
-            except TypeError:  # a tensor subclass without weak references: cloned each time
-                pass
-            return copy
+    def tensor(self, x: torch.Tensor) -> torch.Tensor:
+        hit = self.memo.get(id(x))
+        if hit is not None and hit[0]() is x and hit[1] == x._version:
+            return hit[2]
+        copy = x.detach().clone()
+        try:
+            self.memo[id(x)] = (weakref.ref(x), x._version, copy)
+        except TypeError:  # a tensor subclass without weak references: cloned each time
+            pass
+        return copy
 
-        return pytree.tree_map(one, obj)
+    def clone(self, obj: Any) -> Any:
+        return pytree.tree_map(lambda x: self.tensor(x) if isinstance(x, torch.Tensor) else x, obj)
+
+    def snapshot(self, call: Call, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """`call`'s inputs as they are now: tensors cloned, and state objects (a cache the rest of the forward goes on
+        changing) deep-copied with the tensors they hold cloned. A state that cannot be copied is kept by reference,
+        with the reason and what it looked like (`Call.state_error`, `state_signature`)."""
+        if not any(is_state(x) for x in pytree.tree_leaves((args, kwargs))):
+            call.args, call.kwargs = self.clone(args), self.clone(kwargs)
+            return
+        call.stateful = True
+        grad: set[int] = set()
+
+        def held(t: torch.Tensor) -> torch.Tensor:
+            y = self.tensor(t)
+            if t.requires_grad:
+                grad.add(id(y))
+            return y
+
+        memo: dict[int, Any] = {}
+
+        def one(x: Any) -> Any:
+            if isinstance(x, torch.Tensor):
+                return self.tensor(x)
+            return copy_state(x, held, memo) if is_state(x) else x
+
+        try:
+            call.args, call.kwargs = pytree.tree_map(one, (args, kwargs))
+            call.state_grad = frozenset(grad)
+        except Exception as exc:  # noqa: BLE001 - the model's own objects: whatever deepcopy raises is the reason
+            call.args, call.kwargs = self.clone(args), self.clone(kwargs)
+            kinds = sorted({type(x).__name__ for x in pytree.tree_leaves((args, kwargs)) if is_state(x)})
+            call.state_error = f"{', '.join(kinds)}: {type(exc).__name__}: {exc}"[:500]
+            call.state_signature = state_signature(args, kwargs)
 
 
 class _Enough(BaseException):
@@ -181,8 +331,9 @@ def root_calls(args: tuple[Any, ...], kwargs: dict[str, Any], grad: bool, mutate
     """The whole model's one call: its inputs are the batch itself, so no forward is needed to capture them (a
     capture's pre-hook on the root sees exactly these). `mutates`: what the census saw the model do to them."""
     leaves = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
-    return [Call(args=clone_detached(args), kwargs=clone_detached(kwargs), grad_enabled=grad,
-                 requires_grad=[t.requires_grad for t in leaves], mutates_inputs=mutates)]
+    call = Call(args=(), kwargs={}, grad_enabled=grad, requires_grad=[t.requires_grad for t in leaves], mutates_inputs=mutates)
+    _Cloner().snapshot(call, args, kwargs)
+    return [call]
 
 
 def _storage_key(t: torch.Tensor) -> tuple[int, int]:
@@ -250,13 +401,17 @@ def capture(
 
     def make_pre_hook(path: str) -> Callable[..., None]:
         def hook(module: nn.Module, hook_args: tuple[Any, ...], hook_kwargs: dict[str, Any]) -> None:
-            leaves = [x for x in pytree.tree_leaves((hook_args, hook_kwargs)) if isinstance(x, torch.Tensor)]
+            flat = pytree.tree_leaves((hook_args, hook_kwargs))
+            leaves = [x for x in flat if isinstance(x, torch.Tensor)]
+            # Tensors held in state objects (a cache) are inputs too: kept in the snapshot, counted, watched for writes.
+            held = list({id(t): t for t in leaves + [x for s in flat if is_state(s) for x in _walk(s)
+                                                      if isinstance(x, torch.Tensor)]}.values())
             result.counts[path] = result.counts.get(path, 0) + 1
-            distinct = {id(t): t.numel() * t.element_size() for t in leaves}
+            distinct = {id(t): t.numel() * t.element_size() for t in held}
             result.input_bytes[path] = result.input_bytes.get(path, 0) + sum(distinct.values())
             stack.append(path)
             if result.complete and keep_bytes is not None:
-                kept[0] += sum(t.numel() * t.element_size() for t in leaves if id(t) not in cloner.memo)
+                kept[0] += sum(t.numel() * t.element_size() for t in held if id(t) not in cloner.memo)
                 if kept[0] > keep_bytes:
                     result.complete = False
                     result.calls.clear()  # a census only from here: what was cloned is let go
@@ -265,14 +420,16 @@ def capture(
                         raise _Enough
             call = None
             if result.complete and (keep is None or path in keep):
-                call = Call(
-                    args=cloner.clone(hook_args),
-                    kwargs=cloner.clone(hook_kwargs),
-                    grad_enabled=torch.is_grad_enabled(),
-                    requires_grad=[t.requires_grad for t in leaves],
-                )
+                call = Call(args=(), kwargs={}, grad_enabled=torch.is_grad_enabled(),
+                            requires_grad=[t.requires_grad for t in leaves])
+                cloner.snapshot(call, hook_args, hook_kwargs)  # as of now: the rest of the forward may change them
                 result.calls.setdefault(path, []).append(call)
-            pending.setdefault(path, []).append((call, leaves, [t._version for t in leaves]))
+            # State the call may change: what it looked like before, to tell afterwards whether the call changed it.
+            before = None
+            if call is not None and call.stateful:
+                before = call.state_signature if call.state_error is not None else state_signature(hook_args, hook_kwargs)
+            live = (hook_args, hook_kwargs, before) if before is not None else None
+            pending.setdefault(path, []).append((call, held, [t._version for t in held], live))
 
         return hook
 
@@ -285,11 +442,13 @@ def capture(
                 result.output_bytes[path] = result.output_bytes.get(path, 0) + sum(outs.values())
             running = pending.get(path)
             if running:
-                call, leaves, versions = running.pop()
-                wrote = any(t._version != v for t, v in zip(leaves, versions))
+                call, held, versions, live = running.pop()
+                wrote = any(t._version != v for t, v in zip(held, versions))
                 result.mutates_inputs[path] = result.mutates_inputs.get(path, False) or wrote
                 if call is not None:
                     call.mutates_inputs = wrote
+                if live is not None:
+                    call.state_changed = state_signature(live[0], live[1]) != live[2]
             if path in left:
                 left[path] -= 1
                 if left[path] <= 0:

@@ -89,22 +89,100 @@ def _stop(pool: ProcessPoolExecutor) -> None:
     pool.shutdown(wait=False, cancel_futures=True)
 
 
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_PARENT: dict[str, int] = {}  # this worker's launcher: "pid" its parent (die_with_parent), "driver" a sweep (watch_driver)
+
+
 def _exit_with(parent: int) -> None:
     """The worker's watch on the process that started it: a parent killed outright (SIGKILL, the OOM killer) cannot
-    stop its worker, which would otherwise wait for jobs for ever, holding whatever pipes it inherited."""
+    stop its worker, which would otherwise wait for jobs (or go on measuring) for ever, holding the pipes it inherited."""
     while True:
-        time.sleep(WATCH_EVERY_S)
-        if os.getppid() != parent:
+        if not parent_alive(parent):
             os._exit(0)
+        time.sleep(WATCH_EVERY_S)
 
 
-def _watch_parent() -> None:
-    """A worker's initializer: a daemon thread that ends the worker once its parent is gone (one getppid a second)."""
-    threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True, name="cbsite-parent-watch").start()
+def parent_alive(parent: int | None = None) -> bool:
+    """Is the process that started this one still its parent? (An orphan is re-parented: its getppid changes.)
+    `parent`: the pid to expect (default: the one `die_with_parent` recorded, else any parent but init)."""
+    expected = parent if parent is not None else _PARENT.get("pid")
+    return os.getppid() == expected if expected is not None else os.getppid() != 1
+
+
+def process_alive(pid: int) -> bool:
+    """Is process `pid` still running (not gone, not a zombie)? For a driver that is not this process's parent
+    (submitit's local executor starts points from a controller process of its own)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+def watch_driver(pid: int) -> None:
+    """End this process once `pid` (the driver of a sweep, not its parent) is gone: one check a second."""
+    def watch() -> None:
+        while process_alive(pid):
+            time.sleep(WATCH_EVERY_S)
+        os._exit(0)
+
+    _PARENT.setdefault("driver", pid)
+    threading.Thread(target=watch, daemon=True, name="cbsite-driver-watch").start()
+
+
+def launcher_alive() -> bool:
+    """Is whatever started this worker still there: its parent (`die_with_parent`) and the driver (`watch_driver`)?
+    Checked right before a worker publishes a run: a run saved for a sweep that was killed is a run nobody asked for."""
+    driver = _PARENT.get("driver")
+    return ("pid" not in _PARENT or parent_alive()) and (driver is None or process_alive(driver))
+
+
+def die_with_parent(parent: int, spawned_in_main_thread: bool = True) -> None:
+    """Make this (spawned) worker die with `parent`, the process that started it: every worker cbsite spawns runs this
+    first (`spawn_pool`). On Linux the kernel kills it the moment its parent dies (`PR_SET_PDEATHSIG`, SIGKILL); a
+    daemon thread also checks once a second that the parent is still there, for platforms without prctl.
+
+    The kernel's signal follows the parent's *thread* that spawned the worker, so it is asked for only where that was
+    the main thread (a worker spawned from a thread that ends first would be killed while its parent lives)."""
+    _PARENT["pid"] = parent
+    if spawned_in_main_thread and sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            import signal
+
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):  # no libc prctl: the watch thread alone
+            pass
+    if not parent_alive(parent):  # the parent died before the kernel was asked
+        os._exit(0)
+    threading.Thread(target=_exit_with, args=(parent,), daemon=True, name="cbsite-parent-watch").start()
+
+
+def _initialise(parent: int, main: bool, initializer: Callable[..., Any] | None, initargs: tuple[Any, ...]) -> None:
+    die_with_parent(parent, main)
+    if initializer is not None:
+        initializer(*initargs)
+
+
+def spawn_pool(max_workers: int = 1, initializer: Callable[..., Any] | None = None,
+               initargs: tuple[Any, ...] = ()) -> ProcessPoolExecutor:
+    """A spawn process pool whose workers die with this process (`die_with_parent`), then run `initializer`: the one
+    way cbsite starts workers (calibration, compare and rounds sessions, sweep points, the step's worker)."""
+    main = threading.current_thread() is threading.main_thread()
+    return ProcessPoolExecutor(max_workers=max_workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_initialise, initargs=(os.getpid(), main, initializer, tuple(initargs)))
 
 
 def _spawn_pool() -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_watch_parent)
+    return spawn_pool(1)
 
 
 @contextlib.contextmanager

@@ -39,6 +39,9 @@ class PointJob:
     study: dict[str, Any] = field(default_factory=dict)
     cores: tuple[int, ...] | None = None  # pin to these (None: as given by the executor)
     threads: int | None = None  # torch intra-op threads (None: one per core it may use)
+    # The sweep's own process where it is not the point's parent (submitit's local executor: a controller between
+    # them): the point ends when it is gone. The local pool's workers die with their parent anyway.
+    driver: int | None = None
 
 
 def usable_cores() -> list[int]:
@@ -57,6 +60,10 @@ def run_point(job: PointJob) -> dict[str, Any]:
     """Collect and save one point (top level, picklable). Returns its result; never raises for the point's errors."""
     started = time.perf_counter()
     result: dict[str, Any] = {"label": job.label, "pid": os.getpid()}
+    from cbsite.collector.clean_worker import launcher_alive, watch_driver
+
+    if job.driver is not None and job.driver != os.getpid():
+        watch_driver(job.driver)
     try:
         cores = _pin(job.cores)
         import torch
@@ -71,6 +78,8 @@ def run_point(job: PointJob) -> dict[str, Any]:
         with staging_in(staging_dir(job.root)):
             run = collect(job.request)
         run.meta["study"] = dict(job.study)
+        if not launcher_alive():  # the sweep was killed while this point measured: nothing goes into the archive
+            os._exit(0)
         path = run.save(job.root)
         result.update(status="done", run_id=run.run_id, path=str(path), error=None)
     except BaseException as exc:  # noqa: BLE001 - a failing point is recorded, the others go on
@@ -144,6 +153,8 @@ def run_local(jobs: Sequence[PointJob], workers: int, on_result: Callable[[dict[
     import concurrent.futures
     import multiprocessing
 
+    from cbsite.collector.clean_worker import spawn_pool
+
     sets = core_sets(workers)
     devices = _cuda_devices() if cuda else 0
     ctx = multiprocessing.get_context("spawn")
@@ -152,8 +163,8 @@ def run_local(jobs: Sequence[PointJob], workers: int, on_result: Callable[[dict[
         slots.put((cores, i % devices if devices else None))
     info = {"executor": "local", "workers": workers, "pinned": pin, "core_sets": [list(s) for s in sets],
             "devices": devices or None}
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
-                                                initargs=(slots, pin)) as pool:
+    # Workers die with this process (clean_worker.die_with_parent): an orphaned point would go on collecting and saving.
+    with spawn_pool(workers, initializer=_init_worker, initargs=(slots, pin)) as pool:
         futures = {}
         for job in jobs:
             futures[pool.submit(_run_in_worker, job)] = job
@@ -188,6 +199,8 @@ def run_submitit(jobs: Sequence[PointJob], workers: int, on_result: Callable[[di
         executor.update_parameters(**params)
     except (TypeError, ValueError) as exc:
         raise CbsiteError(f"--executor-option: {exc}") from exc
+    if executor.cluster == "local":  # a controller process sits between this driver and each point
+        jobs = [replace(job, driver=os.getpid()) for job in jobs]
     submitted = executor.map_array(run_point, list(jobs))
     for job in jobs:
         on_start(job.label)
@@ -220,10 +233,12 @@ def run_ray(jobs: Sequence[PointJob], workers: int, on_result: Callable[[dict[st
     except ImportError as exc:
         raise CbsiteError("--executor ray needs ray, which is not installed: pip install 'ray>=2.9' "
                           "(or use --executor local or submitit)") from exc
-    ray.init(ignore_reinit_error=True)
+    if not ray.is_initialized():  # a cluster the caller started (ray.init, RAY_ADDRESS) is used as it is
+        ray.init()
     cpus = max(1, int(ray.cluster_resources().get("CPU", 1)) // max(1, workers))
     remote = ray.remote(num_cpus=cpus)(run_point)
-    refs = {remote.remote(job): job for job in jobs}
+    # Ray reserves `cpus` for a task but leaves the process free to use every core: torch gets as many threads.
+    refs = {remote.remote(replace(job, threads=job.threads or cpus)): job for job in jobs}
     for job in jobs:
         on_start(job.label)
     waiting = list(refs)
@@ -283,14 +298,22 @@ def run_sweep(study: Any, selected: Sequence[Any], root: str | os.PathLike[str],
     done = cstudy.done_points(root, study)
     settings = {"executor": executor, "workers": workers, "pin": pin, "executor_options": dict(options or {}),
                 "selection": expression, "request": _request_record(request)}
-    record = cstudy.new_record(study, selected, done, settings, cstudy.read_record(root, study.name))
+    previous = cstudy.read_record(root, study.name)
+    record = cstudy.new_record(study, selected, done, settings, previous)
     todo = [p for p in selected if p.label not in done]
-    for p in todo:
-        cstudy.update_point(record, p.label, status="pending", error=None)
-    cstudy.write_record(root, record)
     skipped = len([p for p in selected if p.label in done])
     say(f"{study.describe()}; {len(selected)} selected, {skipped} already done, {len(todo)} to run "
         f"on {executor} with {workers} worker{'s' * (workers != 1)}")
+    if not todo:
+        # Nothing ran: the record is rewritten only where the archive says something new (a point's run appeared
+        # or went), never to restamp it; the last sweep's executor and timing stay those of the sweep that ran.
+        if previous is not None and not cstudy.changes_anything(previous, record):
+            return previous
+        cstudy.write_record(root, record)
+        return record
+    for p in todo:
+        cstudy.update_point(record, p.label, status="pending", error=None)
+    cstudy.write_record(root, record)
     total, finished = len(todo), 0
     started = time.perf_counter()
 

@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterable
 
 from torch.utils.benchmark import Timer
 
+from cbsite.collector import memory
 from cbsite.collector.contention import WaitProbe
 from cbsite.collector.measure import before_block, block_size, first_guess, one_call_per_block, timed_block
 
@@ -70,30 +71,17 @@ def remeasure(
     rng = random.Random(session_id)
     probe = WaitProbe()
     for parent, child in inverted_pairs(rows):
-        sides = []
-        for row in (parent, child):
-            found = statement(row["path"], row["phase"])
-            if found is None:
-                break
-            fn, calls = found
-            timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=num_threads)
-            fn()
-            # Sized from the row's own median (a statement is `calls` calls): a statement that outlasts a block is one
-            # per block with no sizing run, a shorter one takes one sizing run instead of several.
-            per_statement = row["latency_ms"] / 1e3 * calls
-            one = one_call_per_block(fn) or per_statement >= block_s
-            number = 1 if one else block_size(timer, block_s, first_guess(per_statement, block_s))
-            sides.append((row, timer, calls, number, before_block(fn)))
-        if len(sides) != 2:
+        try:
+            blocks, sides = _time_pair(parent, child, statement, block_s, num_threads, rng, probe)
+        except Exception as exc:  # noqa: BLE001 - both rows were measured once: one pair never ends the run
+            if memory.is_out_of_memory(exc):
+                memory.release_freed()
+            first_line = (str(exc).strip().splitlines() or [""])[0]
+            for row in (parent, child):
+                row["notes"] = list(row["notes"] or []) + [f"{NOT_REMEASURED_NOTE}{type(exc).__name__} {first_line}".strip()]
             continue
-        blocks: dict[int, list[Any]] = {0: [], 1: []}
-        for k in range(REMEASURE_PAIRS):
-            order = [0, 1]
-            rng.shuffle(order)
-            for i in order:
-                row, timer, calls, number, step = sides[i]
-                step(k, REMEASURE_PAIRS)  # a graph cycle takes its batches in turn here too
-                blocks[i].append(timed_block(timer, number, calls, probe))
+        if blocks is None:
+            continue
         for i, (row, *_rest) in enumerate(sides):
             start = first_pair(row["path"], row["phase"])
             new = block_samples(row["path"], row["phase"], blocks[i], session_id)
@@ -104,6 +92,36 @@ def remeasure(
     return samples, done
 
 
+def _time_pair(parent: dict[str, Any], child: dict[str, Any],
+               statement: Callable[[str, str], tuple[Callable[[], Any], int] | None], block_s: float, num_threads: int,
+               rng: random.Random, probe: WaitProbe) -> tuple[dict[int, list[Any]] | None, list[Any]]:
+    """One inverted pair's interleaved blocks (None where either side has no statement) and its sides."""
+    sides = []
+    for row in (parent, child):
+        found = statement(row["path"], row["phase"])
+        if found is None:
+            return None, sides
+        fn, calls = found
+        timer = Timer(stmt="fn()", globals={"fn": fn}, num_threads=num_threads)
+        fn()
+        # Sized from the row's own median (a statement is `calls` calls): a statement that outlasts a block is one
+        # per block with no sizing run, a shorter one takes one sizing run instead of several.
+        per_statement = row["latency_ms"] / 1e3 * calls
+        one = one_call_per_block(fn) or per_statement >= block_s
+        number = 1 if one else block_size(timer, block_s, first_guess(per_statement, block_s))
+        sides.append((row, timer, calls, number, before_block(fn)))
+    blocks: dict[int, list[Any]] = {0: [], 1: []}
+    for k in range(REMEASURE_PAIRS):
+        order = [0, 1]
+        rng.shuffle(order)
+        for i in order:
+            row, timer, calls, number, step = sides[i]
+            step(k, REMEASURE_PAIRS)  # a graph cycle takes its batches in turn here too
+            blocks[i].append(timed_block(timer, number, calls, probe))
+    return blocks, sides
+
+
+NOT_REMEASURED_NOTE = "the interleaved re-measurement with its parent or child failed, its first figures stand: "
 PARENT_NOTE = "slower than its parent "
 CHILD_NOTE = "faster than its child "
 

@@ -13,8 +13,12 @@ so every timed iteration does identical work and nothing has to be cleared insid
 
 from __future__ import annotations
 
+import collections
+import collections.abc
 import dataclasses
+import functools
 import math
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -22,18 +26,35 @@ from typing import Any, Callable, Collection
 
 import torch
 from torch import nn
+from torch.utils import _pytree as pytree
 from torch.utils.benchmark import Timer
 
-from cbsite.collector.capture import Call, Rider, describe, tensors_in
+from cbsite.collector.capture import Call, Rider, describe, is_state, tensors_in
 from cbsite.collector.contention import WaitProbe, contended, wait_for_quiet
 from cbsite.collector.counting import Counts, count, count_on_shapes
 from cbsite.collector.cpu_memory import cpu_peak
 from cbsite.collector.device import normal_values
-from cbsite.collector.memory import trimmed_if_left
+from cbsite.collector.memory import cache_bytes, trimmed_if_left
 
 
 class NothingToDifferentiate(Exception):
     """Backward is not applicable: no output requires grad or nothing to take a gradient for."""
+
+
+def used_up(call: Call) -> str | None:
+    """Why a call cannot be replayed because an input is an iterator (a generator, `iter(list)`), or None: the model's
+    own call used it up, so every replay would see it empty and count nothing (0 FLOPs "measured")."""
+    leaves = pytree.tree_leaves((call.args, call.kwargs))
+    found = next((x for x in leaves if isinstance(x, collections.abc.Iterator) and not isinstance(x, torch.Tensor)), None)
+    if found is None:
+        return None
+    return (f"an input is a {type(found).__name__}, an iterator: the model's call used it up, so a replay would see "
+            "it empty; pass this module a list or tuple to measure it (its children are measured)")
+
+
+class StateNotReplayable(Exception):
+    """The component's inputs hold state that could not be copied at the call and has changed (capture.Call
+    state_problem): every replay would run on a state the model never had, so the component is not measured."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +159,7 @@ def stmt_seconds(timer: Timer, number: int, warm: int | None = None) -> float:
     clock synchronises an accelerator; its thread count), after `warm` untimed statements (None:
     in_block_warmup(number), Timer's own rule where it costs at most a tenth of the block)."""
     warm = in_block_warmup(number) if warm is None else warm
+    ready_inputs(timer, warm + number)
     if not hasattr(timer, "_timeit"):
         return timer.timeit(number).times[0]
     from torch.utils.benchmark.utils.common import set_torch_threads
@@ -148,6 +170,25 @@ def stmt_seconds(timer: Timer, number: int, warm: int | None = None) -> float:
         return timer._timeit(number) / number
 
 
+def ready_inputs(timer: Timer, statements: int) -> None:
+    """Before the clocks start: a statement that takes fresh inputs per call (FreshInputs) has them made for the next
+    `statements` runs, so the timed region holds the component's own work, not the copies."""
+    prepare = getattr(_statement(timer), "prepare", None)
+    if prepare is not None:
+        prepare(statements)
+
+
+def _statement(timer: Timer) -> Any:
+    """The callable a Timer built here runs (`Timer(stmt="fn()", globals={"fn": fn})`), or None."""
+    return getattr(timer, "_globals", {}).get("fn")
+
+
+def max_calls(fn: Any) -> int:
+    """Statements a block may hold: a statement with fresh inputs per call holds its copies for a whole block, within
+    its pool's limit (FreshInputs, pool_limit)."""
+    return int(getattr(fn, "max_calls", 2**30))
+
+
 def sized_block(timer: Timer, target_s: float, calls_per_stmt: int = 1, probe: WaitProbe | None = None,
                 first: int = 1, warm: int | None = None) -> tuple[int, Block]:
     """Statements per block so that one block lasts about `target_s` (at least one), and the run that found it.
@@ -156,15 +197,16 @@ def sized_block(timer: Timer, target_s: float, calls_per_stmt: int = 1, probe: W
     block (same statement, same count, wait and CPU read around it), so a caller keeps it as its first block
     instead of throwing a block's worth of runs away. `first`: a guess from a call already timed (a warm-up). `warm`:
     Timer's in-block warm-up before the first run (None: as timed_block does; 0 where the statement just ran)."""
-    number = max(1, min(2**30, first))
+    most = max(1, min(2**30, max_calls(_statement(timer))))
+    number = max(1, min(most, first))
     while True:
         block = timed_block(timer, number, calls_per_stmt, probe, warm)
         warm = 0
         wall = block.seconds_per_call * block.calls
-        if wall >= SIZED_WITHIN * target_s or number >= 2**30:
+        if wall >= SIZED_WITHIN * target_s or number >= most:
             return number, block
         # A tenth over, as first_guess: a statement still warming runs faster at the next run.
-        number = min(2**30, max(number * 2, int(number * target_s / max(wall, 1e-9) * 1.1)))
+        number = min(most, max(number * 2, int(number * target_s / max(wall, 1e-9) * 1.1)))
 
 
 # A sizing run within a tenth of the block's target is a block: "about budget/20" is what a block is. A run just short
@@ -224,6 +266,7 @@ def timed_block(timer: Timer, number: int, calls_per_stmt: int, probe: WaitProbe
     tenth more than its calls took. A block right after one of the same statement needs none (time_fn passes 0)."""
     probe = probe or WaitProbe()
     warm = in_block_warmup(number) if warm is None else warm
+    ready_inputs(timer, warm + number)  # fresh inputs, where the statement takes them, before the clocks start
     if warm:
         stmt_seconds(timer, warm, warm=0)
     start = time.time()
@@ -398,6 +441,7 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_
         loops = max(1, min(sum(b.calls for b in blocks) // calls_per_stmt,
                            int(cfg.min_run_time / 4 / max(median * calls_per_stmt, 1e-9))))
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        ready_inputs(timer, loops)
         start.record()
         for _ in range(loops):
             fn()
@@ -458,6 +502,32 @@ def _mutated_inputs(module: nn.Module, call: Call) -> bool:
     with torch.no_grad():
         module(*args, **kwargs)
     return any(t._version != v for t, v in zip(leaves, before))
+
+
+INPLACE_NOTE = "in-place module"
+PLUGIN_RUNS = 4  # fresh inputs made up front for a plugin's runs of a forward that changes its inputs
+
+
+def _input_notes(batches: list[list[Call]], inplace: bool) -> list[str]:
+    """How the component's inputs were replayed, where that is not plain clones of tensors."""
+    notes = []
+    if inplace:
+        notes.append(f"{INPLACE_NOTE}: each timed call writes into its own fresh copy of the inputs, made before "
+                     "the timed block (the block times the op as the model runs it, not the copy)")
+    calls = [c for b in batches for c in b if c.stateful]
+    kinds = ", ".join(sorted({type(x).__name__ for c in calls for x in pytree.tree_leaves((c.args, c.kwargs))
+                              if is_state(x)}))
+    by_reference = sorted({c.state_error for c in calls if c.state_error is not None})
+    if by_reference:
+        notes.append(f"inputs hold state that cannot be copied ({by_reference[0]}): replayed on the live object, "
+                     "which neither the call nor the rest of the forward changed")
+    elif any(c.state_changed is not False for c in calls):
+        notes.append(f"stateful inputs ({kinds}): the call changes them, so every run replays its own copy of the "
+                     "state as it was at the call, made before the timed block")
+    elif calls:
+        notes.append(f"inputs hold objects ({kinds}): replayed from a copy made at the call, which the call does not "
+                     "change")
+    return notes
 
 
 Graph = tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]  # (roots, grad_outputs, wrt)
@@ -573,6 +643,92 @@ class FreshGraphs:
         self.build_s += time.perf_counter() - t0
 
 
+@dataclass
+class Replay:
+    """One run's inputs of every call of a batch: `inputs` (fresh copies, the leaves a backward differentiates for),
+    the grad mode of each call, and `given`, what the module is called with: the inputs themselves, or for an in-place
+    module with grad, copies of the leaves that require grad (autograd refuses to write into a leaf that does)."""
+
+    inputs: list[tuple[tuple[Any, ...], dict[str, Any]]]
+    modes: list[bool]
+    given: list[tuple[tuple[Any, ...], dict[str, Any]]]
+
+
+class FreshInputs:
+    """Inputs for a forward statement whose calls change them (an in-place module writes into its input; a cache
+    grows): each run takes a copy of its own, as the captured call had it, from a pool made before each timed block
+    (`prepare`, called by timed_block and stmt_seconds before the clocks start), so a block times the component as
+    the model runs it, and no copy. A run outside a block (a warm-up) makes its own.
+
+    The pool holds at most `limit_bytes` of copies (`pool_limit`: half the core's own cache), so a block holds at most
+    `max_calls` statements (sized_block): the copies made just before it are still in that cache, as the model's input
+    to an in-place op is, its producer having just written it; a larger input is one call per block on a copy just
+    made, in cache as far as the producer's output would be. Two 8 MiB copies made before the block ran an in-place
+    ReLU 3x slower than in place on a 32 MiB L3 (the first was evicted by the second); one ran as fast."""
+
+    def __init__(self, make: Callable[[int], Replay], batches: int, snapshot: Any, limit_bytes: int) -> None:
+        self.make = make
+        self.batches = batches
+        self.made = 0
+        self.pool: collections.deque[tuple[int, Replay]] = collections.deque()
+        # Copies a run has used, let go at the next `prepare`: freeing them (an in-place op's output is its input; a
+        # large one is unmapped) is not the component's work, and inside a block it was timed.
+        self.used: list[tuple[int, Replay]] = []
+        self.prepare(1)
+        self.max_calls = max(1, limit_bytes // max(1, _new_bytes(self.pool[0][1], snapshot)))
+
+    def prepare(self, runs: int) -> None:
+        self.used.clear()
+        while len(self.pool) < runs:
+            index = self.made % self.batches
+            self.pool.append((index, self.make(index)))
+            self.made += 1
+
+    def next(self) -> tuple[int, Replay]:
+        if not self.pool:
+            self.prepare(1)
+        self.used.append(self.pool.popleft())
+        return self.used[-1]
+
+
+@functools.cache
+def pool_limit(device: str) -> int:
+    """Bytes of fresh inputs a FreshInputs pool may hold: half the cache a CPU core has to itself (its L2, from
+    sysfs), or half a GPU's L2."""
+    if device.startswith("cuda"):
+        return cache_bytes(torch.device(device)) // 2
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in sorted(os.listdir(base)):
+            with open(f"{base}/{entry}/level") as f:
+                level = f.read().strip()
+            with open(f"{base}/{entry}/type") as f:
+                kind = f.read().strip()
+            with open(f"{base}/{entry}/size") as f:
+                size = f.read().strip().upper()
+            if level == "2" and kind in ("Unified", "Data") and size.endswith("K"):
+                return int(size[:-1]) * 1024 // 2
+    except (OSError, ValueError):
+        pass
+    return 256 * 1024
+
+
+def _new_bytes(replay: Replay, snapshot: Any) -> int:
+    """Bytes a replay's copies allocate: its tensors' storages that are not the snapshot's (a state tensor nothing
+    writes into is shared with it)."""
+    def storages(obj: Any) -> dict[int, int]:
+        out = {}
+        for t in tensors_in(obj):
+            try:
+                out[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            except (RuntimeError, NotImplementedError):
+                out[id(t)] = t.numel() * t.element_size()
+        return out
+
+    kept = storages(snapshot)
+    return sum(n for ptr, n in storages((replay.inputs, replay.given)).items() if ptr not in kept)
+
+
 class GradOutputs:
     """The fixed seeded `grad_outputs` of backward graphs: per batch, standard normal values drawn in order from a
     generator seeded with the batch's index, shaped as the graph's outputs (past device.NORMAL_TILE values, the drawn
@@ -589,6 +745,13 @@ class GradOutputs:
         self.kept_bytes = 0
 
     def of(self, roots: list[torch.Tensor], seed: int) -> list[torch.Tensor]:
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        if any(isinstance(r, FakeTensor) for r in roots):
+            # A graph of fake tensors (counting on shapes) gets fake values, never kept: a real graph of the same shapes
+            # given them would run fake tensors through meta kernels (a tiny Mixtral's `_grouped_mm` backward).
+            gen = torch.Generator(device=roots[0].device).manual_seed(seed)
+            return [normal_values(r.shape, r.dtype, r.device, gen) for r in roots]
         key = (seed, tuple((tuple(r.shape), r.dtype, str(r.device)) for r in roots))
         if key in self.kept:
             return self.kept[key]
@@ -618,8 +781,17 @@ class ComponentMeasurement:
         self.saved_bytes = saved_bytes
         self.calls_per_batch = len(self.batches[0])
         # In-place modules as the capture saw them in the full model (free); a replay only where it did not watch.
+        problems = [p for b in self.batches for c in b if (p := used_up(c) or c.state_problem()) is not None]
+        if problems:
+            raise StateNotReplayable(problems[0])
         seen = [c.mutates_inputs for c in self.batches[0]]
         self.inplace = any(seen) if None not in seen else _mutated_inputs(module, self.batches[0][0])
+        # Inputs that hold state the call changes (a cache grows): every run takes a copy of its own, as of the call,
+        # made before any timed block, as an in-place module's inputs are (FreshInputs). Where it was not watched
+        # (state_changed None), it is taken to.
+        self.stateful = any(c.stateful and c.state_changed is not False for b in self.batches for c in b)
+        self.fresh_per_call = self.inplace or self.stateful
+        self.notes = _input_notes(self.batches, self.inplace)
         self.params = [p for p in module.parameters() if p.requires_grad]
         self.static = list(module.parameters()) + list(module.buffers())
         # Set by the collector when backward is measured right after forward with nothing in between (no
@@ -646,18 +818,27 @@ class ComponentMeasurement:
     def _run(
         self, call_inputs: list[tuple[tuple[Any, ...], dict[str, Any]]], grad_modes: list[bool], module: nn.Module | None = None
     ) -> list[Any]:
+        """Call the module on each call's inputs as given (Replay.given): a run that changes them (in place, or a
+        cache) must have been given its own (`_replay`, FreshInputs)."""
         module = module if module is not None else self.module
         outs = []
         for (args, kwargs), grad in zip(call_inputs, grad_modes):
-            if self.inplace:
-                # In-place modules write into their input: give each run its own copy (its cost is
-                # included and noted) so repeated runs see the same values and no leaf is modified.
-                args, kwargs = torch.utils._pytree.tree_map(
-                    lambda x: x.clone() if isinstance(x, torch.Tensor) else x, (args, kwargs)
-                )
             with torch.set_grad_enabled(grad):
                 outs.append(module(*args, **kwargs))
         return outs
+
+    def _replay(self, batch: list[Call], grad: bool | None = None) -> Replay:
+        """Fresh inputs of every call of `batch` (capture.Call.replay_inputs: state objects copied from the snapshot),
+        in each call's grad mode, or `grad` for all."""
+        modes = [c.grad_enabled if grad is None else grad for c in batch]
+        inputs = [c.replay_inputs(with_grad=m) for c, m in zip(batch, modes)]
+        given = inputs
+        if self.inplace:
+            # Autograd refuses an in-place write into a leaf that requires grad: the module gets a copy (an input the
+            # model had computed, as in the full model), made here, before any timing.
+            given = [pytree.tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) and x.requires_grad else x, i)
+                     if m else i for i, m in zip(inputs, modes)]
+        return Replay(inputs, modes, given)
 
     def replay(self, phase: str, module: nn.Module | None = None) -> Callable[[], Any]:
         """One untimed run of `phase` on batch 0 (every call of the component), for profiler plugins.
@@ -668,9 +849,21 @@ class ComponentMeasurement:
         """
         batch = self.batches[0]
         if phase == "forward":
-            inputs = [c.replay_inputs(with_grad=c.grad_enabled) for c in batch]
-            modes = [c.grad_enabled for c in batch]
-            return lambda: self._run(inputs, modes, module)
+            if self.fresh_per_call:
+                # Each run on its own inputs: a few made now, outside whatever the plugin wraps around the runs.
+                source = FreshInputs(lambda i: self._replay(batch), 1, [(c.args, c.kwargs) for c in batch],
+                                     pool_limit(self.cfg.device))
+                source.prepare(PLUGIN_RUNS)
+
+                def fresh_run() -> list[Any]:
+                    run = source.next()[1]
+                    return self._run(run.given, run.modes, module)
+
+                fresh_run.prepare = source.prepare  # type: ignore[attr-defined]  # a plugin that times it (time_fn)
+                fresh_run.max_calls = source.max_calls  # type: ignore[attr-defined]
+                return fresh_run
+            run = self._replay(batch)
+            return lambda: self._run(run.given, run.modes, module)
         roots, grads, wrt = self._graph(batch, seed=0, module=module)
         return lambda: torch.autograd.grad(roots, wrt, grads, retain_graph=True, allow_unused=True)
 
@@ -692,35 +885,43 @@ class ComponentMeasurement:
         """
         state = {"i": 0}
         if phase == "forward":
-            prepared = [
-                ([c.replay_inputs(with_grad=c.grad_enabled) for c in batch], [c.grad_enabled for c in batch])
-                for batch in self.batches
-            ]
+            source: FreshInputs | None = None
+            if self.fresh_per_call:
+                # Calls that change their inputs: each run on a copy of its own, made before the timed block.
+                source = FreshInputs(lambda i: self._replay(self.batches[i]), len(self.batches),
+                                     [(c.args, c.kwargs) for b in self.batches for c in b], pool_limit(self.cfg.device))
+                next_run = source.next
+            else:
+                prepared = [self._replay(batch) for batch in self.batches]
+
+                def next_run() -> tuple[int, Replay]:
+                    index = state["i"] % len(prepared)
+                    state["i"] += 1
+                    return index, prepared[index]
 
             def forward_fn() -> None:
-                inputs, modes = prepared[state["i"] % len(prepared)]
-                state["i"] += 1
-                self._run(inputs, modes)
+                run = next_run()[1]
+                self._run(run.given, run.modes)
 
-            if not keep_last:
-                return forward_fn
             last: dict[str, Any] = {}
-
             every: dict[int, Any] = {}
             last["every"] = every
 
             def forward_keeping() -> None:
                 last.pop("run", None)
-                index = state["i"] % len(prepared)
+                index, run = next_run()
                 every.pop(index, None)
-                inputs, modes = prepared[index]
-                state["i"] += 1
-                last["run"] = (index, inputs, modes, self._run(inputs, modes))
+                last["run"] = (index, run.inputs, run.modes, self._run(run.given, run.modes))
                 if index in keep_batches:
                     every[index] = last["run"]
 
-            forward_keeping.last = last  # type: ignore[attr-defined]
-            return forward_keeping
+            statement = forward_keeping if keep_last else forward_fn
+            if keep_last:
+                forward_keeping.last = last  # type: ignore[attr-defined]
+            if source is not None:
+                statement.prepare = source.prepare  # type: ignore[attr-defined]
+                statement.max_calls = source.max_calls  # type: ignore[attr-defined]
+            return statement
         # `freeing`: the caller's choice (a comparison times both arms alike), else this component's own.
         if graphs is None and (self.frees_graphs() if freeing is None else freeing):
             return FreshGraphs(lambda i: self._graph(self.batches[i], seed=i), len(self.batches))
@@ -742,24 +943,27 @@ class ComponentMeasurement:
         (twins.py), which stand for this one's; its passes are then replaced by one plain warm-up call, or none
         where the twin's statement timed just before outlasted a block (`Known.warm_s`). With `hold_graphs`, the graphs
         these runs build are left for backward (`held`, `early_backward`)."""
-        notes = ["timed with a copy of the inputs per run (in-place module)"] if self.inplace else []
+        notes = list(self.notes)
         if known is not None:
             statement = self.rotation("forward", keep_last=self.hold_graphs, keep_batches=self._keep_batches())
             timing = time_fn(statement, self.calls_per_batch, self.cfg, warm_s=known.warm_s)
             self._hold_last(statement)
             return PhaseResult(timing, known.counts, known.peak, notes + [known.note()] + timing.notes, _around(timing))
-        first_inputs = [c.replay_inputs(with_grad=c.grad_enabled) for c in self.batches[0]]
-        first_modes = [c.grad_enabled for c in self.batches[0]]
+        # Each pass on inputs of its own where a call changes them (a counting pass on shapes leaves fake tensors in a
+        # cache it grew); otherwise the passes share one set.
+        first = self._replay(self.batches[0])
+        runs = [first, self._replay(self.batches[0]), self._replay(self.batches[0])] if self.fresh_per_call else [first] * 3
         t0 = time.perf_counter()
         counts = (None if "forward" in self.count_real else
-                  count_on_shapes(lambda: None, lambda _: self._run(first_inputs, first_modes), self.module.modules()))
-        if counts is None:
-            counts = _counted_for_real(lambda: self._run(first_inputs, first_modes))  # the output (and its graph) is let go at once
+                  count_on_shapes(lambda: None, lambda _: self._run(runs[0].given, runs[0].modes), self.module.modules()))
+        if counts is None:  # the output (and its graph) is let go at once
+            counts = _counted_for_real(lambda: self._run(runs[1].given, runs[1].modes))
         counting_s = time.perf_counter() - t0
         # The allocator peak of one call, then timing, warmed by it (and by a real counting pass, where there was one).
         # The peak pass's outputs are kept only where backward takes their graph.
         outs: list[Any] = []
-        peak_pass = lambda: outs.append(self._run(first_inputs, first_modes))  # noqa: E731
+        first_inputs, first_modes = runs[2].inputs, runs[2].modes
+        peak_pass = lambda: outs.append(self._run(runs[2].given, runs[2].modes))  # noqa: E731
         rider, self.rider = self.rider, None
         if rider is None:
             peak, peak_s = _timed_peak(self.cfg.device, peak_pass)
@@ -768,6 +972,7 @@ class ComponentMeasurement:
         if self.hold_graphs:
             self._hold_peak_graph(self._left_graph(first_inputs, first_modes, outs.pop(), seed=0))
         outs.clear()
+        runs.clear()  # the passes' copies are let go before timing
         # Made after the peak pass: a batch whose graph that pass left (`held`) is not kept again.
         statement = self.rotation("forward", keep_last=self.hold_graphs, keep_batches=self._keep_batches())
         timing = time_fn(statement, self.calls_per_batch, self.cfg, warm_s=peak_s)
@@ -859,9 +1064,9 @@ class ComponentMeasurement:
                 "every captured call ran with grad disabled (torch.no_grad or inference mode), so the model "
                 "runs no backward through it"
             )
-        inputs = [c.replay_inputs(with_grad=True) for c in batch]
-        outs = self._run(inputs, [True] * len(batch), module)
-        graph = self._graph_of(inputs, [True] * len(batch), outs, seed)
+        run = self._replay(batch, grad=True)
+        outs = self._run(run.given, run.modes, module)
+        graph = self._graph_of(run.inputs, run.modes, outs, seed)
         if graph is None:
             roots = [t for t in tensors_in(outs) if t.requires_grad and t.grad_fn is not None]
             raise NothingToDifferentiate("no output requires grad" if not roots else "no input or parameter requires grad")
@@ -891,7 +1096,7 @@ class ComponentMeasurement:
         early, self.early_backward = self.early_backward, None
         untimed = {"backward_graphs": self.holding_s}
         self.holding_s = 0.0
-        notes = []
+        notes = [n for n in self.notes if not n.startswith(INPLACE_NOTE)]
         build = lambda i: self._graph(self.batches[i], seed=i)  # noqa: E731
 
         def batch0_graph() -> Graph:

@@ -363,6 +363,11 @@ def available_bytes() -> int | None:
 
 
 AUTO_SHARE = 0.9  # of what is available when the collection starts: the rest for the OS and neighbours
+# What cbsite's own work beside the measurement needs above the data segment it starts the cap with: thread stacks
+# (torch's and polars' pools, 8 MiB of mapping each, counted by RLIMIT_DATA), imports done on the way, progress and
+# plugins. A tiny model's collection failed at 80-110 MiB above (a MemoryError importing a module, an abort when
+# polars' allocator could not start a thread) and passed at 170 MiB; this leaves a margin.
+OWN_WORK_BYTES = 256 * 2**20
 
 
 class MemoryLimit:
@@ -386,10 +391,15 @@ class MemoryLimit:
             return self
         now = data_bytes()
         if self.asked is not None:
-            if now is not None and self.asked <= now:
+            needed = None if now is None else now + OWN_WORK_BYTES
+            if needed is not None and self.asked < needed:
+                # Refused before any measurement: a cap this close to what the process holds crashed cbsite itself
+                # (a segfault, an abort, a MemoryError in its bookkeeping), not the component that asked for more.
                 raise CbsiteError(
-                    f"--memory-limit {self.asked / 2**30:.2f} GiB is below what the process already holds "
-                    f"({now / 2**30:.2f} GiB with the model loaded); give a larger limit"
+                    f"--memory-limit {self.asked / 2**20:.0f}MiB is below what the process already holds with the "
+                    f"model loaded and what cbsite's own work needs beside the measurement: {needed / 2**20:.0f}MiB "
+                    f"({now / 2**20:.0f}MiB held + {OWN_WORK_BYTES / 2**20:.0f}MiB); give --memory-limit "
+                    f"{-(-needed // 2**20)}MiB or more"
                 )
             self.bytes, self.source = self.asked, "given (--memory-limit)"
         else:
@@ -405,6 +415,11 @@ class MemoryLimit:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """Lift the cap before the block ends: it is for measurement, and what follows the measurement (provenance,
+        the run's tables, plugins' reports) is cbsite's own bookkeeping, which must not fail for want of memory."""
         if self.previous is not None:
             resource.setrlimit(resource.RLIMIT_DATA, self.previous)
             self.previous = None

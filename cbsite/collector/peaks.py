@@ -6,19 +6,23 @@
    When start and end differ by more than 10 % the run gets a warning; a calibrated peak becomes the
    higher of the two (a slower pass measured a busier machine, not a slower chip). A given or table
    peak is the user's word and is left as it is.
-2. **Component shapes.** A measured row whose achieved FLOP/s beats the peak takes the matmul and
-   convolution calls (shapes, strides, dtypes) its counting pass recorded (counting.py: the same calls
-   whose FLOPs the row counts, so nothing is replayed or captured again); those calls are timed
-   standalone in a clean worker (best of repeats) and their FLOP/s is that component's ceiling. A
-   ceiling above the peak raises the peak, with its source `calibrated (component shapes: <path>)`.
-   The rows go fastest first, and no call is started once the budget is spent (`shapes_budget`: 2 % of the
-   components' timed blocks, 1-5 s).
-3. Every row's ratios are derived again from the peak used; a row still above 100 % MFU gets a note,
-   and the run a warning that names it. Bandwidth utilisation above 100 % is normal for a working
-   set that stays in cache (the bandwidth peak is a DRAM copy): a note, never a peak change.
+2. **Independent work.** A measured row whose achieved FLOP/s beats the peak is re-timed against work whose FLOPs
+   are known apart from the row's own count: its dense matmul calls as its counting pass recorded them
+   (counting.py: `mm`, `addmm`, `bmm`, `baddbmm`, whose FLOPs are 2*M*N*K from their shapes, no formula involved),
+   and one square matmul of the run's dtype sized to the row's FLOPs per call. Each is timed standalone in a
+   clean worker (best of repeats). A convolution or any other recorded call is not timed: its FLOPs come from the
+   formula under test, and a miscount (grouped convolution backward, say) would only time its own error. Independent
+   work faster than the peak raises the peak, with its source `calibrated (component shapes: <path>)` or
+   `calibrated (dense matmul <n>^3 sized to <path>)`; nothing else can. The rows go fastest first, and no call is
+   started once the budget is spent (`shapes_budget`: 2 % of the components' timed blocks, 1-5 s).
+3. Every row's ratios are derived again from the peak used. A row whose FLOP/s is more than SUSPECT_FACTOR times
+   the peak (itself the fastest independent work timed in this run) could not be reproduced: it is marked
+   `FLOPS_SUSPECT_NOTE` and named in a run warning (its count is likely too high for the work done); a row above
+   100 % MFU by less gets `MFU_NOTE` (timing noise). Bandwidth utilisation above 100 % is normal for a working set
+   that stays in cache (the bandwidth peak is a DRAM copy): a note, never a peak change.
 
-MFU above 100 % is thus never silent: either the peak is raised, with the reason in run.json's
-`warnings` and `device.calibration`, or the row says it is suspect.
+MFU above 100 % is thus never silent: either independent work raised the peak, with the reason in run.json's
+`warnings` and `device.calibration`, or the row says it is suspect, and why.
 """
 
 from __future__ import annotations
@@ -28,10 +32,9 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 from torch.utils.benchmark import Timer
-from torch.utils.flop_counter import FlopCounterMode
 
 from cbsite import tree
-from cbsite.collector.counting import Counts, Signature
+from cbsite.collector.counting import Counts, Signature, flop_counter
 from cbsite.collector.device import END_CALIBRATION_REPEATS, calibrate_cpu, in_clean_worker, normal_values
 
 DRIFT_WARNING = 0.10  # start vs end calibration: a relative difference above this is reported
@@ -56,6 +59,11 @@ def shapes_budget(timed_s: float) -> float:
     return min(SHAPES_BUDGET_S, max(SHAPES_MIN_BUDGET_S, SHAPES_BUDGET_SHARE * timed_s))
 
 MFU_NOTE = "MFU above 100 %"
+# A row above the peak by more than this factor, with no independent work as fast, is a counting suspect, not noise:
+# a quiet machine's timing noise is about 10 %, and a miscount is large (a depthwise convolution's backward, 65x).
+SUSPECT_FACTOR = 1.25
+FLOPS_SUSPECT_NOTE = "FLOPs suspect"
+REFERENCE_N = (32, 1024)  # a reference matmul's side: 1024^3 is the calibration's largest square, 2.1 GFLOP a call
 BANDWIDTH_NOTE = (
     "bandwidth utilisation above 100 %: the working set stays in cache, and the bandwidth peak is a DRAM copy "
     "(a roofline estimate, not an error)"
@@ -110,7 +118,7 @@ def signature_flops(signatures: list[Signature]) -> list[int | None]:
     for name, arg_specs, kwarg_specs in signatures:
         try:
             op = _op(name)
-            with FlopCounterMode(display=False) as counter:
+            with flop_counter() as counter:  # cbsite's formulas, as the rows were counted
                 op(*[_build(s, meta=True) for s in arg_specs], **{k: _build(s, meta=True) for k, s in kwarg_specs})
             out.append(int(counter.get_total_flops()))
         except Exception:  # noqa: BLE001 - no meta kernel: the worker counts this one on its real call
@@ -152,7 +160,7 @@ def time_signatures(signatures: list[Signature], num_threads: int, repeats: int,
             kwargs = {k: _build(s) for k, s in kwarg_specs}
             counted = flops[i] if flops is not None else None
             if counted is None:
-                with FlopCounterMode(display=False) as counter:
+                with flop_counter() as counter:  # cbsite's formulas, as the rows were counted
                     op(*args, **kwargs)  # also the warm-up call
                 counted = counter.get_total_flops()
             else:
@@ -248,35 +256,87 @@ def _end_calibration(device_info: dict[str, Any], warnings: list[str]) -> tuple[
     return peak, peak_bw
 
 
+def dense_matmul_flops(sig: Signature) -> int | None:
+    """A recorded call's FLOPs from its shapes alone, where it is a dense matmul (`mm`, `addmm`, `bmm`, `baddbmm`):
+    2*M*N*K (times the batch), the definition every counter shares. None for any other op, whose count would come
+    from the formula a peak check must not trust (a convolution's, say)."""
+    name, args, _ = sig
+    op = name.split("::")[-1].split(".")[0]
+    first = {"mm": 0, "bmm": 0, "addmm": 1, "baddbmm": 1}.get(op)
+    if first is None or len(args) < first + 2:
+        return None
+    a, b = args[first], args[first + 1]
+    if a[0] != "tensor" or b[0] != "tensor":
+        return None
+    (sa, sb), rank = (a[1], b[1]), 3 if op.startswith("b") else 2
+    if len(sa) != rank or len(sb) != rank or sa[-1] != sb[-2]:
+        return None
+    batch = sa[0] if rank == 3 else 1
+    return 2 * batch * sa[-2] * sa[-1] * sb[-1]
+
+
+def reference_matmul(flops_per_call: float, dtype_name: str, device: str) -> Signature:
+    """A square `mm` of the run's dtype whose FLOPs (2*n^3) are about `flops_per_call`: the same work as a row would
+    claim, with a count nobody can get wrong (n within REFERENCE_N, a multiple of 8)."""
+    n = round((max(flops_per_call, 1.0) / 2) ** (1 / 3) / 8) * 8
+    n = min(max(n, REFERENCE_N[0]), REFERENCE_N[1])
+    operand = ("tensor", (n, n), (n, 1), dtype_name, device)
+    return ("aten::mm", (operand, operand), ())
+
+
 def _component_ceilings(
     above: list[dict[str, Any]],
     recorded: RecordedCalls,
     num_threads: int,
     budget_s: float,
+    dtype_name: str,
+    device: str,
 ) -> tuple[list[dict[str, Any]], str | None]:
-    """Each row's recorded matmul calls, the distinct calls timed in one clean worker, summed per row."""
+    """Each row's independent work (its dense matmul calls, and a reference matmul sized to its FLOPs per call), the
+    distinct calls timed in one clean worker; per row the rate of its own dense calls and of its reference."""
     records: list[dict[str, Any]] = []
     unique: dict[Signature, int] = {}
+
+    def want(sig: Signature) -> None:
+        if sig not in unique and len(unique) < MAX_SIGNATURES:
+            unique[sig] = len(unique)
+
     for row in above[:MAX_COMPONENTS]:
         rec: dict[str, Any] = {"path": row["path"], "phase": row["phase"], "achieved_flops_per_s": _achieved(row)}
         counts = recorded(row["path"], row["phase"])
         if counts is None:
             rec["error"] = "no counting pass recorded for this component"
         else:
-            rec["calls"] = counts.matmul_calls
+            dense = {sig: n for sig, n in counts.matmul_calls.items() if dense_matmul_flops(sig) is not None}
+            rec["calls"] = dense
+            others = sorted({_describe(sig) for sig in counts.matmul_calls if sig not in dense})
+            if others:  # their FLOPs are the formula's word: never timed to raise a peak
+                rec["not_independent"] = others
             if counts.undescribed_matmuls:
                 rec["undescribed_ops"] = counts.undescribed_matmuls
-            for sig in counts.matmul_calls:
-                if sig not in unique and len(unique) < MAX_SIGNATURES:
-                    unique[sig] = len(unique)
+            # The row's count is checked where all of it is dense matmul work whose FLOPs its shapes give (the calls
+            # are a whole batch's, the count per call: measure.per_call's integer division).
+            analytic = sum(n * (dense_matmul_flops(sig) or 0) for sig, n in dense.items())
+            calls = max(int(row.get("call_count") or 1), 1)
+            rec["count_verified"] = bool(counts.flops) and abs(analytic - counts.flops * calls) < calls
+            for sig in dense:
+                want(sig)
+        rec["reference"] = reference_matmul(float(row["flops"] or 0), dtype_name, device)
+        want(rec["reference"])
         records.append(rec)
     method = None
     timings: list[dict[str, Any]] = []
     if unique:
         sigs = list(unique)
         timings, method = in_clean_worker(time_signatures, sigs, num_threads, SHAPE_REPEATS, SHAPE_MIN_RUN_TIME,
-                                          budget_s, signature_flops(sigs))
+                                          budget_s, [dense_matmul_flops(s) for s in sigs])
+    skipped = {"flops": None, "seconds": None, "error": "not timed (cap)"}
     for rec in records:
+        reference = rec.pop("reference")
+        t = timings[unique[reference]] if reference in unique else skipped
+        rec["reference"] = {"op": _describe(reference), **t}
+        if t.get("flops") and t.get("seconds"):
+            rec["reference"]["flops_per_s"] = t["flops"] / t["seconds"]
         calls = rec.pop("calls", None)
         if calls is None:
             continue
@@ -284,7 +344,7 @@ def _component_ceilings(
         flops = seconds = 0.0
         complete = True
         for sig, n in calls.items():
-            t = timings[unique[sig]] if sig in unique else {"flops": None, "seconds": None, "error": "not timed (cap)"}
+            t = timings[unique[sig]] if sig in unique else skipped
             ops[sig] = {"op": _describe(sig), "calls": n, **t}
             if t.get("flops") is None or not t.get("seconds"):
                 complete = False
@@ -293,12 +353,29 @@ def _component_ceilings(
             seconds += n * t["seconds"]
         rec["ops"] = list(ops.values())
         if not calls:
-            rec["error"] = "no matmul or convolution call to calibrate on"
+            rec["error"] = "no dense matmul call whose FLOPs its shapes give"
         elif flops and seconds:
             rec["ceiling_flops_per_s"] = flops / seconds
             if not complete:
                 rec["partial"] = True
     return records, method
+
+
+def _raiser(records: list[dict[str, Any]]) -> tuple[float, str, str] | None:
+    """The fastest independent work timed: (FLOP/s, peak source, what it was), or None."""
+    best: tuple[float, str, str] | None = None
+    for rec in records:
+        where = rec["path"] or "<root>"
+        own = rec.get("ceiling_flops_per_s")
+        if own and (best is None or own > best[0]):
+            best = (own, f"calibrated (component shapes: {where})", f"{where} ({rec['phase']})'s own matmul calls")
+        ref = rec.get("reference") or {}
+        rate = ref.get("flops_per_s")
+        if rate and (best is None or rate > best[0]):
+            n = ref["op"].split("(")[1].split("x")[0]
+            best = (rate, f"calibrated (dense matmul {n}^3 sized to {where})",
+                    f"a dense {n}x{n}x{n} matmul sized to {where} ({rec['phase']})")
+    return best
 
 
 def check_peaks(
@@ -308,11 +385,11 @@ def check_peaks(
     shapes_budget_s: float = SHAPES_BUDGET_S,
 ) -> list[str]:
     """Check the run's peaks against its rows; fix what can be fixed; return warnings for run.json.
-    `shapes_budget_s`: what the re-timing of component shapes may take (`shapes_budget`).
+    `shapes_budget_s`: what the re-timing of independent work may take (`shapes_budget`).
 
     Mutates `rows` (ratios, notes) and `device_info` (peak_flops, peak_bandwidth, peak_source,
     calibration) in place. `recorded(path, phase)` returns the counts of that component's phase, whose
-    `matmul_calls` are its ceiling's calls (or None).
+    dense `matmul_calls` are timed as its own independent work (or None).
     """
     started = time.perf_counter()
     warnings: list[str] = []
@@ -330,46 +407,64 @@ def check_peaks(
         (r for r in rows if r["status"] == "measured" and r.get("mfu") is not None and r["mfu"] > 1),
         key=lambda r: -(_achieved(r) or 0.0),
     )
+    verified: set[tuple[str, str]] = set()  # rows whose whole count is dense matmuls' 2*M*N*K
     if above and peak_flops:
         before, before_source = peak_flops, source.get("flops")
-        records, method = _component_ceilings(above, recorded, num_threads, shapes_budget_s)
-        best = max((r for r in records if r.get("ceiling_flops_per_s")), key=lambda r: r["ceiling_flops_per_s"], default=None)
-        raised = best is not None and best["ceiling_flops_per_s"] > peak_flops
+        device = "cuda" if device_info.get("kind") == "cuda" else "cpu"
+        records, method = _component_ceilings(above, recorded, num_threads, shapes_budget_s, dtype_name, device)
+        verified = {(r["path"], r["phase"]) for r in records if r.get("count_verified")}
+        best = _raiser(records)
+        raised = best is not None and best[0] > peak_flops
         if raised:
-            peak_flops = best["ceiling_flops_per_s"]
-            source["flops"] = f"calibrated (component shapes: {best['path'] or '<root>'})"
+            peak_flops, source["flops"] = best[0], best[1]
         if not isinstance(cal, dict):
             cal = device_info["calibration"] = {}
         cal["component_shapes"] = {"method": method, "peak_before": before, "source_before": before_source,
                                    "budget_s": round(shapes_budget_s, 3), "components": records}
         named = ", ".join(f"{_label(r)} at {_gflops(_achieved(r))}" for r in above[:8])
         more = f" and {len(above) - 8} more" if len(above) > 8 else ""
-        head = f"{len(above)} row(s) beat the peak of {_gflops(before)} ({before_source}): {named}{more}"
+        head = (f"{len(above)} row(s) beat the peak of {_gflops(before)} ({before_source}): {named}{more}; "
+                "re-timed against work whose FLOPs their shapes give (dense matmuls, in a clean worker)")
         if raised:
-            warnings.append(
-                f"{head}; re-calibrated on their own matmul shapes in a clean worker, "
-                f"{best['path'] or '<root>'} ({best['phase']}) runs its calls at {_gflops(peak_flops)} standalone, "
-                f"so the peak was raised to {_gflops(peak_flops)} and every MFU derived from it"
-            )
+            warnings.append(f"{head}: {best[2]} ran at {_gflops(peak_flops)} standalone, "
+                            f"so the peak was raised to {_gflops(peak_flops)} and every MFU derived from it")
         else:
-            ceilings = [r["ceiling_flops_per_s"] for r in records if r.get("ceiling_flops_per_s")]
-            why = (f"their own matmul shapes run at most at {_gflops(max(ceilings))} standalone, not above the peak"
-                   if ceilings else "none had matmul calls to re-calibrate on")
-            warnings.append(f"{head}; {why}, so the peak was kept")
+            why = (f"the fastest, {best[2]}, ran at {_gflops(best[0])}, not above the peak" if best is not None
+                   else "none of it could be timed")
+            warnings.append(f"{head}: {why}, so the peak was kept")
         _rederive(rows, peak_flops, peak_bw)
 
     still = [r for r in rows if r.get("mfu") is not None and r["mfu"] > 1]
-    for row in still:
+    suspect = [r for r in still if r["mfu"] > SUSPECT_FACTOR and (r["path"], r["phase"]) not in verified]
+    suspect_ids = {id(r) for r in suspect}
+    noisy = [r for r in still if id(r) not in suspect_ids]
+    for row in suspect:
+        _add_note(
+            row,
+            f"{FLOPS_SUSPECT_NOTE}: {_gflops(_achieved(row))} counted, {row['mfu']:.1f}x the peak of "
+            f"{_gflops(peak_flops)} ({source.get('flops')}), and no dense matmul of known FLOPs ran that fast; the FLOP "
+            "count is likely too high for the work done, so its MFU is not a utilisation; see run warnings",
+        )
+    if suspect:
+        named = ", ".join(f"{_label(r)} {r['mfu']:.1f}x" for r in suspect[:12])
+        more = f" and {len(suspect) - 12} more" if len(suspect) > 12 else ""
+        warnings.append(
+            f"{FLOPS_SUSPECT_NOTE} for {len(suspect)} row(s): {named}{more} the peak of {_gflops(peak_flops)}; no "
+            "work whose FLOPs are known apart from their count (dense matmuls of their size, their own matmul calls) "
+            "ran that fast, so their FLOP count is likely too high (a formula that overcounts, e.g. grouped "
+            "convolution backward), the peak was not raised by them, and their MFU is suspect"
+        )
+    for row in noisy:
         _add_note(
             row,
             f"{MFU_NOTE}: {_gflops(_achieved(row))} achieved against a peak of {_gflops(peak_flops)} "
             "(timing noise, or FLOPs this device runs faster than any calibration); see run warnings",
         )
-    if still:
-        named = ", ".join(f"{_label(r)} {r['mfu']:.0%}" for r in still[:12])
-        more = f" and {len(still) - 12} more" if len(still) > 12 else ""
+    if noisy:
+        named = ", ".join(f"{_label(r)} {r['mfu']:.0%}" for r in noisy[:12])
+        more = f" and {len(noisy) - 12} more" if len(noisy) > 12 else ""
         warnings.append(
-            f"MFU above 100 % remains for {len(still)} row(s) after re-calibration: {named}{more}; "
+            f"MFU above 100 % remains for {len(noisy)} row(s) after re-calibration: {named}{more}; "
             "read their MFU as suspect (the site marks it)"
         )
     for row in rows:

@@ -29,7 +29,7 @@ from torch import nn
 from cbsite import archive, schema, tree
 from cbsite.collector.anchors import Anchors
 from cbsite.collector.capture import Call, Capture, Rider, capture, moved, refuse_iterators, root_calls
-from cbsite.collector import hierarchy, memory
+from cbsite.collector import hierarchy, memory, variation
 from cbsite.collector.session import rounds
 from cbsite.collector.device import describe_device, kept_worker, start_calibration_running
 from cbsite.collector.measure import (BLOCKS_PER_BUDGET, REAL_COUNT_BELOW_S, ComponentMeasurement, GradOutputs, Known,
@@ -754,6 +754,10 @@ def _profile(
     for row in rows:
         row["run_id"] = run_id
     rows = _estimate(rows, config.phases, peak_flops, peak_bw)
+    # Modules whose work differs between forwards of the same batch (random control flow) are said so in their rows
+    # (variation.py); probed after the measurement, so a model that counts its own calls saw the collection's first.
+    # Not on a sharded model's ranks: every forward communicates, and the ranks' forwards must agree.
+    variation.annotate(rows, {} if config.capture_all_at_once else variation.probe(model, *batches[0]))
     samples = [
         s for path, per in outcomes.items() for phase, o in per.items() if o.result is not None
         for s in rounds.block_samples(path, phase, o.result.timing.blocks, run_id)
@@ -784,10 +788,10 @@ def _profile(
     peak_warnings = check_peaks(rows, device_info, lambda path, phase: _counted(outcomes, path, phase),
                                 shapes_budget(timed_s))
     stages.done("calibration_end_and_peak_checks")
+    # The components by the status their rows carry, so run.json agrees with the Parquet; the failed attempts
+    # (a failed parent estimated from its children, a failed backward) are counted apart.
     counts = {s: sum(1 for r in rows if r["phase"] == config.phases[0] and r["status"] == s) for s in schema.STATUSES}
-    # Every failed phase of every component, as measured: a failed parent is estimated from its children
-    # and a failed backward has no row in the counts phase, yet both failed.
-    counts["failed"] = sum(1 for per in outcomes.values() for o in per.values() if o.status == "failed")
+    failed_measurements = sum(1 for per in outcomes.values() for o in per.values() if o.status == "failed")
     out_of_memory = sorted(f"{path or '<root>'} ({phase})" for path, per in outcomes.items() for phase, o in per.items()
                            if o.status == "failed" and (o.error or "").startswith(memory.OOM_PREFIX))
     # The root's forward and backward ran the step's work on the same batches: the step's warm-up (step.py).
@@ -796,6 +800,8 @@ def _profile(
     training = model.training  # as the caller left it: the step changes modes and leaves them to `preserved`
     step = collect_step(model, batches, config, num_threads, request, root_seconds) if config.step else None
     stages.done("step")
+    if limit is not None:
+        limit.release()  # the memory limit is for measurement; the run's record is cbsite's own work (memory.MemoryLimit)
     quiet_s = sum(o.result.timing.quiet_wait_s for per in outcomes.values() for o in per.values() if o.result)
     passes_s: dict[str, float] = {}  # the untimed passes of every measured phase (counting, peaks, graphs)
     for o in (o for per in outcomes.values() for o in per.values() if o.result):
@@ -835,6 +841,7 @@ def _profile(
         "breakdown_s": {**stages.record(timed_s, sum(runner.seconds.values()), capture_s, quiet_s, passes_s),
                         "hierarchy_remeasure_timed_blocks": round(remeasure_timed_s, 3)},
         "counts": counts,
+        "failed_measurements": failed_measurements,
         "components": len(in_run),
         "warnings": load_warnings + _load_warnings(num_threads, "after") + peak_warnings + _memory_warnings(out_of_memory, limit),
         "counts_phase": config.phases[0],

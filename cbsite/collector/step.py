@@ -293,10 +293,10 @@ def measure_step(
 
 
 def _fresh_rounds(model: nn.Module, batches: Sequence[Batch], cfg: StepConfig, count: int, rebuild: Any) -> list[dict[str, Any]]:
-    import concurrent.futures
-    import multiprocessing
     import shutil
     import tempfile
+
+    from cbsite.collector.clean_worker import spawn_pool
 
     folder = None
     try:
@@ -312,7 +312,7 @@ def _fresh_rounds(model: nn.Module, batches: Sequence[Batch], cfg: StepConfig, c
         for r in range(1, count + 1):
             # One process per round, one at a time: a fresh interpreter samples its own thread placement,
             # allocator state and frequency, which blocks inside one process never see.
-            with concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+            with spawn_pool(1) as pool:  # the worker dies with this process (clean_worker.die_with_parent)
                 out.append(pool.submit(_round_worker, source, cfg, r, str(dtype).rsplit(".", 1)[-1]).result())
         return out
     finally:

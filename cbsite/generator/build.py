@@ -598,14 +598,14 @@ def build(
     # Absolute: mkdocs resolves a relative site_dir against the generated project, not the caller.
     runs, out = Path(runs).resolve(), Path(out).resolve()
     sitedir.check_out(out, runs)
+    # The cache removes what it no longer uses: never the archive, the site or the project (cache.py).
+    protect = {"the archive": runs, "the site": out, "the generated project": project_dir}
     if cache is not None:
-        c = Path(cache).resolve()
-        if c == out or out in c.parents or c == runs or runs in c.parents:
-            raise CbsiteError(f"--cache {cache} lies in the site or the archive; choose a folder beside them, e.g. --cache .cbsite-cache")
+        bcache.check_place(Path(cache), protect)
     site = load_site_config(Path(config) if config is not None else None, perfetto_origin)
     with sitedir.locked(out), contextlib.ExitStack() as workers:
         sitedir.check_out(out, runs)  # as found once the lock is held
-        store = bcache.BuildCache(Path(cache).resolve()) if cache is not None else None
+        store = bcache.BuildCache(Path(cache), protect) if cache is not None else None
         pool = _Pool(workers)  # started by the first step that has enough to do: reading the runs, or computing
         # Without a cache, the workers read and check the runs; with one, its memo knows most of them unread.
         catalog = load_catalog(runs, extra_diffs, store.read_run if store is not None else archive.read_run,
@@ -620,6 +620,7 @@ def build(
             store.record_site(out, store.site_runs, store.site_pages, store.site_global)
             store.save_memo()
             store.prune()
+            result.warnings.extend(store.warnings())  # said, never written into the site: it is the same
     for w in result.warnings:
         pywarnings.warn(w, SiteWarning, stacklevel=3)
     return BuildResult(site=out, project=project_dir, warnings=result.warnings, pages=result.pages, runs=result.runs)

@@ -19,6 +19,12 @@ while the run's files keep their size, mtime and inode) and the record of the si
 cache never changes what a build writes: a cached entry holds the same files and values a fresh computation
 gives (tests/test_build_cache.py compares the two builds byte for byte). Entries are written under a temporary
 name and renamed into place; entries no build used are removed at the end of each build.
+
+The cache owns only what it made. Its folder carries a marker (MARKER) and a manifest (MANIFEST) of the entries
+it wrote; pruning removes manifest entries only. A folder that is, holds or lies inside the archive or the site,
+or holds a project (mkdocs.yml, .git), is refused, and so is a non-empty folder without the marker. Its files are
+read as data: pickles through a restricted unpickler (cbsite.artifacts.plain_unpickle) that builds plain values
+and RunData only; anything else is computed again, with a warning.
 """
 
 from __future__ import annotations
@@ -30,15 +36,64 @@ import hashlib
 import json
 import os
 import pickle
+import re
 import shutil
 import secrets
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
-from cbsite import archive
+from cbsite import archive, artifacts
 from cbsite.archive import Run
+from cbsite.errors import CbsiteError
 
-FORMAT = "2"  # bump when what an entry holds changes
+FORMAT = "3"  # bump when what an entry holds changes
+MARKER = ".cbsite-cache"  # in the cache folder: cbsite made it, so it may write and prune there
+MANIFEST = "manifest.json"  # the entries this cache wrote: the only ones it ever removes
+# A project's root (refused as a cache folder): its configuration or repository.
+PROJECT_FILES = ("mkdocs.yml", "mkdocs.yaml", ".git", "pyproject.toml")
+# What the cache's pickles may build besides plain values (lists, dicts, strings, numbers ...).
+ALLOWED_CLASSES = frozenset({("cbsite.generator.rundata", "RunData")})
+_ENTRY = re.compile(r"\A(?:(?:runs|diffs)/[0-9a-f]{64}|memo/[a-z]+-[0-9a-f]{64}\.pickle)\Z")
+_KEY = re.compile(r"[0-9a-f]{64}")
+_UNREADABLE = (OSError, EOFError, ValueError)  # artifacts.ArtifactError, raised for a broken pickle, is a ValueError
+
+
+def _loads(raw: bytes) -> Any:
+    return artifacts.plain_unpickle(raw, ALLOWED_CLASSES)
+
+
+def check_place(folder: Path, protect: Mapping[str, Path | None], option: str = "--cache",
+                roots: Mapping[str, Path | None] | None = None) -> Path:
+    """The cache folder, resolved, when it is a folder of its own; CbsiteError when it is, holds or lies inside
+    one of `protect` (what it names -> its path: the archive, the site), is or holds one of `roots` (the project
+    it may lie inside), or holds a project (PROJECT_FILES)."""
+    c = Path(folder).resolve()
+    places = [(what, path, True) for what, path in protect.items()] + [(w, p, False) for w, p in (roots or {}).items()]
+    for what, path, inside_too in places:
+        if path is None:
+            continue
+        p = Path(path).resolve()
+        how = "is" if c == p else "holds" if c in p.parents else "lies inside" if inside_too and p in c.parents else None
+        if how:
+            raise CbsiteError(f"{option} {folder} {how} {what} ({p}): the cache removes what it no longer uses, so "
+                              f"choose a folder of its own beside them, e.g. {option} .cbsite-cache")
+    found = [name for name in PROJECT_FILES if (c / name).exists()]
+    if found:
+        raise CbsiteError(f"{option} {folder} holds a project ({found[0]}): choose a folder of its own for the "
+                          f"cache, e.g. {option} .cbsite-cache")
+    return c
+
+
+def _claim(folder: Path, option: str) -> None:
+    """Make `folder` the cache's (its marker), unless it is another's: a non-empty folder without the marker."""
+    if (folder / MARKER).is_file():
+        return
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise CbsiteError(f"{option} {folder} is not a cbsite build cache (no {MARKER} marker in it) and is not "
+                          f"empty, so cbsite will not write or prune there: choose a new or empty folder "
+                          f"(an older cbsite's cache: delete it, the next build makes it again)")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / MARKER).write_text(json.dumps({"cbsite": "build cache", "format": FORMAT}) + "\n")
 
 
 @functools.lru_cache(maxsize=1)
@@ -57,12 +112,15 @@ def fingerprint() -> str:
 
 
 def run_key(run: Run) -> str:
+    """The run's identity (model, version, run id: two runs may share a run id) and content, and the fingerprint."""
     assert run.path is not None
     h = hashlib.sha256(fingerprint().encode())
+    h.update(f"{run.model}/{run.version}/{run.run_id}\0".encode())
     for name in (archive.RUN_JSON, archive.COMPONENTS_FILE, archive.OPS_FILE, archive.SAMPLES_FILE):
-        path = run.path / name
         h.update(name.encode() + b"\0")
-        h.update(path.read_bytes() if path.is_file() else b"<absent>")
+        # Read as the archive reads them (regular files of the run, capped), though read_run checked them already.
+        h.update(archive.read_member(run.path, name, archive.MAX_PARQUET_BYTES)
+                 if (run.path / name).exists() else b"<absent>")
     art = run.path / archive.ARTIFACTS_DIR
     if art.is_dir():
         for p in sorted(art.rglob("*")):
@@ -132,10 +190,16 @@ class LazyRun(Run):
 class BuildCache:
     """Entries `runs/<key>/` and `diffs/<key>/`: `value.pickle` plus the data files the page folder holds."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = Path(folder)
+    def __init__(self, folder: Path, protect: Mapping[str, Path | None] | None = None, option: str = "--cache",
+                 roots: Mapping[str, Path | None] | None = None) -> None:
+        """`protect`, `roots`: what the cache must not be, hold (or lie inside), see check_place; `option`: how the
+        user named the folder, for messages."""
+        self.folder = check_place(Path(folder), protect or {}, option, roots)
+        _claim(self.folder, option)
+        self.owned = self._load_manifest()  # "kind/name" of every entry this cache wrote
+        self.refused: list[str] = []  # cache files that were not plain data: computed again
         self.used: set[tuple[str, str]] = set()
-        self.keys: dict[str, str] = {}
+        self.keys: dict[tuple[str, str, str], str] = {}
         self.site_runs: dict[str, Any] = {}  # what this build wrote: run id -> {"key", "warnings"}
         self.site_pages: dict[str, str] = {}  # and page -> key (build.py's _Writer), under the key site_global
         self.site_global: str | None = None
@@ -146,20 +210,50 @@ class BuildCache:
 
     # The catalog memo: per run folder, its signature, metadata (as read_run returns it, migrated) and key.
     def _load_memo(self) -> dict[str, Any]:
+        record = self._read("catalog.pickle")
+        ok = isinstance(record, dict) and record.get("fingerprint") == fingerprint() and isinstance(record.get("runs"), dict)
+        return record["runs"] if ok else {}
+
+    def _read(self, name: str) -> Any:
+        """A pickle of the cache read as data; None where it is missing, broken or not plain data (noted)."""
         try:
-            record = pickle.loads((self.folder / "catalog.pickle").read_bytes())
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError):
-            return {}
-        ok = isinstance(record, dict) and record.get("fingerprint") == fingerprint()
-        return record.get("runs", {}) if ok else {}
+            raw = (self.folder / name).read_bytes()
+        except OSError:
+            return None
+        try:
+            return _loads(raw)
+        except artifacts.NotPlainData:  # planted, or an entry of classes this cbsite does not allow
+            self.refused.append(name)
+        except _UNREADABLE:  # cut short, or not a pickle: computed again, quietly
+            pass
+        return None
+
+    def _load_manifest(self) -> set[str]:
+        try:
+            entries = json.loads((self.folder / MANIFEST).read_text())["entries"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return set()
+        # Only names this cache could have written: a manifest edited by hand never points outside the cache.
+        return {e for e in entries if isinstance(e, str) and _ENTRY.fullmatch(e)} if isinstance(entries, list) else set()
+
+    def warnings(self) -> list[str]:
+        """What the build should say about the cache: files it refused to read (then computed again)."""
+        if not self.refused:
+            return []
+        n = len(self.refused)
+        line = (f"the build cache {self.folder} held {n} file{'s' * (n != 1)} that {'are' if n != 1 else 'is'} not "
+                f"plain data (e.g. {self.refused[0]}): computed again, nothing of {'them' if n != 1 else 'it'} was run; "
+                "if cbsite did not write them, check what else writes into the cache")
+        return [line]
 
     def read_run(self, path: Path) -> Run:
         """archive.read_run through the memo: a run whose signature is unchanged is not read again (LazyRun)."""
         sig = run_signature(path)
         known = self._memo.get(str(path))
-        if known is not None and known["sig"] == sig:
+        if (isinstance(known, dict) and known.get("sig") == sig and isinstance(known.get("meta"), dict)
+                and isinstance(known.get("key"), str) and _KEY.fullmatch(known["key"])):
             run: Run = LazyRun(copy.deepcopy(known["meta"]), path)
-            self.keys[run.run_id] = known["key"]
+            self.keys[_identity(run)] = known["key"]
         else:
             run = archive.read_run(path)
             known = {"sig": sig, "meta": copy.deepcopy(run.meta), "key": self.key_of(run)}
@@ -189,21 +283,20 @@ class BuildCache:
         seconds to compute and depend on little (the trend charts of a model, the Vega bundle)."""
         text = json.dumps(inputs, sort_keys=True, default=str)
         name = f"{kind}-{hashlib.sha256(f'{fingerprint()}{chr(0)}{text}'.encode()).hexdigest()}.pickle"
-        path = self.folder / "memo" / name
         self.used.add(("memo", name))
-        try:
-            return pickle.loads(path.read_bytes())
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError, ValueError):
-            pass
+        value = self._read(f"memo/{name}")
+        if value is not None:
+            return value
         value = compute()
         self._write(f"memo/{name}", pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+        self.owned.add(f"memo/{name}")
         return value
 
     def key_of(self, run: Run) -> str:
         """The run's key, computed once per build."""
-        if run.run_id not in self.keys:
-            self.keys[run.run_id] = run_key(run)
-        return self.keys[run.run_id]
+        if _identity(run) not in self.keys:
+            self.keys[_identity(run)] = run_key(run)
+        return self.keys[_identity(run)]
 
     # The site the last build with this cache wrote: per run the key and the artifact warnings it was written
     # with (a run whose key is unchanged takes its published artifacts from that site by hard links; the old
@@ -229,14 +322,17 @@ class BuildCache:
     def load(self, kind: str, key: str, target: Path) -> Any | None:
         """The cached value, its files linked (or copied) into `target`; None when there is no whole entry."""
         entry = self._entry(kind, key)
-        try:
-            value = pickle.loads((entry / "value.pickle").read_bytes())
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        value = self._read(f"{kind}/{key}/value.pickle")
+        if value is None:
+            if f"{kind}/{key}" in self.owned and entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)  # a broken entry of ours: written again by store()
+                self.owned.discard(f"{kind}/{key}")
             self.misses += 1
             return None
         target.mkdir(parents=True, exist_ok=True)
         for src in sorted((entry / "files").iterdir()):
-            _place(src, target / src.name)
+            if src.is_file() and not src.is_symlink():
+                _place(src, target / src.name)
         self.used.add((kind, key))
         self.hits += 1
         return value
@@ -251,23 +347,32 @@ class BuildCache:
                 shutil.copyfile(source / name, tmp / "files" / name)
         (tmp / "value.pickle").write_bytes(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
         try:
-            os.replace(tmp, entry) if not entry.exists() else shutil.rmtree(tmp)
+            if entry.exists():
+                shutil.rmtree(tmp)
+            else:
+                os.replace(tmp, entry)
+                self.owned.add(f"{kind}/{key}")
         except OSError:
             shutil.rmtree(tmp, ignore_errors=True)
         self.used.add((kind, key))
 
     def prune(self) -> None:
-        """Remove the entries this build did not use (runs deleted or changed, code changed)."""
-        for kind in ("runs", "diffs", "memo"):
-            folder = self.folder / kind
-            if not folder.is_dir():
-                continue
-            for entry in folder.iterdir():
-                if (kind, entry.name) not in self.used:
-                    if entry.is_dir():
-                        shutil.rmtree(entry, ignore_errors=True)
-                    else:
-                        entry.unlink(missing_ok=True)
+        """Remove the entries this cache wrote that this build did not use (runs deleted or changed, code
+        changed): manifest entries only, never anything else in the folder. Then write the manifest."""
+        used = {f"{kind}/{name}" for kind, name in self.used}
+        for name in sorted(self.owned - used):
+            entry = self.folder / name
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+            if not os.path.lexists(entry):
+                self.owned.discard(name)
+        self._write(MANIFEST, json.dumps({"format": FORMAT, "entries": sorted(self.owned)}, indent=0).encode())
+
+
+def _identity(run: Run) -> tuple[str, str, str]:
+    return (run.model, run.version, run.run_id)
 
 
 def _place(src: Path, dest: Path) -> None:

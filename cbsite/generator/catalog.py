@@ -78,6 +78,7 @@ def _read_all(root: Path, warnings: list[str], read: Callable[[Path], Run],
         threads = min(READ_THREADS, os.cpu_count() or 1) if read is archive.read_run else 1
         with concurrent.futures.ThreadPoolExecutor(threads) if threads > 1 and len(refs) > 1 else contextlib.nullcontext() as pool:
             results = list(pool.map(attempt, refs)) if pool is not None else [attempt(ref) for ref in refs]
+    seen: dict[str, str] = {}
     for ref, run in zip(refs, results):
         if isinstance(run, CbsiteError):  # a broken run is reported and skipped; the rest still builds
             # Named relative to the archive, so the same archive builds the same page wherever it lies.
@@ -90,6 +91,12 @@ def _read_all(root: Path, warnings: list[str], read: Callable[[Path], Run],
                 "which does not match its folder"
             )
             continue
+        # The site, its cache and comparisons know a run by its id: one id, one run (the first by folder).
+        if run.run_id in seen:
+            warnings.append(f"skipped run {ref.model}/{ref.version}/{ref.run_id}: run id {ref.run_id} is already "
+                            f"{seen[run.run_id]}'s; run ids must be unique in an archive (move one to another archive)")
+            continue
+        seen[run.run_id] = f"{ref.model}/{ref.version}/{ref.run_id}"
         runs.append(run)
     return runs
 

@@ -27,7 +27,7 @@ CBSITE_KEYS = {"perfetto_origin"}
 SEARCH_SEPARATOR = r"[\s\-,:;!=\[\]()\"/]+|\.(?=[\s,;:)]|$)|&[lg]t;"
 CSS = "assets/cbsite/cbsite.css"
 SITE_JS = "assets/cbsite/site.js"  # on every page: search results carry the query; a file:// page says why it fails
-ORIGIN_RE = re.compile(r"^https?://[A-Za-z0-9.-]+(:\d{1,5})?$")
+ORIGIN_RE = re.compile(r"\Ahttps?://[A-Za-z0-9.-]+(:\d{1,5})?\Z")  # \Z: `$` would accept a final newline
 
 
 class Tagged:

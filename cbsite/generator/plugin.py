@@ -85,10 +85,17 @@ class CbsitePlugin(BasePlugin[CbsitePluginConfig]):
             where = Path(self.config.cache)
             if not where.is_absolute():
                 where = Path(config.config_file_path or ".").resolve().parent / where
-            store = BuildCache(where)
+            # The cache prunes what it no longer uses: never the archive, the site, the docs or the project.
+            project = Path(config.config_file_path or ".").resolve().parent
+            try:
+                store = BuildCache(where, {"the archive": runs, "the site": Path(config.site_dir),
+                                           "the docs": Path(config.docs_dir)}, "cache:", {"the project": project})
+            except CbsiteError as exc:
+                raise PluginError(f"cbsite: {exc}") from None
         _, nav = build.render_docs(self._catalog, site, docs, self._warnings, store)
         if store is not None:
             store.prune()
+            self._warnings.extend(store.warnings())
         for w in self._warnings:  # as `cbsite build`: a broken run is skipped and named, never a failed docs build
             log.info("cbsite: %s", w)
         if config.nav is not None:  # an explicit nav: one section for the archive, at the end

@@ -42,6 +42,7 @@ from cbsite.collector.distributed.collectives import CollectiveMode, Traffic
 from cbsite.collector.distributed.discovery import Captured, Piece, Resolved, capture_pieces, pieces, promote_grad_buffers
 from cbsite.collector.distributed.group import Group
 from cbsite.collector.distributed.lockstep import Agreement, LockstepResult, measure
+from cbsite.collector.distributed.sharding import same_on_every_rank
 from cbsite.collector.measure import ComponentMeasurement, NothingToDifferentiate, PhaseResult, TimingConfig
 from cbsite.collector.plan import PlanConfig, component_tree, selected
 from cbsite.collector.profiler import DTYPES, profile_model, threads_for
@@ -171,6 +172,16 @@ def collect_distributed(request: CollectRequest, group: Group) -> archive.Run | 
             ) from exc
 
 
+def _options_entry(request: CollectRequest) -> dict[str, Any]:
+    """What every rank must be given alike: the provider and its options, the batches and the collection's settings."""
+    from dataclasses import asdict
+
+    config = {k: v for k, v in asdict(request.config).items() if k not in ("progress",)}
+    return {"provider": request.provider, "options": request.options, "model": request.model_name,
+            "version": request.version, "batches": request.batches, "seed": request.seed,
+            "preprocessing": asdict(request.preprocessing), **{f"config.{k}": v for k, v in config.items()}}
+
+
 def _is_comm_failure(exc: BaseException) -> bool:
     import torch.distributed as dist
 
@@ -183,6 +194,8 @@ def _collect(request: CollectRequest, group: Group, stage: Stage) -> archive.Run
     started = time.perf_counter()
     config = replace(request.config, device=group.device)
     agree = Agreement()
+    with stage.at("comparing the ranks' options"):
+        same_on_every_rank("collection options", _options_entry(request))
     with stage.at("building the sharded model"):
         prepared = prepare(replace(request, config=config))
     inner = _unwrap(prepared.model)

@@ -232,7 +232,7 @@ def merged_run(run0: archive.Run, gathered: list[Any] | None, group: Group, sche
     records = [g[2] for g in gathered]
     phase0 = meta.get("counts_phase") or merged[0]["phase"]
     meta["counts"] = {s: sum(1 for r in merged if r["phase"] == phase0 and r["status"] == s) for s in schema.STATUSES}
-    meta["counts"]["failed"] = sum(1 for r in merged if r["status"] == "failed")
+    meta["failed_measurements"] = sum(1 for r in merged if r["status"] == "failed" or (r["status"] == "estimated" and r.get("error")))
     meta["components"] = len({r["path"] for r in merged})
     meta["wall_time_s"] = max(rec["wall_s"] for rec in records)
     meta["timed_s"] = round(sum((rec["local_timed_s"] or 0) + rec["lockstep_timed_s"] for rec in records), 3)

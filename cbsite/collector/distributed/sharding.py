@@ -73,6 +73,28 @@ def require_group(provider: str) -> tuple[int, int]:
     return dist.get_rank(), dist.get_world_size()
 
 
+def same_on_every_rank(what: str, entry: dict[str, Any]) -> None:
+    """Every rank's `entry` compared with rank 0's before anything is built from it; on a mismatch, every rank raises
+    one line naming the keys that differ and each rank's value. Ranks given different sharding options built
+    different plans and died in torchrec (SIGSEGV) with nothing said; one small all-gather of each rank's entry (JSON)
+    costs milliseconds."""
+    import json
+
+    import torch.distributed as dist
+
+    text = json.dumps(entry, sort_keys=True, default=str)
+    seen: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(seen, text)
+    if len(set(seen)) == 1:
+        return
+    mine = [json.loads(t) for t in seen]
+    keys = sorted({k for e in mine for k in e if any(e.get(k) != mine[0].get(k) for e in mine)})
+    listed = "; ".join(f"{k}: " + ", ".join(f"rank {r} {json.dumps(e.get(k), default=str)}" for r, e in enumerate(mine)
+                                              if r == 0 or e.get(k) != mine[0].get(k)) for k in keys)
+    raise CbsiteError(f"the ranks were given different {what} ({listed}); give every rank the same options "
+                      "(the same -o values, model and cbsite command on every node)")
+
+
 def rank_seed(seed: int, rank: int) -> int:
     """The seed of rank `rank`'s example batches: each rank of data-parallel training reads its own data.
 
@@ -123,6 +145,13 @@ def shard(model: nn.Module, types: Sequence[str] | None, kernels: Sequence[str |
     collections = [(path, m) for path, m in model.named_modules() if isinstance(m, EmbeddingBagCollection)]
     if not collections:
         raise CbsiteError("the sharding option needs a model with a torchrec EmbeddingBagCollection; this one has none")
+    # Every rank must shard the same tables the same way: checked before the plan is built (a mismatch crashed).
+    same_on_every_rank("sharding options", {
+        "sharding": list(types) if types is not None else PLANNER,
+        "compute_kernel": list(kernels),
+        "tables": {path: [[c.name, c.num_embeddings, c.embedding_dim] for c in ebc.embedding_bag_configs()]
+                   for path, ebc in collections},
+    })
     if types is None:
         topology = Topology(world_size=world, compute_device=device.type)
         plan = EmbeddingShardingPlanner(topology=topology).collective_plan(model, get_default_sharders(), dist.GroupMember.WORLD)

@@ -137,6 +137,12 @@ def compare(
     flagged, errors = session.notes("process")
     verdicts = {(t.key, t.phase): stats.paired(units.get((t.key, t.phase), []), alpha=cfg.alpha, floor=cfg.floor)
                 for t in tasks}
+    # A component whose work varies per call (variation.py) does different work on every replay: its blocks are draws,
+    # and their ratio says nothing of the code. Not judged, whatever the units say.
+    unjudged = _varying(tasks, base_run, head_run)
+    for key, reason in unjudged.items():
+        verdicts[key] = stats.Verdict("not judged", None, None, None, None, None, len(units.get(key, [])), None, None,
+                                      None, reason)
 
     # Each run's latency: the median of its rounds (round 0 here, then every session process it was in).
     for run, arm in ((base_run, "base"), (head_run, "head")):
@@ -170,6 +176,7 @@ def compare(
                 "units": units.get((t.key, t.phase), []),
                 "verdict": verdicts[(t.key, t.phase)].to_dict(),
                 "flagged": flagged.get((t.key, t.phase), []),
+                "not_judged": unjudged.get((t.key, t.phase)),
                 "errors": errors.get((t.key, t.phase), []),
             }
             for t in tasks
@@ -181,14 +188,33 @@ def compare(
     return Comparison(base=base_run, head=head_run, record=record, samples=samples, verdicts=verdicts)
 
 
+def _varying(tasks: list[Task], base_run: Run, head_run: Run) -> dict[tuple[str, str], str]:
+    """(key, phase) -> why not judged, for the tasks whose component's work varies per call on either side."""
+    from cbsite.collector.variation import varies
+
+    noted: dict[tuple[str, str, str], str] = {}
+    for arm, run in (("base", base_run), ("head", head_run)):
+        for row in run.rows.select("path", "phase", "notes").iter_rows(named=True):
+            note = varies(row["notes"])
+            if note:
+                noted[(arm, row["path"], row["phase"])] = note
+    out = {}
+    for t in tasks:
+        for arm in ("base", "head"):
+            note = noted.get((arm, t.path(arm), t.phase))
+            if note:
+                out[(t.key, t.phase)] = f"work varies per call: not judged ({arm} side: {note.split(': ', 1)[-1]})"
+                break
+    return out
+
+
 def _collect_side(request: Any, sys_path: tuple[str, ...], collect: Callable[[Any], Run]) -> Run:
     """The base side of `--base-rev` imports another revision of the user's package: collect it in a worker."""
     if not sys_path:
         return collect(request)
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    from cbsite.collector.clean_worker import spawn_pool
 
-    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with spawn_pool(1) as pool:  # the worker dies with this process
         return pool.submit(_collect_with_path, request, sys_path).result()
 
 

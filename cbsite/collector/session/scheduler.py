@@ -15,14 +15,13 @@ Two layouts of arms over processes:
 
 from __future__ import annotations
 
-import multiprocessing
 import signal
 import time
-from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
+from cbsite.collector.clean_worker import spawn_pool
 from cbsite.collector.session.spec import ArmSpec, ProcessJob, Task
 from cbsite.collector.session.worker import ProcessResult, run_process
 
@@ -99,12 +98,11 @@ def run_jobs(
     """Run each job in its own fresh process, one at a time; a dead worker is recorded, never fatal."""
     started = time.perf_counter()
     session = SessionResult(session_id=jobs[0].session_id if jobs else "", layout=layout)
-    context = multiprocessing.get_context("spawn")
     for done, job in enumerate(jobs, 1):
         session.arm_of_process[job.process] = tuple(a.arm for a in job.arms)
         workers: list = []
         try:
-            with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+            with spawn_pool(1) as pool:  # the worker dies with this process (clean_worker.die_with_parent)
                 future = pool.submit(run_process, job)
                 workers = list((getattr(pool, "_processes", None) or {}).values())  # to read how one died
                 session.results.append(future.result())
