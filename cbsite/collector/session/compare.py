@@ -270,7 +270,7 @@ def _apply_session(run: Run, arm_samples: list[dict[str, Any]], flagged: dict[tu
     run.meta["hierarchy"] = hierarchy.check(rows, previous.get("remeasured_pairs", 0))
     above = [r for r in rows if r.get("mfu") is not None and r["mfu"] > 1]
     for row in above:
-        if not any(n.startswith(peaks.MFU_NOTE) for n in row["notes"] or []):
+        if not any(n.startswith((peaks.MFU_NOTE, peaks.FLOPS_SUSPECT_NOTE)) for n in row["notes"] or []):
             row["notes"] = list(row["notes"] or []) + [f"{peaks.MFU_NOTE} after the session's rounds: see the run's warnings"]
     if above:
         run.meta.setdefault("warnings", []).append(
