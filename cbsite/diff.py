@@ -831,6 +831,10 @@ def _diff_phase_numpy(phase: str, base: _Side, head: _Side, bn: _Numbers, hn: _N
             oh, ohm = side_values(hn.own, hn.own_missing, m, h_i, on_h)
             ob, obm = side_values(bn.own, bn.own_missing, m, b_i, on_b)
             own[m], own_missing[m] = oh - ob, ohm | obm
+            if own[m].dtype.kind == "f":
+                # Each side's own share is rounded to 0 against that side's totals (_compute_lists), so one side
+                # may round and the other not; a self delta within rounding of the larger total is no change.
+                own[m][np.abs(own[m]) <= REL_TOL * np.maximum(np.abs(hv), np.abs(bv))] = 0.0
 
     # Peak memory: the part of the change that no single child shows (module docstring).
     d, dm = delta["peak_memory_bytes"], delta_missing["peak_memory_bytes"]

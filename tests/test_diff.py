@@ -464,3 +464,15 @@ def test_diff_imports_no_torch_and_no_site_library() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_an_ancestors_own_share_rounded_on_one_side_only_is_no_change() -> None:
+    # The root's own latency (6e-8 ms) rounds to 0 against the head's 63 ms of children but not the base's 21 ms.
+    leaf = {"flops": 0, "latency_ms": 10.0, "bytes_moved": 0, "param_bytes": 0, "peak_memory_bytes": 0, "iqr": 0.0,
+            "call_count": 2}
+    root = {**leaf, "status": "measured", "latency_ms": 5.960464477539063e-08, "call_count": 1}
+    base = SyntheticTree(spec={"": {"0": None, "1": None}},
+                         metrics={"": root, "0": leaf, "1": {**leaf, "latency_ms": 1.0, "call_count": 1}})
+    comps = by_path(diff_runs(base.run(version="v1"), base.with_metrics("0", latency_ms=31.0).run(version="v2")))
+    assert comps[""].self_delta["latency_ms"] == 0
+    assert comps["0"].self_delta["latency_ms"] == approx(42.0)
