@@ -2,7 +2,7 @@
 site's JavaScript): significant digits, decimal prefixes and rates. A core module: it imports nothing of cbsite,
 so the core (`throughput`, `diff`) and the generator (`cbsite/generator/pages.py`, which builds every other
 unit on it) use the same rules; `cbsite/generator/templates/assets/format.js` is the same in JavaScript and
-tests tie the two (tests/test_site_readability.py, tests/test_issue14_audit.py)."""
+tests tie the two (tests/test_site_readability.py, tests/test_diff_shares_cancelling_out.py)."""
 
 from __future__ import annotations
 

@@ -351,7 +351,7 @@ def test_run_table_fits_with_sizes_in_bytes_and_last_segments(site, page, model)
     run's table was 1,940 px wide in a 1,368 px box. Now sizes read "576 B" / "20.5 MB" under "size", a path cell
     shows its last segment indented by depth (the full path in its title, and in its text for find-in-page), and
     the default table fits the content width: a sharded run's communication columns are behind a column choice."""
-    from tests.test_browser_issue14_audit import NUMBERS, _readable
+    from tests.test_browser_number_readability import NUMBERS, _readable
 
     server, built = site
     _run_page(page, server, built, model)

@@ -1,4 +1,4 @@
-"""Issue 14 audit on the demo archive (tests/data/runs) in Debian's chromium at 1400x1000, as a sceptical expert read
+"""Numbers as a person reads them on the demo archive (tests/data/runs) in Debian's chromium at 1400x1000, as a sceptical expert read
 the screenshots: numbers in the run and diff tables with no run of zeros ("0.000576") and at most 4 significant
 digits, diff totals right-aligned, dotted paths in narrow cells broken after a dot and never inside a name
 ("input_dis" / "t"), and no share of a change that parts cancel out ("2000000% of the change")."""

@@ -1,4 +1,4 @@
-"""Issue 14 audit (no browser): diff shares left out where the components' own changes cancel out (the committed
+"""Diff shares left out where the components' own changes cancel out (the committed
 dlrm-sharded diff once read "2000000% of the change"), and the home page's "What changed" digest of a summary."""
 
 from __future__ import annotations
