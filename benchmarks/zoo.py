@@ -38,10 +38,13 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.benchmark import Timer
 from torch.utils.flop_counter import FlopCounterMode
+
+# The zoo finds the tensors inside inputs (a cache's too) with the collector's own walker; it counts and times them
+# independently.
+from cbsite.collector.capture import tensors_in as tensors
 
 Built = tuple[nn.Module, tuple[Any, ...], dict[str, Any]]
 TIMER_REPEATS = 3
@@ -337,27 +340,6 @@ class Analytic(TorchDispatchMode):
 # ----- every module's inputs, as they were when it was called -------------------------------------------------------
 
 
-def tensors(obj: Any) -> list[torch.Tensor]:
-    """Every tensor inside an object: pytree containers, dataclasses and plain objects' fields (a cache's)."""
-    found: list[torch.Tensor] = []
-    seen: set[int] = set()
-    todo = [obj]
-    while todo:
-        x = todo.pop()
-        if id(x) in seen or isinstance(x, (nn.Module, type, str, bytes, int, float, bool)) or x is None:
-            continue
-        seen.add(id(x))
-        if isinstance(x, torch.Tensor):
-            found.append(x)
-            continue
-        leaves, spec = pytree.tree_flatten(x)
-        if not spec.is_leaf():
-            todo.extend(reversed(leaves))
-        elif dataclasses.is_dataclass(x):
-            todo.extend(reversed([getattr(x, f.name) for f in dataclasses.fields(x)]))
-        elif hasattr(x, "__dict__"):
-            todo.extend(reversed(list(vars(x).values())))
-    return found
 
 
 @dataclasses.dataclass

@@ -205,6 +205,12 @@ def _achieved(row: dict[str, Any]) -> float | None:
     return row["tflops_per_s"] * 1e12 if row.get("tflops_per_s") is not None else None
 
 
+def _named(rows: list[dict[str, Any]], mfu_format: str, shown: int = 12) -> str:
+    """The first rows by label and MFU, and how many more there are, for a run warning."""
+    named = ", ".join(f"{_label(r)} {mfu_format.format(r['mfu'])}" for r in rows[:shown])
+    return named + (f" and {len(rows) - shown} more" if len(rows) > shown else "")
+
+
 def _add_note(row: dict[str, Any], note: str) -> None:
     notes = list(row.get("notes") or [])
     if note not in notes:
@@ -446,10 +452,8 @@ def check_peaks(
             "count is likely too high for the work done, so its MFU is not a utilisation; see run warnings",
         )
     if suspect:
-        named = ", ".join(f"{_label(r)} {r['mfu']:.1f}x" for r in suspect[:12])
-        more = f" and {len(suspect) - 12} more" if len(suspect) > 12 else ""
         warnings.append(
-            f"{FLOPS_SUSPECT_NOTE} for {len(suspect)} row(s): {named}{more} the peak of {_gflops(peak_flops)}; no "
+            f"{FLOPS_SUSPECT_NOTE} for {len(suspect)} row(s): {_named(suspect, '{:.1f}x')} the peak of {_gflops(peak_flops)}; no "
             "work whose FLOPs are known apart from their count (dense matmuls of their size, their own matmul calls) "
             "ran that fast, so their FLOP count is likely too high (a formula that overcounts, e.g. grouped "
             "convolution backward), the peak was not raised by them, and their MFU is suspect"
@@ -461,10 +465,8 @@ def check_peaks(
             "(timing noise, or FLOPs this device runs faster than any calibration); see run warnings",
         )
     if noisy:
-        named = ", ".join(f"{_label(r)} {r['mfu']:.0%}" for r in noisy[:12])
-        more = f" and {len(noisy) - 12} more" if len(noisy) > 12 else ""
         warnings.append(
-            f"MFU above 100 % remains for {len(noisy)} row(s) after re-calibration: {named}{more}; "
+            f"MFU above 100 % remains for {len(noisy)} row(s) after re-calibration: {_named(noisy, '{:.0%}')}; "
             "read their MFU as suspect (the site marks it)"
         )
     for row in rows:
