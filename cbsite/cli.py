@@ -325,7 +325,8 @@ def _print_run(run: Any, top: int = 15) -> None:
             + (f" and {anchored['batches']} replay(s) of their anchors"
                if isinstance(anchored, dict) and anchored.get("batches") else "")
             + (" (the first group's batch 0 taken in the whole model's peak pass)" if mem.get("capture_rode_root") else "")
-            + (f"; peak reached in the {setter.get('what')} of {setter.get('path') or '<root>'}"
+            + ((f"; peak reached in stage {str(setter.get('stage')).replace('_', ' ')}" if setter.get("what") == "stage"
+                else f"; peak reached in the {setter.get('what')} of {setter.get('path') or '<root>'}")
                if isinstance(setter, dict) and setter.get("peak_bytes") == peak else "")
             + (f"; freed heap handed back after {returned['times']} measurement(s), {gib(returned.get('bytes'))}"
                if isinstance(returned, dict) and returned.get("times") else "")

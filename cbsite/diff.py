@@ -967,7 +967,12 @@ def _diff_phase_reference(phase: str, base: _Side, head: _Side, pairs: list[tupl
         for m in ADDITIVE_METRICS:
             oh = head.own[m][h] if h >= 0 else 0
             ob = base.own[m][b] if b >= 0 else 0
-            own[m][k] = None if oh is None or ob is None else oh - ob
+            o = None if oh is None or ob is None else oh - ob
+            hv = head.total[m][h] if h >= 0 else 0
+            bv = base.total[m][b] if b >= 0 else 0
+            if isinstance(o, float) and abs(o) <= REL_TOL * max(abs(hv or 0), abs(bv or 0)):
+                o = 0.0  # within rounding of the larger side's total: no change (as _diff_phase_numpy)
+            own[m][k] = o
         d = delta["peak_memory_bytes"][k]
         if d is not None:
             # Peak memory: the part of the change that no single child shows (module docstring).

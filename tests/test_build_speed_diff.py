@@ -67,6 +67,21 @@ def test_numpy_diff_equals_the_reference_on_random_revisions(pair: Any, match_mo
         assert_same(*both_paths(base.rows, head.rows, match_moved, mp))
 
 
+def test_a_self_delta_within_rounding_of_the_totals_is_no_change_on_both_paths() -> None:
+    """A root of 2.4e-48 ms over a child of 1 ms, the child gone in the head: the root's own share moves by the
+    child's whole latency minus a rounding error; both paths call what is left of it within rounding the same."""
+    from tests.runfactory import SyntheticTree
+
+    tiny = {"status": "measured", "flops": 0, "latency_ms": 2.364344473396382e-48, "bytes_moved": 0,
+            "peak_memory_bytes": 0, "iqr": 0.0, "call_count": 1, "param_bytes": 0}
+    leaf = {"flops": 0, "latency_ms": 1.0, "bytes_moved": 0, "param_bytes": 0, "peak_memory_bytes": 0, "iqr": 0.0,
+            "call_count": 1}
+    base = SyntheticTree(spec={"": {"0": None}}, metrics={"": tiny, "0": leaf}).run(version="v1")
+    head = SyntheticTree(spec={"": None}, metrics={"": tiny}).run(version="v2")
+    with pytest.MonkeyPatch.context() as mp:
+        assert_same(*both_paths(base.rows, head.rows, False, mp))
+
+
 def _damage(frame: pl.DataFrame, seed: int) -> pl.DataFrame:
     """Missing values, NaN and lost percentiles at random rows: the cases where the two paths could part."""
     rng = random.Random(seed)

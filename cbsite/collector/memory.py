@@ -324,9 +324,13 @@ class PeakRaisers:
 
     KEEP = 5
 
-    def __init__(self) -> None:
+    def __init__(self, stages: StagePeaks | None = None) -> None:
         self.last = peak_rss_bytes()
         self.raised: list[dict[str, Any]] = []
+        # Where no capture or measurement raises the peak, the stage before them that reached it set it (the census's
+        # whole-model forward, loading the model): `stages`, the peaks as each earlier stage ended.
+        reached = [stage for stage, peak in (stages.peaks.items() if stages else ()) if peak >= self.last]
+        self.before = {"what": "stage", "path": None, "stage": reached[0], "peak_bytes": self.last} if reached else None
 
     def step(self, what: str, path: str) -> None:
         now = peak_rss_bytes()
@@ -336,7 +340,17 @@ class PeakRaisers:
 
     def record(self) -> dict[str, Any]:
         top = sorted(self.raised, key=lambda r: -r["raised_bytes"])[: self.KEEP]
-        return {"peak_set_by": self.raised[-1] if self.raised else None, "peak_raised_most_by": top}
+        return {"peak_set_by": self.raised[-1] if self.raised else self.before, "peak_raised_most_by": top}
+
+
+def suggested_limit(needed: int) -> int:
+    """The --memory-limit a refusal names for `needed` bytes: what the next run holds with the model loaded varies by a
+    few MiB (a rerun of a 531 MiB figure was refused at 532 MiB), so the figure carries RERUN_ROOM_BYTES more and is
+    rounded up to whole multiples of it."""
+    return -(-(needed + RERUN_ROOM_BYTES) // RERUN_ROOM_BYTES) * RERUN_ROOM_BYTES
+
+
+RERUN_ROOM_BYTES = 32 * 2**20
 
 
 def available_bytes() -> int | None:
@@ -399,7 +413,7 @@ class MemoryLimit:
                     f"--memory-limit {self.asked / 2**20:.0f}MiB is below what the process already holds with the "
                     f"model loaded and what cbsite's own work needs beside the measurement: {needed / 2**20:.0f}MiB "
                     f"({now / 2**20:.0f}MiB held + {OWN_WORK_BYTES / 2**20:.0f}MiB); give --memory-limit "
-                    f"{-(-needed // 2**20)}MiB or more"
+                    f"{suggested_limit(needed) // 2**20}MiB or more"
                 )
             self.bytes, self.source = self.asked, "given (--memory-limit)"
         else:

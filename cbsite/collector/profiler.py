@@ -675,7 +675,7 @@ def _profile(
     # Within a depth, components replayed on batch 0 only come last: fewer capture forwards of the other batches.
     order = breadth_first(components, later=lambda c: mem_plan.batches_for(c.path) < len(batches))
     parent_of = {c.path: c.parent for c in components}
-    raisers = memory.PeakRaisers()  # which capture or measurement raised the peak (run.json memory)
+    raisers = memory.PeakRaisers(stages.memory)  # which capture or measurement raised the peak (run.json memory)
     returns = memory.HeapReturns()  # freed heap handed back after a component's measurement (run.json memory)
     twins = Twins() if config.count_twins_once else None  # identical components counted once (twins.py)
     # Backward graphs' grad_outputs drawn once per batch and shape, within a quarter of the allowance: twins and a
