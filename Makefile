@@ -18,7 +18,7 @@ FBGEMM_PKG := fbgemm-gpu-cpu==$(FBGEMM_VERSION)
 endif
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: install demo demo-full collect-demo site test test-fast clean-venv clean browser gpu-check docs
+.PHONY: install demo demo-full collect-demo site test test-fast clean-venv clean browser gpu-check docs golden
 
 install: $(STAMP)
 
@@ -55,6 +55,15 @@ demo-full: install
 
 test: install browser
 	$(PY) -m pytest -q
+
+# The inner loop: everything but the tests marked slow (over ~20 s each) and the real-browser ones.
+test-fast: install
+	$(PY) -m pytest -q -m "not slow and not browser"
+
+# Every golden file regenerated (the generator's pages, the review summary, the collector's records without timings);
+# review the result with `git diff tests/golden/`.
+golden: install
+	CBSITE_REGEN_GOLDEN=1 $(PY) -m pytest -q tests/test_generator_golden.py tests/test_review.py tests/test_golden_collect.py
 
 # The manual (docs/, mkdocs.manual.yml) into build/manual, strictly: a broken link, a missing page or an
 # undocumented column fails the build. It includes the demo archive's reports through cbsite's MkDocs plugin.

@@ -1,12 +1,12 @@
 """How `cbsite build` time grows with the number of runs and of components.
 
-Generates synthetic archives (tests/conftest_site.synthetic_run: real archive files, both phases, traces on a
+Generates synthetic archives (tests/helpers/site_archives.synthetic_run: real archive files, both phases, traces on a
 few components), builds each, and prints build time, time per run, page count and the largest page and data
 file. Usage:
 
     .venv/bin/python benchmarks/build_scale.py                 # 10/30/100 runs x 1,000 components + 1 x 10,000
     .venv/bin/python benchmarks/build_scale.py --runs 10 30 --components 1000 --big 10000
-    .venv/bin/python benchmarks/build_scale.py --incremental 300   # add one run to 300 runs, with a build cache
+    .venv/bin/python benchmarks/build_scale.py --incremental 300   # add one run to 300 runs: no flags vs --no-cache
     .venv/bin/python benchmarks/build_scale.py --bytes 10000       # gzipped bytes of a run and a diff page with data
 """
 
@@ -27,8 +27,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cbsite.generator import build_site  # noqa: E402
+from cbsite.generator.cache import default_cache_dir  # noqa: E402
 from cbsite.generator.charts import vega_bundle  # noqa: E402
-from tests.conftest_site import synthetic_run  # noqa: E402
+from tests.helpers.site_archives import synthetic_run  # noqa: E402
 
 
 def make_archive(root: Path, runs: int, components: int) -> float:
@@ -72,27 +73,37 @@ def _cpu() -> float:
 
 
 def incremental(runs: int, components: int, repeat: int = 3) -> None:
-    """An archive of `runs` runs built with a build cache (cold: everything computed), then one run added (a new
-    version of one model: one run page's data and one diff computed), `repeat` times, then a build with nothing added."""
+    """An archive of `runs` runs built as `cbsite build` builds it with no flags (the default build cache, kept
+    here in the temporary folder) and, in the same process, without a cache: the first build (cache cold), then one
+    run added (a new version of one model: one run page's data and one diff computed), `repeat` times, then a build
+    with nothing added. Ratios: the cached build's time over the full build's, wall and CPU."""
     load = os.getloadavg()
     print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     with tempfile.TemporaryDirectory() as tmp:
-        root, out, cache = Path(tmp) / "runs", Path(tmp) / "site", Path(tmp) / "cache"
+        os.environ["CBSITE_CACHE_DIR"] = str(Path(tmp) / "user-cache")  # the default cache, not in the user's
+        root, out, full_out = Path(tmp) / "runs", Path(tmp) / "site", Path(tmp) / "full"
+        cache = default_cache_dir(out)
         gen = make_archive(root, runs, components)
         print(f"archive: {runs} runs x {components:,} components, generated in {gen:.1f} s")
-        cold, cpu = timed_build(root, out, cache)
-        print(f"full build, cache cold:           {cold:7.1f} s   ({cpu:.1f} s CPU)")
+        print(f"{'':34} {'no flags s':>10} {'CPU s':>7} {'--no-cache s':>12} {'CPU s':>7} {'ratio':>6} {'CPU ratio':>9}")
+
+        def row(label: str) -> None:
+            load = os.getloadavg()[0]
+            inc, inc_cpu = timed_build(root, out, cache)
+            full, full_cpu = timed_build(root, full_out, None)
+            print(f"{label:34} {inc:10.1f} {inc_cpu:7.1f} {full:12.1f} {full_cpu:7.1f} {inc / full:6.2f} "
+                  f"{inc_cpu / full_cpu:9.2f}   (load average before: {load:.2f})")
+
+        row("first build, cache cold")
         for k in range(repeat):  # each a new version of one model: its run page, its diff, the model and home pages
             i = runs + k
             synthetic_run(root, f"model{i % 5}", f"v{i // 5 + 1}", n=components, seed=i + 1, minutes=i,
                           trace_every=max(components // 20, 1), branching=8)
-            load = os.getloadavg()[0]
-            grown, cpu = timed_build(root, out, cache)
-            print(f"one run added ({i + 1} runs), cached: {grown:7.1f} s   ({cpu:.1f} s CPU; load average before: {load:.2f})")
-        same, cpu = timed_build(root, out, cache)
-        print(f"nothing added, cached:            {same:7.1f} s   ({cpu:.1f} s CPU)")
+            row(f"one run added ({i + 1} runs)")
+        row("nothing added")
         pages = len(list(out.rglob("*.html")))
         print(f"pages: {pages}, cache MB: {sum(p.stat().st_size for p in cache.rglob('*') if p.is_file()) / 1e6:.0f}")
+        os.environ.pop("CBSITE_CACHE_DIR")
     load = os.getloadavg()
     print(f"load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
@@ -136,7 +147,8 @@ def main() -> None:
     ap.add_argument("--components", type=int, default=1000)
     ap.add_argument("--big", type=int, default=10000, help="components of the single big run (0: skip)")
     ap.add_argument("--incremental", type=int, default=0, metavar="N",
-                    help="only measure adding one run to an archive of N runs with a build cache")
+                    help="only measure adding one run to an archive of N runs: a build with no flags (the default "
+                         "build cache) against a full build without one")
     ap.add_argument("--bytes", type=int, default=0, metavar="N",
                     help="only measure the gzipped bytes of a run page and a diff page at N components")
     args = ap.parse_args()

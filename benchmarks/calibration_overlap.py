@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from cbsite.collector import device
+from cbsite.collector.clean_worker import kept_worker
 
 
 def _full_passes(dtype_name: str, num_threads: int, repeats: int) -> list[dict[str, Any]]:
@@ -55,7 +56,7 @@ def _full_passes(dtype_name: str, num_threads: int, repeats: int) -> list[dict[s
 def trial(beside: bool, provider: str, options: dict[str, Any], idle_s: float) -> dict[str, Any]:
     """One calibration started in a fresh kept worker, beside this process's build of the model or alone."""
     threads_before = torch.get_num_threads()
-    with device.kept_worker(start_now=True):
+    with kept_worker(start_now=True):
         t0 = time.perf_counter()
         left = device.start_calibration(torch.float32, 1)
         build_s = None

@@ -45,10 +45,15 @@ from torch.profiler import ProfilerActivity, profile
 
 from cbsite.collector import measure as cb_measure
 from cbsite.collector import profiler as cb_profiler
-from cbsite.collector.collect import CollectRequest, collect
+from cbsite.collector.pipeline import capture_plan as cb_capture_plan
+from cbsite.collector.pipeline import components as cb_components
+from cbsite.collector.pipeline import record as cb_record
+from cbsite.collector.timing import blocks as cb_blocks
+from cbsite.collector.collect import collect
 from cbsite.collector.device import cpu_name
-from cbsite.collector.profiler import CollectConfig
+from cbsite.collector.config import CollectConfig
 from cbsite.collector.providers import provide
+from cbsite.collector.request import CollectRequest
 
 PROVIDER, OPTIONS, BATCHES, SEED = "dlrm", {}, 3, 0
 # Components compared between cbsite and the profiler: the root, every arch, and two leaves.
@@ -134,9 +139,9 @@ def instrumented(watch: Stopwatch) -> Iterator[None]:
         return wrapper
 
     # time_fn adds blocks with timeit() when blocked_autorange gave too few for quartiles: both count.
-    class TimedTimer(cb_measure.Timer):  # type: ignore[misc, valid-type]
-        blocked_autorange = timed(cb_measure.Timer.blocked_autorange)
-        timeit = timed(cb_measure.Timer.timeit)
+    class TimedTimer(cb_blocks.Timer):  # type: ignore[misc, valid-type]
+        blocked_autorange = timed(cb_blocks.Timer.blocked_autorange)
+        timeit = timed(cb_blocks.Timer.timeit)
 
     # time_fn brackets its CPU-time loop with two time.process_time() calls: note when they happen.
     stamps: list[float] = []
@@ -148,16 +153,16 @@ def instrumented(watch: Stopwatch) -> Iterator[None]:
     shim = types.SimpleNamespace(**{k: getattr(time, k) for k in dir(time) if not k.startswith("__")})
     shim.process_time = process_time
 
-    patch(cb_profiler, "capture", watch.wrap("capture", cb_profiler.capture))
-    patch(cb_profiler, "_measure", watch.wrap("measure_component", cb_profiler._measure))
-    patch(cb_profiler, "git_state", watch.wrap("metadata", cb_profiler.git_state))
-    patch(cb_profiler, "package_versions", watch.wrap("metadata", cb_profiler.package_versions))
+    patch(cb_capture_plan, "capture", watch.wrap("capture", cb_capture_plan.capture))
+    patch(cb_components, "measure_component", watch.wrap("measure_component", cb_components.measure_component))
+    patch(cb_record, "git_state", watch.wrap("metadata", cb_record.git_state))
+    patch(cb_record, "package_versions", watch.wrap("metadata", cb_record.package_versions))
     patch(cb_profiler, "describe_device", watch.wrap("describe_device", cb_profiler.describe_device))
     patch(cb_profiler, "check_peaks", watch.wrap("check_peaks", cb_profiler.check_peaks))
     patch(cb_measure, "count", watch.wrap("count", cb_measure.count))
     patch(cb_measure, "time_fn", watch.wrap("time_fn", cb_measure.time_fn))
-    patch(cb_measure, "Timer", TimedTimer)
-    patch(cb_measure, "time", shim)
+    patch(cb_blocks, "Timer", TimedTimer)
+    patch(cb_blocks, "time", shim)
     try:
         yield
     finally:

@@ -23,7 +23,8 @@ CASES = {
 ONE = r"""
 import json, resource, sys, torch
 import cbsite.collector.measure as measure
-from cbsite.collector.profiler import CollectConfig, profile_model
+from cbsite.collector.config import CollectConfig
+from cbsite.collector.profiler import profile_model
 from cbsite.collector.providers import provide
 if sys.argv[1] == "real":
     measure.count_on_shapes = lambda *args: None

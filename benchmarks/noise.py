@@ -40,7 +40,8 @@ import polars as pl  # noqa: E402
 
 from cbsite import stats  # noqa: E402
 from cbsite.collector import CollectConfig  # noqa: E402
-from cbsite.collector.collect import CollectRequest, collect  # noqa: E402
+from cbsite.collector.collect import collect  # noqa: E402
+from cbsite.collector.request import CollectRequest  # noqa: E402
 from cbsite.collector.session.scheduler import plan_jobs, run_jobs  # noqa: E402
 from cbsite.collector.session.spec import ArmSpec, ProcessJob, Task  # noqa: E402
 from cbsite.comparison import paired_units  # noqa: E402

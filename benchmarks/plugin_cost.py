@@ -26,7 +26,8 @@ from typing import Any
 import torch
 
 from cbsite.collector import CollectConfig
-from cbsite.collector.collect import CollectRequest, collect
+from cbsite.collector.collect import collect
+from cbsite.collector.request import CollectRequest
 
 CASES: list[tuple[str, tuple[str, ...], dict[str, dict[str, Any]]]] = [
     ("baseline", (), {}),

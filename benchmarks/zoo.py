@@ -452,6 +452,34 @@ def timer_latency(module: nn.Module, calls: list[Call], phase: str, num_threads:
 # ----- one model -------------------------------------------------------------------------------------------------
 
 
+class _WholeCall(nn.Module):
+    """The model called on its own inputs, for a counter that builds the inputs itself (ptflops)."""
+
+    def __init__(self, model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        super().__init__()
+        self.model, self.args, self.kwargs = model, args, kwargs
+
+    def forward(self, _unused: Any = None) -> Any:
+        return self.model(*self.args, **self.kwargs)
+
+
+def peer_forward_flops(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> float | None:
+    """The whole model's forward FLOPs by a peer tool, ptflops (its aten backend: mm, addmm, bmm, matmul and
+    convolution, counted as multiply-accumulates; 2 FLOPs each). None where ptflops is not installed or fails."""
+    try:
+        from ptflops import get_model_complexity_info
+    except ImportError:
+        return None
+    try:
+        with torch.no_grad():
+            macs, _ = get_model_complexity_info(
+                _WholeCall(model, args, kwargs), (1,), input_constructor=lambda _: {"_unused": None},
+                as_strings=False, print_per_layer_stat=False, backend="aten")
+    except Exception:  # noqa: BLE001 - a peer that cannot run the model is a "-" in the table, not a failed zoo
+        return None
+    return None if macs is None else 2.0 * float(macs)
+
+
 def _agree(a: float | None, b: float | None, tol: float = 0.01) -> bool:
     if a is None or b is None:
         return False
@@ -512,6 +540,7 @@ def study(name: str, min_run_time: float = 0.05, leaves: int = 12, timer_s: floa
                 latency.append({"path": row["path"], "phase": phase, "cbsite_ms": mine["latency_ms"],
                                 "timer_ms": seconds * 1e3, "ratio": mine["latency_ms"] / (seconds * 1e3)})
 
+    peer = peer_forward_flops(model, args, kwargs)
     dev = run.meta["device"]
     cal = dev.get("calibration") or {}
     calibrated = max((cal.get(w) or {}).get("flops") or 0 for w in ("start", "end")) or None
@@ -520,7 +549,7 @@ def study(name: str, min_run_time: float = 0.05, leaves: int = 12, timer_s: floa
     return {
         "model": name, "collect_s": round(collect_s, 1), "num_threads": num_threads,
         "statuses": {s: sum(1 for r in rows if r["status"] == s) for s in ("measured", "estimated", "failed", "skipped")},
-        "rows": compared, "latency": latency,
+        "rows": compared, "latency": latency, "ptflops_forward": peer,
         "peak": peak, "calibrated_peak": calibrated, "peak_source": (dev.get("peak_source") or {}).get("flops"),
         "max_mfu": max(mfus) if mfus else None,
         "suspect": [f"{r['path'] or '<root>'} ({r['phase']})" for r in rows
@@ -545,6 +574,10 @@ def summarise(result: dict[str, Any]) -> dict[str, str]:
         r = root.get(phase)
         out[f"root {tag} MFLOP cbsite / analytic / FCM"] = (
             "-" if r is None else f"{_g(r['cbsite'])} / {_g(r['analytic'])} / {_g(r['fcm'])}")
+    fwd = root.get("forward")
+    out["root fwd MFLOP ptflops (ratio to cbsite)"] = (
+        "-" if fwd is None or result.get("ptflops_forward") is None or not fwd["cbsite"] else
+        f"{_g(result['ptflops_forward'])} ({result['ptflops_forward'] / fwd['cbsite']:.3f})")
     both = [r for r in rows if r["cbsite"] is not None and r["analytic"] is not None and r["status"] == "measured"]
     out["rows = analytic"] = f"{sum(_agree(r['cbsite'], r['analytic']) for r in both)}/{len(both)}"
     out["rows = FCM"] = f"{sum(_agree(r['cbsite'], r['fcm']) for r in both)}/{len(both)}"

@@ -1,4 +1,4 @@
-"""The results archive: write a run atomically, read it back, list and resolve runs, migrate old ones.
+"""The results archive: write a run atomically, read it back, list and resolve runs, upgrade old ones.
 
 Layout: ``<root>/<model>/<version>/<run_id>/{run.json, components.parquet, ops.parquet, artifacts/}``.
 
@@ -6,8 +6,8 @@ Crash safety. A run is written in ``<root>/.cbsite-staging/`` with its Parquet f
 so no reader glob (``runs/**/components.parquet`` descends into dot-folders, in polars and DuckDB alike)
 matches a file of an unfinished run; the folder is then renamed into place and ``components.parquet.partial``
 renamed last: a run exists exactly when its ``components.parquet`` does. Every staging folder records its
-owner (process id and host), so `stale_staging` tells the remains of a killed process from work in progress
-and `remove_stale` (``cbsite gc``) deletes them.
+owner (process id and host), so `leftovers.stale_staging` tells the remains of a killed process from work in
+progress and `leftovers.remove_stale` (``cbsite gc``) deletes them. Older schemas migrate on read (migration.py).
 
 Reading is defensive: archive content is untrusted. `read_meta` and `read_run` turn every problem of one
 run (bad JSON, wrong types, a Parquet that does not fit the schema, no rows) into a `CbsiteError` naming
@@ -17,7 +17,6 @@ the run and the problem; non-finite floats are read as null.
 from __future__ import annotations
 
 import json
-import math
 import os
 import secrets
 import shutil
@@ -28,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO
 
 import polars as pl
 import pyarrow as pa
@@ -37,6 +36,7 @@ import pyarrow.parquet as pq
 
 from cbsite import schema
 from cbsite.errors import CbsiteError
+from cbsite.migration import migrate, schema_version
 
 RUN_JSON = "run.json"
 COMPONENTS_FILE = "components.parquet"
@@ -47,7 +47,6 @@ ARTIFACTS_DIR = "artifacts"
 STAGING_DIR = ".cbsite-staging"  # in the archive root: runs and plugin artifacts being written
 PARTIAL = ".partial"  # suffix of a staged Parquet file: no `**/components.parquet` glob matches it
 OWNER_FILE = ".cbsite-owner"  # in every staging folder: {"pid", "host", "started"}
-OTHER_HOST_STALE_S = 7 * 24 * 3600  # a staging folder of another host is stale after a week
 
 
 def new_run_id(now: datetime | None = None) -> str:
@@ -194,7 +193,7 @@ def _commit(staging: Path, final: Path) -> None:
     (final / OWNER_FILE).unlink(missing_ok=True)
 
 
-# --- staging: owned folders, stale ones and their removal ----------------------------------------
+# --- staging: folders that record the process writing them (leftovers.py finds the stale ones) ---
 
 
 def staging_dir(root: str | os.PathLike[str]) -> Path:
@@ -214,7 +213,7 @@ def new_staging(parent: str | os.PathLike[str], prefix: str) -> Path:
     return folder
 
 
-def _read_owner(folder: Path) -> dict[str, Any] | None:
+def read_owner(folder: Path) -> dict[str, Any] | None:
     try:
         owner = json.loads((folder / OWNER_FILE).read_text())
     except (OSError, ValueError):
@@ -223,209 +222,9 @@ def _read_owner(folder: Path) -> dict[str, Any] | None:
 
 
 def _owned_by_us(folder: Path) -> bool:
-    owner = _read_owner(folder)
+    owner = read_owner(folder)
     return owner is not None and owner.get("pid") == os.getpid() and owner.get("host") == socket.gethostname()
 
-
-def _pid_alive(pid: Any) -> bool:
-    if type(pid) is not int or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    except OSError:
-        return False
-    return True
-
-
-def _abandoned(folder: Path) -> str | None:
-    """Why a staging folder is stale (its owner is gone), or None while its owner may still be writing."""
-    if not folder.is_dir() or folder.is_symlink():
-        return "not a staging folder"
-    owner = _read_owner(folder)
-    now = time.time()
-    if owner is None:  # not made by cbsite (or being created): never removed, see `foreign_staging`
-        return None
-    pid, host = owner.get("pid"), owner.get("host")
-    if host != socket.gethostname():
-        started = owner.get("started")
-        age = now - started if isinstance(started, (int, float)) else math.inf
-        return f"left on host {host!r} {age / 86400:.0f} days ago" if age > OTHER_HOST_STALE_S else None
-    if not _pid_alive(pid):
-        return f"its process {pid} is gone"
-    return None
-
-
-@dataclass(frozen=True)
-class Stale:
-    """A folder an interrupted or killed process left in the archive."""
-
-    path: Path
-    reason: str
-
-
-def stale_staging(root: str | os.PathLike[str] = "runs") -> list[Stale]:
-    """Remains of killed or interrupted writers under `root`, never a folder a live process is writing.
-
-    Three kinds: folders in `<root>/.cbsite-staging/` whose owner is gone; run folders whose last rename
-    (components.parquet.partial -> components.parquet) never happened; `<version>/.<run_id>.partial/`
-    folders that cbsite before 0.2 staged runs in (the documented glob reads them: remove them). Only what
-    cbsite made: the first two carry its owner marker (OWNER_FILE, written when staging starts), the last
-    hold nothing but a run's files (`_legacy_run`); anything else is `foreign_staging`.
-    """
-    return _scan_staging(root)[0]
-
-
-def foreign_staging(root: str | os.PathLike[str] = "runs") -> list[Stale]:
-    """Folders where `stale_staging` looks that cbsite did not make (no owner marker, or a `.x.partial` holding
-    more than a run's files): `cbsite gc` leaves them and names them."""
-    return _scan_staging(root)[1]
-
-
-def _scan_staging(root: str | os.PathLike[str]) -> tuple[list[Stale], list[Stale]]:
-    base = Path(root)
-    out: list[Stale] = []
-    left: list[Stale] = []
-    if not base.is_dir():
-        return out, left
-    unmarked = f"no cbsite marker ({OWNER_FILE}) inside: not made by cbsite, left as it is"
-    area = staging_dir(base)
-    if area.is_dir() and not area.is_symlink():
-        for folder in sorted(area.iterdir()):
-            if folder.is_symlink() or not folder.is_dir() or _read_owner(folder) is None:
-                left.append(Stale(folder, unmarked))
-                continue
-            why = _abandoned(folder)
-            if why:
-                out.append(Stale(folder, f"unfinished staging folder: {why}"))
-    for version_dir in _dirs(base, 2):
-        for entry in sorted(version_dir.iterdir()):
-            if entry.is_symlink() or not entry.is_dir():
-                continue
-            if entry.name.startswith(".") and entry.name.endswith(PARTIAL):
-                why = _legacy_run(entry)
-                if why is None:
-                    out.append(Stale(entry, "half-written run of an older cbsite (read by runs/**/components.parquet)"))
-                else:
-                    left.append(Stale(entry, f"{why}: not a run cbsite staged, left as it is"))
-            elif (entry / (COMPONENTS_FILE + PARTIAL)).exists() and not (entry / COMPONENTS_FILE).exists():
-                if _read_owner(entry) is None:
-                    left.append(Stale(entry, unmarked))
-                    continue
-                why = _abandoned(entry)
-                if why:
-                    out.append(Stale(entry, f"run never completed: {why}"))
-    return out, left
-
-
-# What a run folder holds, staged or not: the only content of a `.<run_id>.partial` folder cbsite staged.
-_RUN_FILES = {RUN_JSON, COMPONENTS_FILE, OPS_FILE, SAMPLES_FILE, RANKS_FILE, OWNER_FILE}
-_RUN_FILES |= {name + PARTIAL for name in _RUN_FILES}
-
-
-def _legacy_run(folder: Path) -> str | None:
-    """None when `folder` is a run older cbsite staged (`.<run_id>.partial` holding only a run's files and an
-    artifacts folder); else why it is not. Those versions wrote no marker, so the name and content are it."""
-    run_id = folder.name[1:-len(PARTIAL)]
-    if not schema.RUN_ID_RE.fullmatch(run_id):
-        return f"{folder.name!r} is not .<run id>{PARTIAL}"
-    try:
-        entries = list(os.scandir(folder))
-    except OSError as exc:
-        return f"cannot be listed ({exc.strerror})"
-    for e in entries:
-        if e.name == ARTIFACTS_DIR and e.is_dir(follow_symlinks=False):
-            continue
-        if e.name not in _RUN_FILES or not e.is_file(follow_symlinks=False):
-            return f"holds {e.name!r}, which is no run file"
-    return None
-
-
-def _dirs(base: Path, depth: int) -> list[Path]:
-    """Folders `depth` levels below `base`, skipping dot-folders and symlinks."""
-    level = [base]
-    for _ in range(depth):
-        level = [d for parent in level for d in sorted(parent.iterdir())
-                 if d.is_dir() and not d.is_symlink() and not d.name.startswith(".")]
-    return level
-
-
-def remove_stale(root: str | os.PathLike[str] = "runs", dry_run: bool = False) -> list[Stale]:
-    """Delete what `stale_staging` finds (checked again just before each removal); return what was (or would be) removed."""
-    removed = []
-    for stale in stale_staging(root):
-        if not dry_run:
-            legacy = stale.path.name.endswith(PARTIAL) and stale.path.name.startswith(".")
-            if (_legacy_run(stale.path) is None) if legacy else _abandoned(stale.path):
-                shutil.rmtree(stale.path, ignore_errors=True)
-            if stale.path.exists():
-                continue
-        removed.append(stale)
-    return removed
-
-
-# One function per schema step: MIGRATIONS[n] turns version n into n + 1.
-Migration = Callable[[dict[str, Any], pl.DataFrame], tuple[dict[str, Any], pl.DataFrame]]
-
-
-def _with_null_columns(rows: pl.DataFrame, fields: list[pa.Field]) -> pl.DataFrame:
-    """`rows` with each of `fields` it lacks added as a null column of the field's type."""
-    missing = [f for f in fields if f.name not in rows.columns]
-    if not missing or not rows.width:
-        return rows
-    nulls = pl.from_arrow(pa.table({f.name: pa.nulls(rows.height, f.type) for f in missing}))
-    assert isinstance(nulls, pl.DataFrame)
-    return pl.concat([rows, nulls], how="horizontal")
-
-
-def _v1_to_v2(meta: dict[str, Any], rows: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]:
-    """Schema 2 keeps raw samples; a version-1 run had none, and says so instead of inventing them.
-
-    The plugin columns arrived during version 1: the first version-1 runs lack them, and get them null."""
-    meta = dict(meta)
-    meta.setdefault("samples", None)
-    meta.setdefault("rounds", 1)
-    meta.setdefault(
-        "samples_note", "collected before schema 2: no raw timing samples were kept; latencies are within-run medians"
-    )
-    return meta, _with_null_columns(rows, schema.PLUGIN_FIELDS)
-
-
-def _v2_to_v3(meta: dict[str, Any], rows: pl.DataFrame) -> tuple[dict[str, Any], pl.DataFrame]:
-    """Schema 3 adds the sharded-run columns; a version-2 run is one process: they are null."""
-    meta = dict(meta)
-    meta.setdefault("distributed", None)
-    return meta, _with_null_columns(rows, schema.DISTRIBUTED_FIELDS)
-
-
-MIGRATIONS: dict[int, Migration] = {1: _v1_to_v2, 2: _v2_to_v3}
-
-
-def migrate(meta: dict[str, Any], rows: pl.DataFrame, path: Path | str = "") -> tuple[dict[str, Any], pl.DataFrame]:
-    """Bring a run's metadata and rows up to SCHEMA_VERSION, or refuse a newer one."""
-    found = _schema_version(meta, path)
-    if found > schema.SCHEMA_VERSION:
-        raise CbsiteError(
-            f"run {path} has schema version {found} but this cbsite reads up to version "
-            f"{schema.SCHEMA_VERSION}; upgrade cbsite to read it"
-        )
-    while found < schema.SCHEMA_VERSION:
-        if found not in MIGRATIONS:
-            raise CbsiteError(f"run {path} has schema version {found}, which cbsite cannot migrate")
-        meta, rows = MIGRATIONS[found](meta, rows)
-        found += 1
-        meta["schema_version"] = found
-    return meta, rows
-
-
-def _schema_version(meta: dict[str, Any], path: Path | str) -> int:
-    found = meta.get("schema_version", 0)
-    if type(found) is not int or found < 0:
-        raise CbsiteError(f"run {path} is unreadable: schema_version must be a whole number, found {found!r}")
-    return found
 
 
 # --- upgrade: older runs rewritten at the current schema, in place ---------------------------------
@@ -551,7 +350,7 @@ def _load_meta(folder: Path) -> dict[str, Any]:
         raise CbsiteError(f"run folder {where} is unreadable: {RUN_JSON} is not valid JSON: {exc}") from exc
     if not isinstance(meta, dict):
         raise CbsiteError(f"run folder {where} is unreadable: {RUN_JSON} holds a JSON {type(meta).__name__}, not an object")
-    _schema_version(meta, where)
+    schema_version(meta, where)
     return meta
 
 

@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from cbsite import archive, schema, stats
+from cbsite import format as cfmt
 from cbsite.errors import CbsiteError
 
 COMPARISONS_DIR = "_comparisons"
@@ -53,7 +54,7 @@ def write_comparison(root: str | os.PathLike[str], record: dict[str, Any], sampl
     staging = archive.new_staging(archive.staging_dir(root), f"comparison-{record['comparison_id']}-")
     try:
         record_file = archive._staged(staging, COMPARISON_JSON)
-        record_file.write_text(json.dumps(_finite(record), indent=1, sort_keys=True) + "\n")
+        record_file.write_text(json.dumps(cfmt.json_safe(record), indent=1, sort_keys=True) + "\n")
         if samples is not None and samples.num_rows:
             pq.write_table(samples.cast(schema.SAMPLES_SCHEMA), archive._staged(staging, archive.SAMPLES_FILE))
         os.rename(staging, final)
@@ -268,17 +269,6 @@ def summary(verdicts: Mapping[Any, stats.Verdict]) -> dict[str, Any]:
         "noise_median": statistics.median(spreads) if spreads else None,
         "detectable_median": statistics.median(detectable) if detectable else None,
     }
-
-
-def _finite(value: Any) -> Any:
-    """JSON has no NaN or inf: such a value becomes null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value
 
 
 def evidence_for(root: str | os.PathLike[str] | None, base: Any, head: Any, head_to_base: Mapping[str, str],

@@ -14,7 +14,7 @@ import pyarrow as pa
 from cbsite.errors import CbsiteError
 
 SCHEMA_VERSION = 3
-# Version history (one migration per step in archive.MIGRATIONS):
+# Version history (one migration per step in migration.MIGRATIONS):
 #   1 -> 2: raw timing samples (samples.parquet) and the `samples` / `rounds` keys of run.json. Runs
 #           written at version 1 kept no samples: they migrate with `samples: null` and say so; no
 #           sample is ever invented for them.

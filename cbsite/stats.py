@@ -77,6 +77,8 @@ import numpy as np
 import polars as pl
 from scipy import stats as _st
 
+from cbsite import format as cfmt
+
 __all__ = [
     "ALPHA",
     "FLOOR",
@@ -340,16 +342,6 @@ def _detectable(est: _Estimate, alpha_effect: float) -> float | None:
     return float(math.expm1(width))
 
 
-def _pct(x: float, signed: bool = True) -> str:
-    """A relative change as a percentage: 1 decimal below 10 %, none above."""
-    v = 100.0 * x
-    text = f"{abs(v):.1f}".rstrip("0").rstrip(".") if abs(v) < 9.95 else f"{abs(v):.0f}"
-    if text == "0":
-        return "0 %"
-    sign = ("+" if v > 0 else "-") if signed else ""
-    return f"{sign}{text} %"
-
-
 def _decide(est: _Estimate, p_reg: float | None, p_imp: float | None, *, alpha: float,
             floor: float, alpha_effect: float) -> Verdict:
     if est.not_judged is not None:
@@ -363,8 +355,8 @@ def _decide(est: _Estimate, p_reg: float | None, p_imp: float | None, *, alpha: 
     elo, ehi = est.ci_equiv
     detectable = _detectable(est, alpha_effect)
     at = f"at {_plural(n, unit)}" + ("" if est.paired else " per run")
-    change = _pct(math.expm1(m))
-    interval = f"95 % CI {_pct(math.expm1(lo))} to {_pct(math.expm1(hi))}"
+    change = cfmt.pct_spaced(math.expm1(m))
+    interval = f"95 % CI {cfmt.pct_spaced(math.expm1(lo))} to {cfmt.pct_spaced(math.expm1(hi))}"
     needed = None
     if p_reg < alpha and m >= delta:
         verdict = "regressed"
@@ -374,18 +366,18 @@ def _decide(est: _Estimate, p_reg: float | None, p_imp: float | None, *, alpha: 
         reason = f"improved: {change} ({interval}, p = {p_imp:.2g}) {at}"
     elif -delta < elo and ehi < delta:
         verdict = "unchanged"
-        reason = f"unchanged: {change} ({interval}); a change of ±{_pct(floor, False)} is ruled out {at}"
+        reason = f"unchanged: {change} ({interval}); a change of ±{cfmt.pct_spaced(floor, False)} is ruled out {at}"
     else:
         verdict = "inconclusive"
         half = math.expm1((hi - lo) / 2.0)
         needed = _needed(est, alpha_effect, alpha, delta)
-        head = f"inconclusive: {change} ±{_pct(half, False)} {at}"
+        head = f"inconclusive: {change} ±{cfmt.pct_spaced(half, False)} {at}"
         if needed is not None:
             per = "" if est.paired else " per run"
             reason = f"{head}; about {needed} {unit}{per} needed"
         else:
             reason = (f"{head}; no number of {unit} up to {MAX_UNITS} would decide "
-                      f"(the change sits on the {_pct(floor, False)} floor)")
+                      f"(the change sits on the {cfmt.pct_spaced(floor, False)} floor)")
     if est.zero_spread:  # never inconclusive: the interval is the point
         reason = f"{verdict}: {change} {at} (no spread: identical units, decided from the mean)"
     return Verdict(verdict, ratio, math.exp(lo), math.exp(hi), p_reg, p_imp, n, est.spread,

@@ -7,7 +7,7 @@ raw `blocks` of every round. Here:
 
 * `step_lines(meta)`: what `cbsite show` prints;
 * `changes(base_meta, head_meta)`: the throughput change of each mode between two runs (the diff);
-* `sentence(...)`: the diff summary's sentence on it;
+* `sentence(changes)`: the diff summary's sentence on them;
 * gate rules ``throughput<-N%`` (both modes), ``train_throughput<-N%``, ``eval_throughput<-N%``: a
   rule is broken where examples/s **dropped** by more than N %. It is judged only with evidence: when
   both runs have step blocks from 2 or more rounds, Welch's test on the rounds' log medians of
@@ -31,7 +31,6 @@ RULE_METRICS = {"throughput": MODES, "train_throughput": ("train",), "eval_throu
 RULE_RE = re.compile(r"^(?P<metric>[a-z_]+)<(?P<limit>[+-]?\d+(?:\.\d+)?)%$")
 NOT_JUDGED = ("throughput needs step blocks from 2 or more rounds in both runs; collect both with "
               "`cbsite collect --rounds N` (N >= 2)")
-MINUS = "\u2212"
 
 
 def step_of(meta: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -44,18 +43,6 @@ def mode_of(meta: Mapping[str, Any], mode: str) -> dict[str, Any] | None:
     step = step_of(meta)
     record = step.get(mode) if step else None
     return record if isinstance(record, dict) and record.get("status") == "measured" else None
-
-
-def format_rate(value: float | None) -> str:
-    """Examples per second as the site writes them (the one formatter, cbsite.format.rate): "49.1k examples/s",
-    "1M examples/s" at 999,600 (never "1e+03k"); "n/a" when unknown."""
-    if value is None or not math.isfinite(value):
-        return "n/a"
-    return f"{cfmt.rate(value)} examples/s"
-
-
-def _ms(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3g} ms"
 
 
 def step_lines(meta: Mapping[str, Any]) -> list[str]:
@@ -75,8 +62,8 @@ def step_lines(meta: Mapping[str, Any]) -> list[str]:
         if record.get("status") != "measured":
             lines.append(f"  {label}: {record.get('status', '?')} ({record.get('error') or 'no reason given'})")
             continue
-        lines.append(f"  {label}: {_ms(record.get('ms'))}/iter (p25 {_ms(record.get('p25_ms'))}, p75 {_ms(record.get('p75_ms'))}), "
-                     f"{format_rate(record.get('examples_per_s'))}"
+        lines.append(f"  {label}: {cfmt.ms_g3(record.get('ms'))}/iter (p25 {cfmt.ms_g3(record.get('p25_ms'))}, p75 {cfmt.ms_g3(record.get('p75_ms'))}), "
+                     f"{cfmt.examples_rate(record.get('examples_per_s'))}"
                      + (f", {record['contended_blocks']} contended blocks" if record.get("contended_blocks") else ""))
     return lines
 
@@ -120,13 +107,10 @@ class Change:
         return stats.unpaired(self.base_rounds, self.head_rounds, floor=1 / (1 - drop) - 1)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"mode": self.mode, "base_examples_per_s": _finite(self.base_eps), "head_examples_per_s": _finite(self.head_eps),
-                "base_ms": _finite(self.base_ms), "head_ms": _finite(self.head_ms), "change": _finite(self.change),
+        finite = cfmt.json_safe
+        return {"mode": self.mode, "base_examples_per_s": finite(self.base_eps), "head_examples_per_s": finite(self.head_eps),
+                "base_ms": finite(self.base_ms), "head_ms": finite(self.head_ms), "change": finite(self.change),
                 "base_rounds": len(self.base_rounds), "head_rounds": len(self.head_rounds)}
-
-
-def _finite(value: float | None) -> float | None:
-    return value if value is None or math.isfinite(value) else None
 
 
 def changes(base_meta: Mapping[str, Any], head_meta: Mapping[str, Any]) -> dict[str, Change]:
@@ -155,24 +139,16 @@ def diff_record(base_meta: Mapping[str, Any], head_meta: Mapping[str, Any]) -> d
     return {mode: c.to_dict() for mode, c in found.items()}
 
 
-def _pct(change: float) -> str:
-    pct = change * 100
-    sign = "+" if pct > 0 else (MINUS if pct < 0 else "±")
-    return f"{sign}{abs(pct):.2g}%" if abs(pct) < 10 else f"{sign}{abs(pct):.0f}%"
-
-
-def sentence(base_meta: Mapping[str, Any], head_meta: Mapping[str, Any]) -> str | None:
-    """The diff summary's sentence: "Step throughput: train 6.5k → 6.1k examples/s (−6.2%), eval …"."""
-    found = changes(base_meta, head_meta)
-    if not found:
-        return None
+def sentence(changes: list[Change]) -> str:
+    """The diff summary's sentence on the modes' changes (`changes`), without its full stop:
+    "Step throughput: train 6.5k → 6.1k examples/s (−6.2%), eval …"."""
     parts = []
-    for mode, c in found.items():
-        text = f"{mode} {format_rate(c.base_eps).replace(' examples/s', '')} → {format_rate(c.head_eps)}"
+    for c in changes:
+        text = f"{c.mode} {cfmt.examples_rate(c.base_eps).replace(' examples/s', '')} → {cfmt.examples_rate(c.head_eps)}"
         if c.change is not None:
-            text += f" ({_pct(c.change)}{'' if c.judgeable else ', not judged: single round'})"
+            text += f" ({cfmt.signed_pct2(c.change)}{'' if c.judgeable else ', not judged: single round'})"
         parts.append(text)
-    return "Step throughput: " + ", ".join(parts) + "."
+    return "Step throughput: " + ", ".join(parts)
 
 
 def parse_rule(text: str) -> tuple[str, float] | str:

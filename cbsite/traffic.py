@@ -5,7 +5,7 @@ A sharded run's rows carry `comm_bytes_sent` / `comm_bytes_received` (per call, 
 phase (as `cbsite.diff` does; a sharding type's piece, e.g. `...output_dist.row_wise`, is present on one side
 only when the plan changed, while its stage, `...output_dist`, is on both) and gives each one's bytes per
 forward (per call x calls; `comm_bytes` = sent + received) on both sides. `cbsite.diff.RunDiff.traffic` holds
-the result, the gate's `comm_bytes*` rules read it (cbsite/review.py) and the diff page lists it.
+the result, the gate's `comm_bytes*` rules read it (cbsite/gate.py) and the diff page lists it.
 """
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
+
+from cbsite import format as cfmt
+from cbsite.diffrecord import display_path
 
 METRICS = ("comm_bytes", "comm_bytes_sent", "comm_bytes_received")
 _COLUMNS = ("path", "phase", "order", "call_count", "comm_bytes_sent", "comm_bytes_received", "collectives")
@@ -77,32 +80,27 @@ def diff_traffic(base_rows: pl.DataFrame, head_rows: pl.DataFrame) -> list[Traff
             for ph, path in keys]
 
 
-def _change_text(metric: str, base: int | None, head: int | None) -> str:
-    from cbsite import diff as cdiff  # the one formatting of a change ("+40%", "2.1×", "new")
-
-    if base is None and head is None:
-        return "n/a"
-    if base is None:
-        return "new"
-    if head is None:
-        return "removed"
-    return cdiff.format_ratio(cdiff.Total(metric=metric, base=base, head=head, delta=head - base,
-                                          ratio=head / base if base else None, noise=False, complete=True))
-
-
 def rows(deltas: list[TrafficDelta], model: str) -> list[dict[str, Any]]:
     """The diff page's and the PR summary's lines: per component and phase, bytes on each side and the changes
-    as text (cbsite.diff's formatting), e.g. `output_dist` sent 256 kB -> 512 kB, +100%."""
-    from cbsite import diff as cdiff
+    as text (cbsite.format's), e.g. `output_dist` sent 256 kB -> 512 kB, +100%."""
 
     def amount(v: int | None) -> str | None:
-        return None if v is None else cdiff.format_amount("bytes_moved", v)
+        return None if v is None else cfmt.amount("bytes_moved", v)
+
+    def change(base: int | None, head: int | None) -> str:
+        if base is None and head is None:
+            return "n/a"
+        if base is None:
+            return "new"
+        if head is None:
+            return "removed"
+        return cfmt.change(base, head)
 
     out = []
     for t in deltas:
-        row: dict[str, Any] = {"phase": t.phase, "path": cdiff.display_path(t.path, model), "kind": t.kind,
+        row: dict[str, Any] = {"phase": t.phase, "path": display_path(t.path, model), "kind": t.kind,
                                "collectives_base": list(t.collectives_base), "collectives_head": list(t.collectives_head)}
         for m in METRICS:
-            row[m] = {"base": amount(t.base[m]), "head": amount(t.head[m]), "change": _change_text(m, t.base[m], t.head[m])}
+            row[m] = {"base": amount(t.base[m]), "head": amount(t.head[m]), "change": change(t.base[m], t.head[m])}
         out.append(row)
     return out

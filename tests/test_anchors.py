@@ -58,7 +58,7 @@ class SharedInner(nn.Module):
 def _grouped(model: nn.Module, batches: list, anchors: bool = True):
     """Every component captured in measuring order, one group per component (a tiny allowance), batch 0 not taken
     from the census: the worst case for forwards. Returns the captures and each component's calls per batch."""
-    from cbsite.collector.profiler import planned_captures
+    from cbsite.collector.pipeline.capture_plan import planned_captures
 
     census, plan, captures = planned_captures(model, batches, True, torch.device("cpu"))
     captures.anchors.fit(plan.input_bytes, plan.batches_for, plan.allowance_bytes)  # kept: the plan's own allowance
@@ -81,7 +81,7 @@ def tight_allowance(monkeypatch):
     """A 4-block Stack, three batches, and an allowance just above what the blocks' inputs take (the census cannot keep
     batch 0, as GPT-2 small's at 8 x 512): (model, batches, the blocks' input bytes)."""
     from cbsite.collector import memory
-    from cbsite.collector.profiler import planned_captures
+    from cbsite.collector.pipeline.capture_plan import planned_captures
 
     torch.manual_seed(0)
     model = Stack(width=64, depth=4)
@@ -159,7 +159,7 @@ def test_anchors_past_the_allowance_are_not_kept():
     model, batches = Stack(), _batches()
     captures, _ = _grouped(model, batches)
     assert captures.anchors.record()["off"] is None  # within the plan's allowance (64 MiB at least)
-    from cbsite.collector.profiler import planned_captures
+    from cbsite.collector.pipeline.capture_plan import planned_captures
 
     census, plan, tight = planned_captures(model, batches, True, torch.device("cpu"))
     assert not tight.anchors.fit(plan.input_bytes, plan.batches_for, allowance_bytes=1)
@@ -188,10 +188,12 @@ def test_a_collection_captures_its_inner_groups_through_anchors_and_measures_the
 
 
 def test_the_hierarchy_remeasurement_captures_only_the_components_it_asks_for():
-    """The re-measurement of inverted pairs re-captures a group of the pairs' components alone (profiler._Remeasure
+    """The re-measurement of inverted pairs re-captures a group of the pairs' components alone (remeasure.Remeasure
     `needed`), not of every measured component after the first: its forwards stop after the last of them."""
-    from cbsite.collector.measure import TimingConfig
-    from cbsite.collector.profiler import _Outcome, _Remeasure, planned_captures
+    from cbsite.collector.pipeline.capture_plan import planned_captures
+    from cbsite.collector.pipeline.components import Outcome
+    from cbsite.collector.pipeline.remeasure import Remeasure
+    from cbsite.collector.timing.blocks import TimingConfig
 
     torch.manual_seed(0)
     model, batches = Stack(), _batches()
@@ -199,8 +201,8 @@ def test_the_hierarchy_remeasurement_captures_only_the_components_it_asks_for():
     captures.batch0 = None  # every batch by a capture: the census's batch 0 is dropped by then
     captures.anchors.let_go("turned off by the test")
     order = [c for c in breadth_first(component_tree(model)) if census.call_count(c.path) > 0]
-    outcomes = {c.path: {"forward": _Outcome("measured")} for c in order}
-    remeasure = _Remeasure(order, outcomes, captures, dict(model.named_modules()), TimingConfig(), census)
+    outcomes = {c.path: {"forward": Outcome("measured")} for c in order}
+    remeasure = Remeasure(order, outcomes, captures, dict(model.named_modules()), TimingConfig(), census)
     remeasure.needed(["blocks.0", "blocks.0.fc1"])
     fn, calls = remeasure.statement("blocks.0", "forward")
     assert set(captures.held) == {"blocks.0", "blocks.0.fc1"} and calls == 1

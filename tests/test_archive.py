@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from cbsite import archive, schema
+from cbsite import archive, leftovers, migration, schema
 from cbsite.collector import profile
 from cbsite.errors import CbsiteError
 
@@ -96,7 +96,7 @@ def test_killed_writer_leaves_no_visible_run(small_run, tmp_path):
     assert (staged / "components.parquet.partial").is_file()
     assert archive.list_runs(tmp_path / "arch") == []
     assert list((tmp_path / "arch").glob("**/components.parquet")) == []
-    assert [s.path for s in archive.stale_staging(tmp_path / "arch")] == [staged]
+    assert [s.path for s in leftovers.stale_staging(tmp_path / "arch")] == [staged]
 
 
 def test_newer_schema_is_refused_with_both_versions(small_run, tmp_path):
@@ -119,7 +119,7 @@ def test_older_schema_is_migrated_step_by_step(small_run, tmp_path, monkeypatch)
         seen.append(m["schema_version"])
         return m, rows
 
-    monkeypatch.setitem(archive.MIGRATIONS, 0, step)
+    monkeypatch.setitem(migration.MIGRATIONS, 0, step)
     assert archive.read_run(path).meta["schema_version"] == schema.SCHEMA_VERSION and seen == [0]
 
 

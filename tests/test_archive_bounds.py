@@ -19,7 +19,7 @@ import pytest
 
 from cbsite import archive, artifacts, schema
 from cbsite.errors import CbsiteError
-from tests.runfactory import make_run, write_archive
+from tests.helpers.runfactory import make_run, write_archive
 
 CBSITE = [sys.executable, "-m", "cbsite"]
 SPEC = {"": {"a": {"a.x": None, "a.y": None}, "b": None}}
@@ -54,6 +54,7 @@ def _assert_skipped_everywhere(root: Path, good: Path, bad: Path, tmp_path: Path
     assert (tmp_path / "site" / "runs" / "good" / "v1" / good.name / "index.html").is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["dev-zero", "fifo", "outside", "huge"])
 def test_run_json_that_is_no_regular_file_inside_the_run_is_skipped(kind, tmp_path):
     root = tmp_path / "runs"

@@ -30,7 +30,7 @@ SNIPPET = re.compile(re.escape(MARKER) + r"[ \t]*\n(?:[ \t]*\n)*```python[ \t]*\
 # columns (they came later in version 1), version 2 added raw samples only, version 3 the sharded-run columns.
 V1_FIELDS = schema.IDENTITY_FIELDS + schema.METRIC_FIELDS + schema.LINK_FIELDS
 V2_FIELDS = schema.IDENTITY_FIELDS + schema.METRIC_FIELDS + schema.PLUGIN_FIELDS + schema.LINK_FIELDS
-# run.json keys each step added (archive.MIGRATIONS): absent from the runs written before it.
+# run.json keys each step added (migration.MIGRATIONS): absent from the runs written before it.
 ADDED_META = {2: ("samples", "rounds", "samples_note"), 3: ("distributed",)}
 
 

@@ -1,4 +1,4 @@
-"""Issue 14 on the demo archive (tests/data/runs) in Debian's chromium at 1400x1000, as the screenshots saw it: run
+"""The demo archive (tests/data/runs) in Debian's chromium at 1400x1000, as the screenshots saw it: run
 ids on one line on the home page, icicle labels that read as names ("embedding_bags…", never "t…0"), chart axes
 without exponent notation ("1e+1"), and study pages whose point labels never break inside a word and whose
 configuration is a key = value table, not raw JSON."""
@@ -14,13 +14,11 @@ import polars as pl
 import pytest
 
 from cbsite import archive
-from tests.test_browser_site import CHROMIUM
+from cbsite import gate as cgate
+from tests.helpers.readability import CONTRASTS, LABELS, NUMBERS, check_labels, unreadable
 
 VIEWPORT = {"width": 1400, "height": 1000}
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (make browser)"),
-]
+pytestmark = pytest.mark.browser  # skipped where chromium is missing (tests/conftest.py)
 EXPONENT = re.compile(r"\de[+-]?\d", re.I)
 
 
@@ -71,7 +69,7 @@ def _words(text: str) -> set[str]:
 
 
 def test_home_page_what_changed_is_a_table_that_keeps_every_fact(demo_runs, site, page):
-    """Issue 14 audit: "What changed" was one paragraph per model (some 900 characters each). Now it is a table:
+    """What changed was one paragraph per model (some 900 characters each). Now it is a table:
     model, versions (the link to the diff), the largest changes one per line (latency changes first), then every
     other fact of the diff's summary one per line; every word of the summary but its title ("dlrm v2 vs v1") is in
     the model's row, the table fits the page and no line of it is a paragraph."""
@@ -108,46 +106,13 @@ def test_home_page_what_changed_is_a_table_that_keeps_every_fact(demo_runs, site
 
 def _dlrm_verdicts(runs) -> dict[str, str]:
     """phase -> the whole model's latency verdict of the dlrm v1 -> v2 comparison in the archive."""
-    from cbsite import archive, comparison, review
+    from cbsite import archive, comparison
     from cbsite import diff as cdiff
 
     base, head = (archive.read_run(archive.resolve_run(f"dlrm@{v}", runs).path) for v in ("v1", "v2"))
     rd = cdiff.diff_runs(base, head)
     evidence = comparison.evidence_for(runs, base, head, {c.path: c.base_path for c in rd.components if c.base_path})
-    return review.root_verdicts(evidence, rd) or {}
-
-
-# Every label the icicle draws: its text, the node's leaf name (what the table calls it), the text's drawn width,
-# the width of its rectangle, its font size (px) and the names of its siblings (the node's too).
-LABELS = """() => { const d = window.cbsiteRun.data, out = [];
-  document.querySelectorAll('#cbsite-icicle g.cbsite-node').forEach(g => {
-    const t = g.querySelector('text'); if (!t) return;
-    const i = +g.dataset.index, name = i < 0 ? 'self' : (d.path[i] === '' ? d.model : d.name[i]);
-    const siblings = i < 0 || d.parent[i] < 0 ? [] : d.name.filter((n, j) => d.parent[j] === d.parent[i]);
-    out.push([t.textContent, name, t.getBBox().x + t.getBBox().width, +g.querySelector('rect').getAttribute('width'),
-              parseFloat(getComputedStyle(t).fontSize), siblings]);
-  });
-  return out; }"""
-
-
-def _check_labels(labels) -> None:
-    """A label is the node's name, its start (3+ characters) and an ellipsis, or, where its siblings' names share
-    a start, an ellipsis and the suffix that tells it apart ("\u2026_7" of t_cat_0 ... t_cat_7); at 10 px or more,
-    inside its rectangle."""
-    assert labels
-    for text, name, right, width, font, siblings in labels:
-        label = re.sub("^[\u2715\u2248] ", "", text)  # a failed / estimated node's marker
-        if label.startswith("\u2026") and label != name:  # a distinguishing suffix
-            suffix = label[1:]
-            assert name.endswith(suffix) and len(suffix) < len(name), (text, name)
-            shared = name[: len(name) - len(suffix)]
-            assert len(siblings) >= 2 and all(s.startswith(shared) for s in siblings), (text, name, siblings)
-            assert len({s[len(shared):] for s in siblings}) == len(siblings), (text, siblings)  # tells them apart
-        elif label != name:
-            assert label.endswith("\u2026"), (text, name)
-            assert name.startswith(label[:-1]) and len(label) - 1 >= 3, (text, name)  # its start, 3+ characters
-        assert font >= 10, (text, font)
-        assert right <= width, (text, right, width)  # drawn inside its rectangle
+    return cgate.root_verdicts(evidence, rd) or {}
 
 
 def test_icicle_labels_are_names_or_their_start(site, page):
@@ -156,21 +121,21 @@ def test_icicle_labels_are_names_or_their_start(site, page):
     page.goto(f"{server.url}runs/dlrm/v2/{run.name}/")
     page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=20000)
     labels = page.evaluate(LABELS)
-    _check_labels(labels)
+    check_labels(labels)
     assert any(t == "embedding_bag_collection" for t, *_ in labels)
     # Narrower: the page at 800 px draws shortened labels, each still the start of its name.
     wide = page.evaluate("+document.querySelector('#cbsite-icicle svg').getAttribute('width')")
     page.set_viewport_size({"width": 800, "height": 1000})
     page.wait_for_function(f"+document.querySelector('#cbsite-icicle svg').getAttribute('width') < {wide} - 300", timeout=5000)
     narrow = page.evaluate(LABELS)
-    _check_labels(narrow)
+    check_labels(narrow)
     assert any(t.endswith("\u2026") for t, *_ in narrow)
     # Zoomed into the embedding tables, their names are whole.
     page.set_viewport_size(VIEWPORT)
     index = page.evaluate("window.cbsiteRun.data.path.indexOf('sparse_arch.embedding_bag_collection.embedding_bags')")
     page.evaluate(f"window.cbsiteRun.icicle.zoomTo({index})")
     zoomed = page.evaluate(LABELS)
-    _check_labels(zoomed)
+    check_labels(zoomed)
     assert {"t_cat_0", "t_cat_7"} <= {t for t, *_ in zoomed}
     assert page.errors == []
 
@@ -253,7 +218,7 @@ def _search(page, query: str) -> list[str]:
 
 
 def test_search_for_a_full_path_finds_a_run_that_has_it(site, page):
-    """Issue 14 audit: `over_arch.model.0._mlp.1._linear` listed nanogpt, then dlrm-sharded, then dlrm v1 (the
+    """`over_arch.model.0._mlp.1._linear` listed nanogpt, then dlrm-sharded, then dlrm v1 (the
     query's "0" and "1" matched the start of run ids' tails in page titles). Now the path is one search term: the
     first result is a run page that has the component, and following it opens that component."""
     server, built = site
@@ -277,7 +242,7 @@ def test_search_for_a_full_path_finds_a_run_that_has_it(site, page):
 
 @pytest.mark.parametrize("query", ["model.0._mlp", "_mlp.1", "0._mlp.1._linear"])
 def test_search_for_a_middle_part_of_a_path_lands_on_a_component_that_has_it(site, page, query):
-    """Issue 14 audit: a middle part of `over_arch.model.0._mlp.1._linear` ("model.0._mlp", "_mlp.1") found nothing
+    """A middle part of `over_arch.model.0._mlp.1._linear` ("model.0._mlp", "_mlp.1") found nothing
     (search matches the start of a word, and a path is one word). Now every run page it lists has a component
     whose path holds the query; following the first result opens such a component, its row marked and in the
     viewport, the table listing the components that hold the query."""
@@ -347,11 +312,10 @@ TABLE = """() => { const w = document.querySelector('#cbsite-table .cbsite-table
 
 @pytest.mark.parametrize("model", ["dlrm", "dlrm-sharded"])
 def test_run_table_fits_with_sizes_in_bytes_and_last_segments(site, page, model):
-    """Issue 14 audit: "size MB" read 0.000576; path cells repeated the whole path in grey over 2-3 lines; the sharded
+    """Once, "size MB" read 0.000576; path cells repeated the whole path in grey over 2-3 lines; the sharded
     run's table was 1,940 px wide in a 1,368 px box. Now sizes read "576 B" / "20.5 MB" under "size", a path cell
     shows its last segment indented by depth (the full path in its title, and in its text for find-in-page), and
     the default table fits the content width: a sharded run's communication columns are behind a column choice."""
-    from tests.test_browser_number_readability import NUMBERS, _readable
 
     server, built = site
     _run_page(page, server, built, model)
@@ -360,7 +324,7 @@ def test_run_table_fits_with_sizes_in_bytes_and_last_segments(site, page, model)
     assert t["width"] <= t["room"] and t["right"] <= t["content"] + 0.5, t["width"]
     assert "size" in t["head"] and "size MB" not in t["head"]
     assert all(re.fullmatch(r"\d+(\.\d+)? [kMG]?B|\u2013", s) for s in t["size"]), t["size"]
-    assert _readable(page.evaluate(NUMBERS, "#cbsite-table")) == []  # 4 significant digits at most
+    assert unreadable(page.evaluate(NUMBERS, "#cbsite-table")) == []  # 4 significant digits at most
     d = page.evaluate("(() => { const d = window.cbsiteRun.data; return [d.path, d.depth, d.model]; })()")
     for p in t["paths"]:
         path, depth = d[0][p["index"]], d[1][p["index"]]
@@ -385,19 +349,19 @@ def test_run_table_fits_with_sizes_in_bytes_and_last_segments(site, page, model)
 
 
 def test_icicle_tells_siblings_apart(site, page):
-    """Issue 14 audit: the eight embedding tables of dlrm all read "t_ca\u2026" and nanogpt's four c_attn "c_at\u2026".
+    """Once, the eight embedding tables of dlrm all read "t_ca\u2026" and nanogpt's four c_attn "c_at\u2026".
     Now siblings that share a start and do not fit whole are labelled by the suffix that tells them apart
     ("\u2026_0" ... "\u2026_7"), and a name is drawn in a smaller font (10 px at least) before it is cut."""
     server, built = site
     _run_page(page, server, built, "dlrm")
     labels = page.evaluate(LABELS)
-    _check_labels(labels)
+    check_labels(labels)
     tables = sorted(t for t, name, *_ in labels if name.startswith("t_cat_"))
     assert len(tables) == 8 and len(set(tables)) == 8, tables  # eight labels, all different
     assert not any(t.startswith("t_ca\u2026") for t in tables)
     _run_page(page, server, built, "nanogpt")
     labels = page.evaluate(LABELS)
-    _check_labels(labels)
+    check_labels(labels)
     assert not any(t.endswith("\u2026") and name == "c_attn" for t, name, *_ in labels), labels
     assert page.errors == []
 
@@ -405,7 +369,6 @@ def test_icicle_tells_siblings_apart(site, page):
 def test_diff_icicle_has_no_white_boxes_in_dark_mode(site, page):
     """The diverging scale's centre (no change) was #f7f7f7: white boxes on the dark page. In the dark scheme it is
     a neutral grey, and the labels keep 4.5:1."""
-    from tests.test_browser_readability import CONTRASTS
 
     server, _ = site
     page.goto(server.url + "diffs/dlrm/v1/v2/")
@@ -424,7 +387,7 @@ def test_diff_icicle_has_no_white_boxes_in_dark_mode(site, page):
 
 
 def test_dark_charts_grid_under_the_data_plain_intensity_ticks_and_line_legends(site, page):
-    """Issue 14 audit, dark scheme: the roofline's grid (Vega's dark theme) was brighter than its #555 roofs, its
+    """Dark scheme: the roofline's grid (Vega's dark theme) was brighter than its #555 roofs, its
     x ticks read "10m" and "200m", and the trend charts' legends drew the p25-p75 band's near-invisible swatches.
     Now the grid is dimmer than the roofs and ridge, FLOP per byte reads "0.01", "0.2", and the legends are the
     lines' (opaque swatches)."""

@@ -6,13 +6,10 @@ from __future__ import annotations
 import pytest
 
 from cbsite.generator import build_site
-from tests.latency_archive import COMPARISON_ID, IDS, write_latency_archive
-from tests.test_browser_site import CHROMIUM, Server, _outside
+from tests.helpers.latency_archive import COMPARISON_ID, IDS, write_latency_archive
+from tests.helpers.browser import Server, outside
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (make browser)"),
-]
+pytestmark = pytest.mark.browser  # skipped where chromium is missing (tests/conftest.py)
 PAIR = f"diffs/runs/{IDS['v1']}/{IDS['v3']}/"
 
 
@@ -54,13 +51,13 @@ def test_table_shows_verdict_ratio_and_interval_and_colours_only_verdicts(site, 
         '#cbsite-difftable .cbsite-verdict')).map(s => [s.textContent, getComputedStyle(s).color]))""")
     assert colours["regressed"] == "rgb(178, 24, 43)" and colours["improved"] == "rgb(33, 102, 172)"
     # The page's latency section names the session, its noise and the smallest detectable change.
-    page.click("details#latency > summary")  # a collapsed section (issue 14: the page opens short)
+    page.click("details#latency > summary")  # a collapsed section (the page opens short)
     how = page.inner_text(".cbsite-latency-how")
     assert COMPARISON_ID in how and "6 worker processes" in how
     stats = page.inner_text(".cbsite-latency-stats")
     assert "noise (median spread)" in stats and "smallest detectable change" in stats
     assert page.errors == []
-    assert _outside(page.requests, {server.port}) == []
+    assert outside(page.requests, {server.port}) == []
 
 
 def test_icicle_by_latency_change_draws_only_verdicts_and_its_tooltip_is_whole(site, page):

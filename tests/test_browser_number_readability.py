@@ -11,14 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from cbsite.generator import diffdata
-from tests.test_browser_site import CHROMIUM
+from cbsite.diffrecord import CANCEL
+from tests.helpers.readability import NUMBERS, unreadable
 
 VIEWPORT = {"width": 1400, "height": 1000}
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (make browser)"),
-]
+pytestmark = pytest.mark.browser  # skipped where chromium is missing (tests/conftest.py)
 DIFFS = ["diffs/dlrm/v1/v2/", "diffs/dlrm-sharded/table-wise/row-wise/"]
 
 
@@ -38,36 +35,18 @@ def _open(page, url: str, ready: str) -> None:
     page.wait_for_load_state("networkidle")
 
 
-# The numbers of the visible number cells under `selector` (td.num), each with its cell's text.
-NUMBERS = r"""(selector) => { const out = [];
-  document.querySelectorAll(selector + ' td.num').forEach(td => {
-    if (!td.getClientRects().length) return;
-    for (const m of td.innerText.matchAll(/\d[\d,]*(?:\.\d+)?/g)) out.push([m[0], td.innerText]);
-  });
-  return out; }"""
-
-
-def _readable(found) -> list:
-    bad = []
-    for number, text in found:
-        digits = number.replace(",", "").replace(".", "").lstrip("0")
-        if number.startswith("0.000") or len(digits) > 4 and "." in number:
-            bad.append(text)
-    return bad
-
-
 def test_run_and_diff_tables_have_no_run_of_zeros_and_at_most_4_digits(site, page):
     server, built = site
     for url in _run_pages(built):
         _open(page, server.url + url, "#cbsite-table tbody tr")
         found = page.evaluate(NUMBERS, "#cbsite-table")
         assert len(found) > 100, url
-        assert _readable(found) == [], url  # once "0.000576" and "0.00026" in "size MB"
+        assert unreadable(found) == [], url  # once "0.000576" and "0.00026" in "size MB"
     for url in DIFFS:
         _open(page, server.url + url, "#cbsite-diff[data-ready='1']")
         found = page.evaluate(NUMBERS, ".cbsite-page")
         assert len(found) > 40, url
-        assert _readable(found) == [], url
+        assert unreadable(found) == [], url
     assert page.errors == []
 
 
@@ -119,7 +98,7 @@ def test_no_share_of_a_change_that_cancels_out(site, page):
         page.evaluate("() => document.querySelectorAll('details.cbsite-more').forEach(d => d.open = true)")
         text = page.inner_text("#contributors") + page.inner_text("#cbsite-difftable")
         shares = [float(x) for x in re.findall(r"(\d+(?:\.\d+)?)%", text)]
-        assert max(shares, default=0) <= 100 * diffdata.CANCEL, url  # once 2000000% (parameters)
+        assert max(shares, default=0) <= 100 * CANCEL, url  # once 2000000% (parameters)
         assert shares or "sharded" in url  # dlrm v1 -> v2 keeps its shares (12.3% each for the tables)
         header = page.evaluate(
             "() => Array.from(document.querySelectorAll('#cbsite-difftable th')).map(th => th.textContent)")
@@ -283,7 +262,7 @@ def _inverted_by_the_collector(folder: Path) -> set[tuple[str, str]]:
 
 
 def test_a_child_slower_than_its_parent_is_marked_in_every_rank_view(demo_runs, site, page):
-    """Issue 14 audit: the sharded run page showed sparse_arch at 20 ms under a 7.75 ms root with no mark. Now in
+    """Once, the sharded run page showed sparse_arch at 20 ms under a 7.75 ms root with no mark. Now in
     the all-ranks view and in each rank's, a latency cell whose component is slower than its parent beyond both
     intervals (its p25 above the parent's p75, equal calls: the collector's rule) carries the suspect mark (⚠, its
     title naming the parent) and no other cell does; the details panel says it too. On the single-process dlrm

@@ -1,4 +1,4 @@
-"""Issue 14 in the real browser at 1400x1000: what a person sees. The icicle's tooltip is whole and inside the
+"""Readability in the real browser at 1400x1000: what a person sees. The icicle's tooltip is whole and inside the
 viewport, its labels are readable (contrast from the drawn colours), utilisations are on absolute scales
 with their own ramps, the icicle colours by what bounds each component, the roofline opens a component,
 the table fits the page with right-aligned numbers and paths never broken inside a name, a search for a
@@ -12,31 +12,12 @@ import re
 import pytest
 
 from cbsite.generator import build_site
-from tests.test_browser_site import CHROMIUM, Server, _outside
-from tests.test_site_readability import readable_archive
+from tests.helpers.browser import Server, outside
+from tests.helpers.readability import CONTRASTS, LABELS, check_labels
+from tests.helpers.site_archives import readable_archive
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (make browser)"),
-]
+pytestmark = pytest.mark.browser  # skipped where chromium is missing (tests/conftest.py)
 VIEWPORT = {"width": 1400, "height": 1000}
-
-# Contrast of every icicle label against the fill drawn under it (WCAG relative luminance).
-CONTRASTS = """() => {
-  const lum = (c) => { const v = c.match(/\\d+(\\.\\d+)?/g).slice(0, 3).map(Number).map(x => { x /= 255;
-    return x <= 0.03928 ? x / 12.92 : Math.pow((x + 0.055) / 1.055, 2.4); });
-    return 0.2126 * v[0] + 0.7152 * v[1] + 0.0722 * v[2]; };
-  const probe = document.createElement('span'); document.body.appendChild(probe);
-  const css = (c) => { probe.style.color = c; return getComputedStyle(probe).color; };
-  const out = [];
-  document.querySelectorAll('#cbsite-icicle g.cbsite-node').forEach(g => {
-    const t = g.querySelector('text'); if (!t) return;
-    const fill = css(g.querySelector('rect').getAttribute('fill')), ink = getComputedStyle(t).fill;
-    const a = lum(fill), b = lum(ink);
-    out.push([t.textContent, (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05)]);
-  });
-  probe.remove();
-  return out; }"""
 
 UNCLIPPED = """(sel) => {
   const el = document.querySelector(sel), t = el.getBoundingClientRect(), out = [];
@@ -112,14 +93,13 @@ def test_icicle_labels_are_readable_in_every_colouring(site, page, colour):
 def test_icicle_labels_are_names_or_their_start(site, page):
     """Never "t…0": a label is its node's leaf name, or the name's first 3+ characters and an ellipsis, drawn
     inside its rectangle; a node too narrow for that has none."""
-    from tests.test_browser_committed import LABELS, _check_labels
 
     server, built = site
     _open(page, _run(server, built))
     for width in (1400, 700):
         page.set_viewport_size({"width": width, "height": 1000})
         page.wait_for_timeout(300)  # the icicle redraws on resize
-        _check_labels(page.evaluate(LABELS))
+        check_labels(page.evaluate(LABELS))
     assert page.errors == []
 
 
@@ -166,7 +146,7 @@ def test_icicle_colours_by_bound_and_the_roofline_opens_a_component(site, page):
     assert page.inner_text("#cbsite-details h3") == path
     assert page.locator("#cbsite-table tr.cbsite-linked").count() == 1
     assert page.errors == []
-    assert _outside(page.requests, {server.port}) == []
+    assert outside(page.requests, {server.port}) == []
 
 
 def test_table_fits_the_page_with_right_aligned_numbers_and_whole_names(site, page):

@@ -5,28 +5,18 @@ error."""
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
-from cbsite.generator import build_site
-from tests.test_browser_site import CHROMIUM, Server, _outside, launched_browser, recording_page
+from tests.helpers.browser import launched_browser, outside, recording_page
 
 COMMUNICATION = "#c2185b"  # runpage.js KIND
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (make browser)"),
-]
+pytestmark = pytest.mark.browser  # skipped where chromium is missing (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
-def site(demo_runs, tmp_path_factory):
-    base = tmp_path_factory.mktemp("sharded-browser")
-    shutil.copytree(demo_runs / "dlrm-sharded", base / "runs" / "dlrm-sharded")
-    built = build_site(base / "runs", base / "site", quiet=True)
-    server = Server(built)
-    yield server, built
-    server.close()
+def site(committed_site):
+    """The demo archive's site: the dlrm-sharded pages are those of an archive holding only them."""
+    return committed_site
 
 
 def _rows(page):
@@ -83,7 +73,7 @@ def test_rank_selector_and_communication_colour(site):
         page.select_option("#cbsite-rank", "1")
         page.screenshot(path=str(built.parent / "sharded-run-page.png"), full_page=False)
         assert page.errors == []
-        assert _outside(page.requests, {server.port}) == []
+        assert outside(page.requests, {server.port}) == []
 
 
 TOTALS = """() => Object.fromEntries(Array.from(document.querySelectorAll('#cbsite-totals tbody tr')).map(tr =>
@@ -96,7 +86,7 @@ def test_rank_selector_also_switches_totals_and_details(demo_runs, site):
     """Choosing a rank shows that rank everywhere: the Totals are its root row, and the details panel of the open
     component shows that rank's row (its rank, latency, peak memory); back on all ranks, the page is as it was."""
     from cbsite import archive
-    from cbsite.generator.pages import fmt_bytes, fmt_flops, fmt_ms
+    from cbsite.format import fmt_bytes, fmt_flops, fmt_ms
 
     server, built = site
     run_dir = next((built / "runs" / "dlrm-sharded" / "row-wise").iterdir())

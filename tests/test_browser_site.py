@@ -5,26 +5,17 @@ hands the trace to a stub Perfetto UI on another local port after the PING/PONG 
 
 from __future__ import annotations
 
-import contextlib
 import shutil
-
-import threading
 from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
 
 from cbsite.generator import build_site, publish_site
-from cbsite.generator.serve import make_server
-from tests.conftest_site import synthetic_run, write_golden_archive
+from tests.helpers.browser import Server, check_short_lazy_diff_page, outside, recording_page, served
+from tests.helpers.site_archives import synthetic_run, write_golden_archive
 
-CHROMIUM = Path("/usr/bin/chromium")
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (make browser)"),
-]
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
+pytestmark = pytest.mark.browser  # skipped where chromium is missing (tests/conftest.py)
 
 # A stand-in for the Perfetto UI: answers PING with PONG and keeps what it receives.
 STUB = """<!DOCTYPE html><html><head><meta charset="utf-8"><title>stub perfetto</title></head><body><script>
@@ -38,18 +29,6 @@ window.addEventListener("message", function (e) {
   }
 });
 </script></body></html>"""
-
-
-class Server:
-    def __init__(self, directory: Path) -> None:
-        self.httpd = make_server(directory, port=0)
-        self.port = self.httpd.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}/"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture(scope="module")
@@ -74,46 +53,7 @@ def site(tmp_path_factory, stub):
     server.close()
 
 
-@contextlib.contextmanager
-def launched_browser():
-    """Debian's chromium under playwright (never a downloaded browser); the browser tests share it."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        try:
-            yield b
-        finally:
-            b.close()
-
-
 VIEWPORT = {"width": 1300, "height": 900}  # the page fixture's (tests/conftest.py)
-
-
-@contextlib.contextmanager
-def recording_page(browser, viewport: dict):
-    """A page that records every request (`page.requests`) and every console error (`page.errors`)."""
-    context = browser.new_context(viewport=viewport)
-    pg = context.new_page()
-    pg.requests, pg.errors = [], []
-    context.on("request", lambda r: pg.requests.append(r.url))
-    pg.on("console", lambda m: pg.errors.append(m.text) if m.type == "error" else None)
-    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
-    try:
-        yield pg
-    finally:
-        context.close()
-
-
-def _outside(requests: list[str], allowed_ports: set[int]) -> list[str]:
-    out = []
-    for url in requests:
-        u = urlparse(url)
-        if u.scheme in ("data", "blob", "about"):
-            continue
-        if u.hostname != "127.0.0.1" or u.port not in allowed_ports:
-            out.append(url)
-    return out
 
 
 def _run_url(server, built, model="toy", version="v1") -> str:
@@ -179,7 +119,7 @@ def test_run_page_icicle_zoom_and_table_sort(site, page):
     page.select_option("#cbsite-phase", "backward")
     assert "bandwidth utilisation" in page.inner_text("#cbsite-legend")
     assert page.errors == []
-    assert _outside(page.requests, {server.port}) == []
+    assert outside(page.requests, {server.port}) == []
     page.screenshot(path=str(built.parent / "run-page.png"), full_page=False)
 
 
@@ -188,14 +128,14 @@ def test_model_diff_and_home_pages_render_offline(site, page):
     for path, ready in (("models/toy/", ".cbsite-chart svg"), ("diffs/toy/v1/v2/", "#cbsite-diff[data-ready='1']"),
                         ("diffs/dlrm/v1/v2/", ".cbsite-chart svg"), ("", "#cbsite-home")):
         page.goto(server.url + path)
-        # The diff page's charts are drawn inside a collapsed section (issue 14): there, not visible until opened.
+        # The diff page's charts are drawn inside a collapsed section: there, not visible until opened.
         page.wait_for_selector(ready, timeout=20000, state="attached" if path.startswith("diffs/") else "visible")
     page.goto(server.url + "diffs/dlrm/v1/v2/")
     page.wait_for_selector("#cbsite-diff[data-ready='1']", timeout=20000)
     assert page.locator("#cbsite-difftable tbody tr").count() > 5
     assert page.locator("#cbsite-icicle g.cbsite-node").count() > 5
     assert page.errors == []
-    assert _outside(page.requests, {server.port}) == []
+    assert outside(page.requests, {server.port}) == []
 
 
 def test_search_finds_a_path_segment(site, page):
@@ -206,7 +146,7 @@ def test_search_finds_a_path_segment(site, page):
     page.wait_for_selector(".md-search-result__item", timeout=15000)
     assert "dlrm" in page.inner_text(".md-search-result__list")
     assert page.errors == []
-    assert _outside(page.requests, {server.port}) == []
+    assert outside(page.requests, {server.port}) == []
 
 
 def test_open_in_perfetto_posts_the_trace_after_the_handshake(site, page, stub):
@@ -235,22 +175,13 @@ def test_version_selector_lists_published_versions(site, browser, tmp_path):
     out = tmp_path / "published"
     publish_site(runs, out, "1.0", quiet=True)
     publish_site(runs, out, "2.0", aliases=["latest"], set_default=True, quiet=True)
-    with _served(out) as server, recording_page(browser, VIEWPORT) as pg:
+    with served(out) as server, recording_page(browser, VIEWPORT) as pg:
         pg.goto(server.url)  # the root redirects to the default alias
         pg.wait_for_url("**/latest/", timeout=10000)
         pg.wait_for_selector(".md-version__list .md-version__item", state="attached", timeout=10000)
         items = pg.locator(".md-version__list .md-version__link").all_text_contents()
         assert any("1.0" in i for i in items) and any("2.0" in i for i in items)
-        assert _outside(pg.requests, {server.port}) == []
-
-
-@contextlib.contextmanager
-def _served(folder: Path):
-    server = Server(folder)
-    try:
-        yield server
-    finally:
-        server.close()
+        assert outside(pg.requests, {server.port}) == []
 
 
 def _switch_version(pg, version: str) -> None:
@@ -261,7 +192,7 @@ def _switch_version(pg, version: str) -> None:
 
 
 def test_version_switch_from_a_run_page_keeps_the_page(site, browser, tmp_path):
-    """Issue 14 audit: from a run page, another version in the selector opened that version's home (its
+    """From a run page, another version in the selector opened that version's home (its
     sitemap listed no page, so Material's selector could not find the same page). Now it opens the same run
     page in that version, and that version's home where it has no such page."""
     _, _, runs = site
@@ -272,7 +203,7 @@ def test_version_switch_from_a_run_page_keeps_the_page(site, browser, tmp_path):
     publish_site(older, out, "1.0", quiet=True)
     v2 = publish_site(runs, out, "2.0", aliases=["latest"], set_default=True, quiet=True)
     assert "<loc>" in (out / "1.0" / "sitemap.xml").read_text()
-    with _served(out) as server, recording_page(browser, VIEWPORT) as pg:
+    with served(out) as server, recording_page(browser, VIEWPORT) as pg:
         kept = f"runs/toy/v1/{next((v2 / 'runs' / 'toy' / 'v1').iterdir()).name}/"
         assert (out / "1.0" / kept / "index.html").is_file()
         pg.goto(server.url + "2.0/" + kept)
@@ -290,66 +221,11 @@ def test_version_switch_from_a_run_page_keeps_the_page(site, browser, tmp_path):
         pg.goto(server.url + "2.0/" + gone)
         _switch_version(pg, "1.0")
         pg.wait_for_url(server.url + "1.0/", timeout=10000)
-        assert _outside(pg.requests, {server.port}) == []
-
-
-def check_short_lazy_diff_page(page, server_url: str, url: str) -> int:
-    """Issue 14's diff page, opened at 1400x1000 (the page's viewport): at most ~3.5 screens long (setup, totals,
-    icicle and table first; the secondary sections collapsed), its first phase's data only on open, the backward
-    phase fetched when the table's phase selector asks for it and then shown (table and icicle), every delta
-    with at most 4 significant digits, a collapsed section that opens with its charts at full width, no console
-    error. Returns the page's height."""
-    import re
-
-    page.goto(server_url + url)
-    page.wait_for_selector("#cbsite-diff[data-ready='1']", timeout=20000)
-    page.wait_for_timeout(300)
-    height = page.evaluate("document.documentElement.scrollHeight")
-    assert height <= 3.5 * page.viewport_size["height"], height
-    assert page.evaluate("Array.from(document.querySelectorAll('details.cbsite-more')).every(d => !d.open)")
-    loaded = [u.rsplit("/", 1)[-1] for u in page.requests if url in u and u.endswith(".json")]
-    assert "diff.forward.json" in loaded and "diff.backward.json" not in loaded
-    assert not any(u.endswith("components.json") for u in page.requests)
-
-    def deltas() -> list[str]:
-        return page.evaluate("""() => {
-            const heads = Array.from(document.querySelectorAll('#cbsite-difftable thead th')).map(h => h.textContent);
-            const cols = heads.map((h, i) => h.indexOf('\\u0394') === 0 ? i : -1).filter(i => i >= 0);
-            return Array.from(document.querySelectorAll('#cbsite-difftable tbody tr')).flatMap(
-                tr => cols.map(i => tr.children[i].textContent)); }""")
-
-    def digits(text: str) -> int:
-        number = re.search(r"[0-9][0-9.]*", text)
-        return len(number.group(0).replace(".", "").lstrip("0")) if number else 0
-
-    forward = deltas()
-    assert len(forward) >= 20 and max(map(digits, forward)) <= 4, forward
-    assert not any(re.search(r"\b0\.000", t) for t in forward), forward  # once "+0.000653 ms"
-    # The backward phase: fetched when asked for, then its rows are shown.
-    page.select_option("#cbsite-difftable select[aria-label='phase']", "backward")
-    page.wait_for_function("window.cbsiteDiff.diff.backward !== undefined && "
-                           "document.querySelector('#cbsite-diff').getAttribute('data-loading') === '0'", timeout=10000)
-    assert any(u.endswith(url + "diff.backward.json") for u in page.requests)
-    assert page.locator("#cbsite-difftable tbody tr").count() > 5
-    assert page.evaluate("window.cbsiteDiff.table.spec.count") == page.evaluate("window.cbsiteDiff.diff.backward.path.length")
-    backward = deltas()
-    assert len(backward) >= 20 and max(map(digits, backward)) <= 4, backward
-    assert not any(re.search(r"\b0\.000", t) for t in backward), backward
-    # The icicle draws the backward phase too (its values placed on the tree by path).
-    page.select_option("#cbsite-phase", "backward")
-    page.wait_for_timeout(200)
-    assert page.locator("#cbsite-icicle g.cbsite-node").count() > 5
-    # A collapsed section opens, and its charts draw at full width.
-    page.click("details#contributors > summary")
-    page.wait_for_selector("details#contributors .cbsite-chart svg", timeout=15000)
-    page.wait_for_timeout(300)
-    assert page.evaluate("document.querySelector('details#contributors .cbsite-chart svg').getBoundingClientRect().width") > 300
-    assert page.errors == []
-    return height
+        assert outside(pg.requests, {server.port}) == []
 
 
 def test_diff_page_opens_short_loads_the_other_phase_when_asked_and_prints_short_deltas(site, browser):
     server, _, _ = site
     with recording_page(browser, {"width": 1400, "height": 1000}) as page:
         check_short_lazy_diff_page(page, server.url, "diffs/dlrm/v1/v2/")
-        assert _outside(page.requests, {server.port}) == []
+        assert outside(page.requests, {server.port}) == []

@@ -16,7 +16,7 @@ import pytest
 from cbsite.cli import main
 from cbsite.generator import build_site
 from cbsite.generator import cache as bcache
-from tests.conftest_site import synthetic_run
+from tests.helpers.site_archives import synthetic_run
 
 
 def _digest(folder: Path) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""The diff's numpy path (cbsite/diff.py `_Numbers`, `_diff_phase_numpy`, issue 14) gives what its plain-Python
+"""The diff's numpy path (cbsite/diff.py `_Numbers`, `_diff_phase_numpy`) gives what its plain-Python
 reference gives, bit for bit: every component's values, their types (an integer stays an integer) and every float's
 bits (sums in the reference's order), so a site built with it is byte for byte the one built before it."""
 
@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cbsite import archive
+from cbsite import alignment, archive, diffsides
 from cbsite import diff as cdiff
-from tests.conftest_site import synthetic_rows
-from tests.test_diff import revisions
+from tests.helpers.runfactory import revisions
+from tests.helpers.site_archives import synthetic_rows
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -24,18 +24,18 @@ def both_paths(base: pl.DataFrame, head: pl.DataFrame, match_moved: bool,
                monkeypatch: pytest.MonkeyPatch) -> tuple[cdiff.RunDiff, cdiff.RunDiff]:
     """The diff by the numpy path (checked to be taken) and by the reference."""
     taken: list[bool] = []
-    real = cdiff._diff_phase_numpy
+    real = alignment._diff_phase_numpy
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         taken.append(True)
         return real(*args, **kwargs)
 
     with monkeypatch.context() as m:
-        m.setattr(cdiff, "_diff_phase_numpy", spy)
+        m.setattr(alignment, "_diff_phase_numpy", spy)
         fast = cdiff.diff_tables(base, head, match_moved=match_moved)
     assert taken, "the numpy path was not taken"
     with monkeypatch.context() as m:
-        m.setattr(cdiff._Side, "numbers", lambda self: None)
+        m.setattr(diffsides.Side, "numbers", lambda self: None)
         ref = cdiff.diff_tables(base, head, match_moved=match_moved)
     return fast, ref
 
@@ -70,7 +70,7 @@ def test_numpy_diff_equals_the_reference_on_random_revisions(pair: Any, match_mo
 def test_a_self_delta_within_rounding_of_the_totals_is_no_change_on_both_paths() -> None:
     """A root of 2.4e-48 ms over a child of 1 ms, the child gone in the head: the root's own share moves by the
     child's whole latency minus a rounding error; both paths call what is left of it within rounding the same."""
-    from tests.runfactory import SyntheticTree
+    from tests.helpers.runfactory import SyntheticTree
 
     tiny = {"status": "measured", "flops": 0, "latency_ms": 2.364344473396382e-48, "bytes_moved": 0,
             "peak_memory_bytes": 0, "iqr": 0.0, "call_count": 1, "param_bytes": 0}
@@ -124,9 +124,9 @@ def test_numpy_diff_equals_the_reference_on_synthetic_runs(seed: int, damaged: b
 def test_integers_beyond_float_precision_take_the_reference_path(monkeypatch: pytest.MonkeyPatch) -> None:
     base = frame("m", "v1", "r1", n=40, seed=5)
     head = base.with_columns(pl.col("flops") * 2 ** 40)  # FLOP counts past 2**52 in sum
-    side = cdiff._sides(head, "head", {})["forward"]
+    side = diffsides.sides(head, "head", {})["forward"]
     assert side.numbers() is None
-    assert cdiff._sides(base, "base", {})["forward"].numbers() is not None
+    assert diffsides.sides(base, "base", {})["forward"].numbers() is not None
     diff = cdiff.diff_tables(base, head)  # the reference, for the phases where one side has no numpy columns
     assert isinstance(diff.totals["forward"]["flops"].delta, int)
 
@@ -135,22 +135,22 @@ def test_integers_beyond_float_precision_take_the_reference_path(monkeypatch: py
 def test_diff_files_from_the_run_pages_data_equal_those_computed(tmp_path: Any, same_tree: bool) -> None:
     """The build's workers hand the head run's page data (rundata.components_json) to the diff's data files
     (diffdata._run_columns) instead of computing its columns again: the files are the same, to the byte."""
-    from cbsite.generator import diffdata, latencydata, pages, rundata
-    from tests.conftest_site import synthetic_run
+    from cbsite.generator import diffdata, latencydata, runpagedata, templating
+    from tests.helpers.site_archives import synthetic_run
 
     base = archive.read_run(synthetic_run(tmp_path, "m", "v1", n=200, seed=1, trace_every=7))
     head = archive.read_run(synthetic_run(tmp_path, "m", "v2", n=200 if same_tree else 230, seed=1 if same_tree else 2,
                                           scale=1.2, minutes=1, trace_every=7))
     rd = cdiff.diff_runs(base, head)
     judged = latencydata.judge(None, base, head, rd)
-    page = rundata.run_data(head, [])[1]
+    page = runpagedata.run_data(head, [])[1]
     computed = diffdata.diff_files(rd, judged, head)
     taken = diffdata.diff_files(rd, judged, head, page)
     assert set(taken) == set(computed)
     for name in computed:
         a, b = tmp_path / f"a-{name}", tmp_path / f"b-{name}"
-        pages.dump_json(computed[name], a)
-        pages.dump_json(taken[name], b)
+        templating.dump_json(computed[name], a)
+        templating.dump_json(taken[name], b)
         assert a.read_bytes() == b.read_bytes(), name
     kinds = {c.kind for c in rd.components}
     assert ("removed" in kinds and "added" in kinds) if not same_tree else kinds <= {"increased", "decreased", "unchanged"}

@@ -1,4 +1,4 @@
-"""Issue 13: a collection's memory stays near the model's own, and out of memory is a result.
+"""A collection's memory stays near the model's own, and out of memory is a result.
 
 The peaks are measured by the processes themselves (ru_maxrss above their resident memory just before
 the work), never by a timing; every figure runs in a fresh process (tests/memory_models.py) so earlier
@@ -23,7 +23,9 @@ from torch import nn
 
 from cbsite.collector import memory, restore
 from cbsite.collector.capture import capture, tensors_in
-from cbsite.collector.measure import ComponentMeasurement, FreshGraphs, GraphCycle, TimingConfig, _grad, one_call_per_block
+from cbsite.collector.measure import ComponentMeasurement
+from cbsite.collector.timing.blocks import TimingConfig, one_call_per_block
+from cbsite.collector.timing.graphs import FreshGraphs, GraphCycle, _grad
 from cbsite.errors import CbsiteError
 
 HERE = Path(__file__).parent
@@ -36,6 +38,7 @@ def _script(name: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_a_component_past_the_memory_limit_fails_its_children_are_measured_and_it_is_estimated():
     """Both layers' backward together need more than the limit, each alone fits: the CPU allocator's
     refusal under RLIMIT_DATA becomes `failed: out of memory` instead of the kernel's OOM killer."""
@@ -55,8 +58,9 @@ def test_a_component_past_the_memory_limit_fails_its_children_are_measured_and_i
     assert got["weight_ok"]  # the model is left as found
 
 
+@pytest.mark.slow
 def test_a_collection_holds_at_most_one_and_a_half_times_what_a_plain_step_holds():
-    """Target of issue 13: peak memory of a collection at most 1.5x that of a plain training step of the
+    """Peak memory of a collection at most 1.5x that of a plain training step of the
     same model and batch (here a 50 MB table and 64 MB activations: several hundred MB per step)."""
     plain = _script("plain_step")["added"]
     collected = _script("collection")
@@ -303,8 +307,8 @@ def test_a_collections_own_model_is_not_kept_and_a_callers_is(monkeypatch):
     A model handed to profile_model by a caller is kept (restore.preserved) and comes back as it was."""
     from cbsite.collector import collect as collect_module
     from cbsite.collector import profiler
-    from cbsite.collector.collect import CollectRequest
-    from cbsite.collector.profiler import CollectConfig
+    from cbsite.collector.config import CollectConfig
+    from cbsite.collector.request import CollectRequest
 
     kept = []
     real = profiler.preserved
@@ -444,7 +448,7 @@ def test_a_small_peak_pass_leaves_the_heap_alone(monkeypatch):
 
 
 def test_waiting_for_quiet_gives_up_under_a_load_that_stays(monkeypatch):
-    from cbsite.collector import contention
+    from cbsite.collector.timing import contention
 
     monkeypatch.setattr(contention, "_busy", {"in_a_row": 0, "last": 0.0})
     monkeypatch.setattr(contention, "contended", lambda wait, wall: True)  # a machine that never quietens
@@ -534,7 +538,7 @@ def test_a_group_never_holds_more_than_the_whole_models_measurement(inputs, grap
     first = plain.group(paths)
     assert len(first) == 1 or sum(plain.input_bytes[p] * plain.batches_for(p) for p in first) <= plain.allowance_bytes
     assert len(plan.group(paths)) >= len(first)  # room only ever adds to a group
-    # A rider's group (profiler.GroupedCaptures): batch 0's inputs within the bound, a prefix of the group without it.
+    # A rider's group (capture_plan.GroupedCaptures): batch 0's inputs within the bound, a prefix of the group without it.
     bound = plan.allowance_bytes
     cut = plan.group(paths, batch0_room=bound)
     assert cut == plan.group(paths)[: len(cut)] and cut
@@ -542,7 +546,7 @@ def test_a_group_never_holds_more_than_the_whole_models_measurement(inputs, grap
 
 
 def test_the_whole_model_is_captured_alone_without_a_forward():
-    from cbsite.collector.profiler import planned_captures
+    from cbsite.collector.pipeline.capture_plan import planned_captures
 
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
     batches = [((torch.randn(3, 4),), {}) for _ in range(3)]
@@ -559,13 +563,13 @@ def test_after_a_census_on_shapes_the_first_forward_that_does_not_fit_is_the_mod
     """No real forward of the whole model has run after a census on fake tensors: a capture that runs out of memory
     before one has stops the collection with the one line a real census would give; after one has, it is that
     component's failure (`failed: out of memory`)."""
-    import cbsite.collector.profiler as profiler
+    import cbsite.collector.pipeline.capture_plan as capture_plan
 
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
     batches = [((torch.randn(3, 4),), {}) for _ in range(2)]
-    census, plan, _ = profiler.planned_captures(model, batches, True, torch.device("cpu"))
+    census, plan, _ = capture_plan.planned_captures(model, batches, True, torch.device("cpu"))
     census.on_shapes, census.calls, census.complete = True, {}, False
-    real_capture = profiler.capture
+    real_capture = capture_plan.capture
     failing = {"on": True}
 
     def capture_or_fail(*args, **kwargs):
@@ -573,15 +577,15 @@ def test_after_a_census_on_shapes_the_first_forward_that_does_not_fit_is_the_mod
             raise MemoryError("can't allocate memory")
         return real_capture(*args, **kwargs)
 
-    monkeypatch.setattr(profiler, "capture", capture_or_fail)
-    captures = profiler.GroupedCaptures(model, batches, True, plan, census)
+    monkeypatch.setattr(capture_plan, "capture", capture_or_fail)
+    captures = capture_plan.GroupedCaptures(model, batches, True, plan, census)
     with pytest.raises(CbsiteError, match="own forward on example batch 0 does not fit in memory"):
         captures.calls("0", lambda: ["0"])
     failing["on"] = False
     captures.calls("2", lambda: ["2"])  # runs the whole forward (the last module's calls end it)
     assert captures.whole_forward_ran
     failing["on"] = True
-    with pytest.raises(profiler._CaptureOutOfMemory):
+    with pytest.raises(capture_plan.CaptureOutOfMemory):
         captures.calls("1", lambda: ["1"])
 
 

@@ -11,6 +11,7 @@ from torch import nn
 from cbsite import tree
 from cbsite.collector import CollectConfig, profile, profile_model
 from cbsite.collector.capture import capture
+from tests.helpers.modules import FailsWhenAlone
 
 
 def rows_of(run, phase):
@@ -66,21 +67,6 @@ class WithFailure(nn.Module):
         except RuntimeError:
             pass
         return y
-
-
-class FailsWhenAlone(nn.Module):
-    """A container whose own replay raises while its children run fine."""
-
-    def __init__(self):
-        super().__init__()
-        self.inner = nn.Linear(8, 8)
-        self.calls = 0
-
-    def forward(self, x):
-        self.calls += 1
-        if self.calls > 1:
-            raise RuntimeError("only works once")
-        return self.inner(x)
 
 
 class UsedTwice(nn.Module):

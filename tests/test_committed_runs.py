@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cbsite import archive, schema, study, tree
-from cbsite.cli import DEMO, DEMO_PLUGINS, DEMO_STUDY
+from cbsite.cli.demo import DEMO, DEMO_PLUGINS, DEMO_STUDY
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDY_PROVIDER, STUDY_NAME, STUDY_OPTIONS, STUDY_GRID = DEMO_STUDY

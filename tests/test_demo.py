@@ -14,7 +14,8 @@ import torch
 import cbsite.collector.collect as collect_module
 import cbsite.collector.executors as executors
 import cbsite.collector.session.compare as compare_module
-from cbsite.cli import DEMO, DEMO_PLUGINS, DEMO_QUICK_COMPARE, DEMO_QUICK_PLUGINS, main
+from cbsite.cli import main
+from cbsite.cli.demo import DEMO, DEMO_PLUGINS, DEMO_QUICK_COMPARE, DEMO_QUICK_PLUGINS
 from cbsite.collector.device import cpu_name
 
 

@@ -1,6 +1,6 @@
 """cbsite.diff: alignment, attribution, classification, noise and the summary.
 
-Property tests draw random component trees (tests/runfactory.py) and random revisions of them; the
+Property tests draw random component trees (tests/helpers/runfactory.py) and random revisions of them; the
 example tests pin exact numbers on a small two-level model.
 """
 
@@ -15,21 +15,19 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from cbsite import format as cfmt
 from cbsite.archive import Run, read_run
 from cbsite.diff import (
     DIFF_METRICS,
     KINDS,
     ComponentDelta,
     RunDiff,
-    Total,
     diff_runs,
     diff_tables,
-    format_delta,
-    format_ratio,
 )
 from cbsite.errors import CbsiteError
 from cbsite.tree import parent_path
-from tests.runfactory import SyntheticTree, leaf_metrics, make_run, trees, write_archive
+from tests.helpers.runfactory import SyntheticTree, make_run, revisions, trees, write_archive
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 ADDITIVE = ("flops", "param_bytes", "bytes_moved", "latency_ms")
@@ -57,25 +55,6 @@ def ancestors(path: str) -> list[str]:
         path = parent_path(path)  # type: ignore[assignment]
         out.append(path)
     return out
-
-
-@st.composite
-def revisions(draw: st.DrawFn) -> tuple[SyntheticTree, SyntheticTree]:
-    """A random base tree and a head that changes leaves, removes a subtree and grafts a new one."""
-    base = draw(trees())
-    head = base
-    for leaf in draw(st.lists(st.sampled_from(base.leaves), unique=True, max_size=3)):
-        head = head.with_metrics(leaf, **draw(leaf_metrics()))
-    removable = [p for p in head.paths if p != ""]
-    if removable and draw(st.booleans()):
-        head = head.without(draw(st.sampled_from(removable)))
-    if head.containers and draw(st.booleans()):
-        sub = draw(trees(max_depth=2))
-        head = head.with_subtree(draw(st.sampled_from(head.containers)), sub, "new")
-    for container in draw(st.lists(st.sampled_from(head.containers), unique=True, max_size=2)) if head.containers else []:
-        if head.metrics[container].get("status") == "measured":
-            head = head.with_metrics(container, flops=draw(st.integers(0, 10**6)))  # its own share changed
-    return base, head
 
 
 # --- properties -----------------------------------------------------------------------------------
@@ -198,7 +177,7 @@ def test_a_run_diffed_with_itself_is_all_unchanged(tree: SyntheticTree) -> None:
     for phase_totals in diff.totals.values():
         for total in phase_totals.values():
             assert total.delta == 0 and not total.noise
-            assert format_ratio(total) == "±0%"
+            assert cfmt.change(total.base, total.head) == "±0%"
     assert diff.top("flops") == []
 
 
@@ -263,7 +242,7 @@ def test_widening_an_over_arch_layer() -> None:
 
     flops = diff.totals["forward"]["flops"]
     assert (flops.base, flops.head) == (212_992 + 4_194_304 + 65_536, 212_992 + 16_777_216 + 262_144)
-    assert flops.delta == 12_779_520 and format_ratio(flops) == "3.9×"
+    assert flops.delta == 12_779_520 and cfmt.change(flops.base, flops.head) == "3.9×"
     params = diff.totals["forward"]["param_bytes"]
     assert (params.base, params.head, params.delta) == (71_172, 273_924, 202_752)
     assert diff.totals["backward"]["flops"].delta == 2 * 12_779_520
@@ -418,22 +397,19 @@ def test_never_called_container_counts_in_its_parents_estimate() -> None:
 
 
 def test_format_ratio_and_delta() -> None:
-    def total(base: float | None, head: float | None) -> Total:
-        return Total("flops", base, head, None, None, False)
-
-    assert format_ratio(total(100, 280)) == "2.8×"
-    assert format_ratio(total(100, 139)) == "+39%"
-    assert format_ratio(total(100, 88)) == "−12%"
-    assert format_ratio(total(100, 100)) == "±0%"
-    assert format_ratio(total(100_000, 100_001)) == "+0.001%"
-    assert format_ratio(total(10**9, 10**9 - 1)) == "−<0.001%"  # a real change is never shown as ±0%
-    assert format_ratio(total(0, 5)) == "new"
-    assert format_ratio(total(None, 5)) == "n/a"
-    assert format_ratio(total(100, 1500)) == "15×"
-    assert format_delta("param_bytes", 12_300_000) == "+12.3 MB"
-    assert format_delta("flops", -1_200_000_000) == "−1.2 GFLOP"
-    assert format_delta("latency_ms", 0.0123) == "+0.0123 ms"
-    assert format_delta("flops", None) == "n/a"
+    assert cfmt.change(100, 280) == "2.8×"
+    assert cfmt.change(100, 139) == "+39%"
+    assert cfmt.change(100, 88) == "−12%"
+    assert cfmt.change(100, 100) == "±0%"
+    assert cfmt.change(100_000, 100_001) == "+0.001%"
+    assert cfmt.change(10**9, 10**9 - 1) == "−<0.001%"  # a real change is never shown as ±0%
+    assert cfmt.change(0, 5) == "new"
+    assert cfmt.change(None, 5) == "n/a"
+    assert cfmt.change(100, 1500) == "15×"
+    assert cfmt.delta("param_bytes", 12_300_000) == "+12.3 MB"
+    assert cfmt.delta("flops", -1_200_000_000) == "−1.2 GFLOP"
+    assert cfmt.delta("latency_ms", 0.0123) == "+0.0123 ms"
+    assert cfmt.delta("flops", None) == "n/a"
 
 
 def test_to_dict_is_json_with_a_stable_key_order() -> None:

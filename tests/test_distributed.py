@@ -1,7 +1,7 @@
 """Sharded models on torchrun: 2 gloo ranks on CPU, launched as a user launches them.
 
 One collection of a tiny DLRM with table-wise, row-wise and column-wise tables (module-scoped: it takes
-seconds) is checked for what the issue asks: every sharded piece found, collective counts equal on both
+seconds) is checked for: every sharded piece found, collective counts equal on both
 ranks, a replayed lookup equal to the captured output, one merged readable run with per-rank rows and
 communication rows with bytes. A second job loses rank 1 (SIGKILL) in the middle of measuring and must
 end with a message naming it, and no run.
@@ -63,6 +63,7 @@ def sharded_run(tmp_path_factory):
     return archive.read_run(refs[0].path)
 
 
+@pytest.mark.slow
 def test_every_sharded_piece_is_a_component_under_its_owner(sharded_run):
     paths = set(sharded_run.rows["path"].to_list())
     for stage in ("input_dist", "lookup", "output_dist"):
@@ -75,6 +76,7 @@ def test_every_sharded_piece_is_a_component_under_its_owner(sharded_run):
         tree.self_check(tree.build_tree(sharded_run.table(phase).to_dicts()))
 
 
+@pytest.mark.slow
 def test_communication_is_told_from_collectives_with_bytes(sharded_run):
     fwd = sharded_run.table("forward")
     kinds = dict(zip(fwd["path"].to_list(), fwd["kind"].to_list()))
@@ -91,6 +93,7 @@ def test_communication_is_told_from_collectives_with_bytes(sharded_run):
     assert backward["status"] == "measured" and backward["collectives"]  # its backward communicates too
 
 
+@pytest.mark.slow
 def test_collective_counts_are_equal_on_both_ranks(sharded_run):
     ranks = sharded_run.ranks
     assert sorted(ranks["rank"].unique().to_list()) == [0, 1]
@@ -101,6 +104,7 @@ def test_collective_counts_are_equal_on_both_ranks(sharded_run):
     assert per_rank[0] == per_rank[1]
 
 
+@pytest.mark.slow
 def test_one_merged_run_keeps_the_slowest_rank_and_every_rank(sharded_run):
     meta = sharded_run.meta
     assert meta["schema_version"] == schema.SCHEMA_VERSION and meta["distributed"]["world_size"] == 2
@@ -119,6 +123,7 @@ def test_one_merged_run_keeps_the_slowest_rank_and_every_rank(sharded_run):
     assert {r["rank"] for r in meta["distributed"]["ranks"]} == {0, 1}
 
 
+@pytest.mark.slow
 def test_every_rank_traces_the_real_step_with_torchrecs_stage_labels(sharded_run):
     import gzip
     import json
@@ -132,6 +137,7 @@ def test_every_rank_traces_the_real_step_with_torchrecs_stage_labels(sharded_run
         assert "c10d::alltoall_base_" in names and "DistributedDataParallel.forward" in names
 
 
+@pytest.mark.slow
 def test_a_lookup_replayed_alone_equals_the_captured_output(tmp_path):
     """Inside 2 ranks: the lookup's replay on its captured input equals what it returned in the full forward."""
     script = tmp_path / "lookup.py"
@@ -172,6 +178,7 @@ close()
 """ % (list(TYPES),)
 
 
+@pytest.mark.slow
 def test_a_killed_rank_ends_the_job_with_its_name_and_no_run(tmp_path):
     runs = tmp_path / "runs"
     done = torchrun(["distributed_models:killed_dlrm", "--model", "killed", "--version", "v0"], runs, timeout=200)

@@ -48,6 +48,7 @@ def _run(tmp_path, per_rank) -> list[str]:
     return [json.loads((tmp_path / f"{r}.json").read_text()) for r in range(2)]
 
 
+@pytest.mark.slow
 def test_ranks_given_different_sharding_are_refused_on_every_rank_naming_it(tmp_path):
     said = _run(tmp_path, [["table_wise", "row_wise"], ["row_wise", "row_wise"]])
     for line in said:
@@ -56,5 +57,6 @@ def test_ranks_given_different_sharding_are_refused_on_every_rank_naming_it(tmp_
         assert "\n" not in line
 
 
+@pytest.mark.slow
 def test_ranks_given_the_same_sharding_build(tmp_path):
     assert _run(tmp_path, [["table_wise", "row_wise"]] * 2) == ["built", "built"]

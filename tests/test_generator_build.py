@@ -16,7 +16,7 @@ import pytest
 
 from cbsite.errors import CbsiteError
 from cbsite.generator import SiteWarning, build_site
-from tests.conftest_site import HOSTILE, synthetic_run, write_golden_archive, write_hostile_run
+from tests.helpers.site_archives import HOSTILE, synthetic_run, write_golden_archive, write_hostile_run
 
 MAX_PAGE_BYTES = 2 * 1024 * 1024
 
@@ -197,7 +197,7 @@ def test_csv_download_flattens_plugin_columns():
     """Lists of structs (plugin metrics) become JSON text in the CSV; lists of strings are joined."""
     import polars as pl
 
-    from tests.runfactory import make_run
+    from tests.helpers.runfactory import make_run
 
     run = make_run({"": {"a": None}})
     metrics = [[{"name": "thirdparty.score", "value": 1.5}] if r["path"] == "a" else None for r in run.rows.to_dicts()]
@@ -214,7 +214,7 @@ def test_csv_download_flattens_plugin_columns():
 
 def test_run_warnings_are_shown_on_the_run_page(tmp_path):
     """A run timed on a busy machine says so on its page, escaped like every run-provided string."""
-    from tests.runfactory import make_run, write_archive
+    from tests.helpers.runfactory import make_run, write_archive
 
     run = make_run({"": {"a": None}}, model="busy")
     run.meta["warnings"] = ["the machine was busy before timing <load 3.1>"]
@@ -228,7 +228,7 @@ def test_run_warnings_are_shown_on_the_run_page(tmp_path):
 def test_relative_out_folder_lands_in_the_working_directory(tmp_path, monkeypatch):
     """`cbsite build --out site` (the demo's call) writes ./site, not a folder inside the generated project."""
     from cbsite.cli import main
-    from tests.runfactory import make_run, write_archive
+    from tests.helpers.runfactory import make_run, write_archive
 
     write_archive(tmp_path / "runs", [make_run({"": {"a": None}}, model="rel")])
     monkeypatch.chdir(tmp_path)
@@ -240,7 +240,7 @@ def test_relative_out_folder_lands_in_the_working_directory(tmp_path, monkeypatc
 def test_cbsite_serve_serves_the_built_site_on_localhost(tmp_path):
     import urllib.request
 
-    from tests.runfactory import make_run, write_archive
+    from tests.helpers.runfactory import make_run, write_archive
 
     write_archive(tmp_path / "runs", [make_run({"": {"a": None}}, model="served")])
     site = build_site(tmp_path / "runs", tmp_path / "site", quiet=True)

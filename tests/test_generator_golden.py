@@ -16,7 +16,7 @@ import altair as alt
 import pytest
 
 from cbsite.generator import build_site
-from tests.conftest_site import write_golden_archive
+from tests.helpers.site_archives import write_golden_archive
 
 GOLDEN = Path(__file__).parent / "golden"
 REGEN = os.environ.get("CBSITE_REGEN_GOLDEN") == "1"

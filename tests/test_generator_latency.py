@@ -1,4 +1,4 @@
-"""Latency verdicts on the site's diff pages (issue 9 item 10): the data the generator writes and the pages it
+"""Latency verdicts on the site's diff pages: the data the generator writes and the pages it
 renders, from an archive with a comparison record (v1 vs v3, not consecutive), single-round runs (v1 vs v2,
 v2 vs v3) and two runs collected with rounds. The browser side is tests/test_browser_latency.py."""
 
@@ -13,10 +13,16 @@ from pathlib import Path
 import pytest
 
 from cbsite import comparison, review
+from cbsite import format as cfmt
 from cbsite.archive import read_run
 from cbsite.diff import diff_runs
-from cbsite.generator import build_site, diffdata, latencydata, pages
-from tests.latency_archive import COMPARISON_ID, EXPECTED, IDS, write_latency_archive
+from cbsite.generator import build_site, diffdata, latencydata
+from tests.helpers.latency_archive import (
+    COMPARISON_ID,
+    EXPECTED,
+    IDS,
+    write_latency_archive,
+)
 
 PAIR = f"diffs/runs/{IDS['v1']}/{IDS['v3']}/"
 
@@ -97,7 +103,7 @@ def test_page_says_how_latency_was_judged_with_noise_and_detectable_change(built
     for phase, st in ctx["phases"].items():
         row = f"{phase} " + " ".join(str(st["counts"].get(v, 0)) for v in
                                      ("regressed", "improved", "unchanged", "inconclusive", "not judged"))
-        assert f"{row} {pages.fmt_pct(st['noise'])} {pages.fmt_pct(st['detectable'])}" in page
+        assert f"{row} {cfmt.fmt_pct(st['noise'])} {cfmt.fmt_pct(st['detectable'])}" in page
     # The root's verdict beside the latency totals, and in the summary sentence instead of the IQR rule.
     assert "forward latency 0.23 ms 0.245 ms +0.015 ms +7% regressed 1.215× (95 % 1.202–1.229×)" in page
     assert "(+0.015 ms, regressed)" in page and "within noise" not in page
@@ -165,4 +171,4 @@ def test_ratio_format_is_the_same_in_python_and_javascript():
     script = ("const F = require(process.argv[1]); const v = JSON.parse(process.argv[2]);"
               "process.stdout.write(JSON.stringify(v.map(x => [F.ratio(x), F.ratio(x, true)])));")
     out = subprocess.run([NODE, "-e", script, str(fmt), json.dumps(values)], capture_output=True, text=True, check=True)
-    assert json.loads(out.stdout) == [[pages.fmt_ratio(v), pages.fmt_ratio(v, False)] for v in values]
+    assert json.loads(out.stdout) == [[cfmt.fmt_ratio(v), cfmt.fmt_ratio(v, False)] for v in values]

@@ -12,7 +12,9 @@ import torch
 from torch import nn
 
 from cbsite.collector.capture import capture
-from cbsite.collector.measure import ComponentMeasurement, FreshGraphs, TimingConfig, _grad
+from cbsite.collector.measure import ComponentMeasurement
+from cbsite.collector.timing.blocks import TimingConfig
+from cbsite.collector.timing.graphs import FreshGraphs, _grad
 
 
 class Counted(nn.Module):
@@ -173,19 +175,20 @@ def test_fresh_graphs_start_on_a_given_graph_and_go_on_with_the_next_batch():
 
 
 def test_grad_outputs_past_the_tile_repeat_the_drawn_values_in_order(monkeypatch):
-    from cbsite.collector import device, measure
+    from cbsite.collector import random_values
+    from cbsite.collector.timing.graphs import GradOutputs
 
-    monkeypatch.setattr(device, "NORMAL_TILE", 16)
+    monkeypatch.setattr(random_values, "NORMAL_TILE", 16)
     small, large = torch.zeros(3, 5), torch.zeros(5, 7)  # 15 values: drawn; 35: two tiles and 3 values
     drawn = torch.randn(16, generator=torch.Generator().manual_seed(4))
-    got_small, got_large = measure.GradOutputs().of([small], seed=4)[0], measure.GradOutputs().of([large], seed=4)[0]
+    got_small, got_large = GradOutputs().of([small], seed=4)[0], GradOutputs().of([large], seed=4)[0]
     assert torch.equal(got_small, torch.randn(3, 5, generator=torch.Generator().manual_seed(4)))
     assert got_large.shape == (5, 7) and got_large.is_contiguous()
     assert torch.equal(got_large.flatten(), torch.cat([drawn, drawn, drawn[:3]]))
 
 
 def test_grad_outputs_drawn_once_per_batch_and_shape_are_the_values_drawn_anew():
-    from cbsite.collector.measure import GradOutputs
+    from cbsite.collector.timing.graphs import GradOutputs
 
     roots = [torch.zeros(4, 8), torch.zeros(3)]
     fresh = GradOutputs().of(roots, seed=1)

@@ -13,7 +13,8 @@ from torch.utils.benchmark import Timer
 
 from cbsite.collector import CollectConfig, profile
 from cbsite.collector.capture import capture
-from cbsite.collector.measure import ComponentMeasurement, TimingConfig
+from cbsite.collector.measure import ComponentMeasurement
+from cbsite.collector.timing.blocks import TimingConfig
 
 # 64 MiB of float32: past the last-level cache, so the op streams from memory however it is timed (an op on a tensor
 # that stays in cache is as fast as the cache it stays in), and a copy in the timed block would cost about the op again.

@@ -57,6 +57,7 @@ def _build(proj: Path) -> subprocess.CompletedProcess[str]:
     return proc
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nav", [True, False], ids=["explicit-nav", "automatic-nav"])
 def test_plugin_adds_the_archive_under_a_prefix(demo_runs, tmp_path, nav):
     proj = _project(tmp_path, nav, demo_runs)
@@ -137,3 +138,33 @@ def test_plugin_refuses_a_missing_archive(demo_runs, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict"], cwd=proj, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
     assert "does not exist; set `runs:` relative to mkdocs.yml" in proc.stderr
+
+
+@pytest.mark.parametrize("option", [None, True, False, ".cbsite-cache"])
+def test_plugin_caches_by_default_in_the_users_cache_directory(tmp_path, monkeypatch, option):
+    """As `cbsite build`: with no `cache:` (or `cache: true`) the plugin keeps its build cache in the user's cache
+    directory, one per project and prefix; `cache: false` builds without; a named folder is relative to mkdocs.yml."""
+    from types import SimpleNamespace
+
+    from cbsite.generator.cache import MARKER, plugin_cache_dir
+    from cbsite.generator.plugin import CbsitePlugin
+
+    monkeypatch.setenv("CBSITE_CACHE_DIR", str(tmp_path / "user-cache"))
+    proj = tmp_path / "team-docs"
+    (proj / "docs").mkdir(parents=True)
+    plugin = CbsitePlugin()
+    errors, _ = plugin.load_config({} if option is None else {"cache": option}, str(proj / "mkdocs.yml"))
+    assert errors == []
+    config = SimpleNamespace(config_file_path=str(proj / "mkdocs.yml"), site_dir=str(proj / "site"),
+                             docs_dir=str(proj / "docs"))
+    store = plugin._open_cache(config, proj / "runs", "perf")
+    if option is False:
+        assert store is None
+        return
+    assert store is not None and (store.folder / MARKER).is_file()
+    if isinstance(option, str):
+        assert store.folder == proj / ".cbsite-cache"
+    else:
+        assert store.folder == plugin_cache_dir(proj / "mkdocs.yml", "perf")
+        assert store.folder.is_relative_to(tmp_path / "user-cache")
+        assert store.folder != plugin_cache_dir(proj / "mkdocs.yml", "other")

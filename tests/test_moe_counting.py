@@ -69,6 +69,7 @@ def test_moe_forward_and_backward_flops_equal_an_eager_experts_count(kind):
         model.config._experts_implementation = "grouped_mm"
 
 
+@pytest.mark.slow
 def test_profiling_a_tiny_mixtral_completes_quietly_with_its_flops(fast_config, monkeypatch, capfd):
     """Every parent/child pair re-measured (the stage that aborted on fake inputs through `_grouped_mm`'s meta kernel),
     no torch fake-tensor log on the terminal, and the root's forward FLOPs those of the eager count."""
@@ -114,7 +115,7 @@ def test_grad_outputs_drawn_for_a_graph_of_fake_tensors_never_reach_a_real_graph
     real ones (fake ones would run its backward through meta kernels, `_grouped_mm`'s among them)."""
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
-    from cbsite.collector.measure import GradOutputs
+    from cbsite.collector.timing.graphs import GradOutputs
 
     kept = GradOutputs(limit_bytes=1 << 20)
     with FakeTensorMode(allow_non_fake_inputs=True):

@@ -62,6 +62,7 @@ def test_wheel_carries_every_template(wheel):
         assert needed in shipped
 
 
+@pytest.mark.slow
 def test_installed_wheel_builds_the_demo_runs(demo_runs, wheel, tmp_path):
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp_path)
@@ -74,7 +75,7 @@ def test_installed_wheel_builds_the_demo_runs(demo_runs, wheel, tmp_path):
     shutil.copytree(demo_runs, work / "runs")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["CBSITE_BUILD_JOBS"] = "1"
-    where = _run([str(py), "-c", "import cbsite, cbsite.generator.pages as p; print(cbsite.__file__); print(p.TEMPLATES)"],
+    where = _run([str(py), "-c", "import cbsite, cbsite.generator.templating as p; print(cbsite.__file__); print(p.TEMPLATES)"],
                  cwd=work, env=env).stdout.split()
     assert all(Path(w).is_relative_to(venv) for w in where), where
     assert not any(Path(w).is_relative_to(ROOT) for w in where), where

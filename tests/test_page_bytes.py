@@ -1,4 +1,4 @@
-"""What a page of a 10,000-component run moves, gzipped (issue 14: at most 1 MB with its data).
+"""What a page of a 10,000-component run moves, gzipped: at most 1 MB with its data.
 
 The run page (its HTML, components.json, roofline.json) meets the bound. So does the diff page: on open it loads
 its HTML, diff.json (an index), diff.forward.json (the first phase: the table's columns and the head run's values
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from cbsite.generator import build_site
-from tests.conftest_site import synthetic_run
+from tests.helpers.site_archives import synthetic_run
 
 MB = 1_000_000
 

@@ -21,6 +21,7 @@ from torch import nn
 
 from cbsite import tree
 from cbsite.collector import CollectConfig, counting, device, peaks, profile
+from cbsite.collector.clean_worker import kept_worker
 from cbsite.collector.measure import ComponentMeasurement
 
 
@@ -53,6 +54,7 @@ def low_given_peak_run():
     return profile(mlp(), torch.randn(32, 128), config=config)
 
 
+@pytest.mark.slow
 def test_low_given_peak_warns_and_no_mfu_above_one_goes_unnamed(low_given_peak_run):
     run = low_given_peak_run
     warnings = run.meta["warnings"]
@@ -71,6 +73,7 @@ def test_low_given_peak_warns_and_no_mfu_above_one_goes_unnamed(low_given_peak_r
         tree.self_check(tree.build_tree(table.to_dicts()))
 
 
+@pytest.mark.slow
 def test_flop_free_modules_have_null_mfu(low_given_peak_run):
     for row in rows_of(low_given_peak_run):
         if row["path"] in ("1", "2"):  # ReLU, LayerNorm
@@ -79,6 +82,7 @@ def test_flop_free_modules_have_null_mfu(low_given_peak_run):
             assert row["bytes_moved"] > 0 and row["bandwidth_util"] is not None
 
 
+@pytest.mark.slow
 def test_bandwidth_above_one_is_a_note_not_a_peak_change(low_given_peak_run):
     run = low_given_peak_run
     assert run.meta["device"]["peak_bandwidth"] == 1.0 and run.meta["device"]["peak_source"]["bandwidth"] == "given"
@@ -87,6 +91,7 @@ def test_bandwidth_above_one_is_a_note_not_a_peak_change(low_given_peak_run):
             assert row["bandwidth_util"] > 1 and peaks.BANDWIDTH_NOTE in row["notes"]
 
 
+@pytest.mark.slow
 def test_calibration_record_has_repeats_start_and_end(low_given_peak_run):
     cal = low_given_peak_run.meta["device"]["calibration"]
     # Calibrated on the thread count the run timed with (one on CPU unless --threads), not the caller's.
@@ -287,8 +292,8 @@ def test_clean_worker_and_its_in_process_fallback(monkeypatch, tmp_path):
 
 def test_a_kept_worker_serves_every_clean_job_of_its_block_and_is_gone_after(tmp_path):
     """A collection's calibrations share one spawned worker (its start and torch import are paid once)."""
-    with device.kept_worker(start_now=True):
-        with device.kept_worker():  # nested: the outer block's worker
+    with kept_worker(start_now=True):
+        with kept_worker():  # nested: the outer block's worker
             (first, method), (second, _) = device.in_clean_worker(os.getpid), device.in_clean_worker(os.getpid)
         processes = list(device._kept[-1]._processes.values())
     assert first == second != os.getpid() and method == "clean worker (spawn)"
@@ -299,17 +304,14 @@ def test_a_kept_worker_serves_every_clean_job_of_its_block_and_is_gone_after(tmp
 
 
 def test_a_kept_worker_that_hangs_is_dropped_and_the_job_runs_here():
-    with device.kept_worker():
+    with kept_worker():
         result, method = device.in_clean_worker(time.sleep, 3, timeout=1)
         assert result is None and method.startswith("in-process (the clean worker failed: TimeoutError")
         assert not device._kept  # the next job gets a fresh worker
 
 
-CHROMIUM = "/usr/bin/chromium"
-
-
+@pytest.mark.slow
 @pytest.mark.browser
-@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian's chromium is not installed (make browser)")
 def test_site_marks_mfu_above_100_as_suspect_and_flop_free_as_na(low_given_peak_run, tmp_path):
     """Rows planted above 100 % MFU: the table, tooltip and totals show '⚠ 227%' with a title pointing to the
     warnings, the icicle keeps them out of its colour ramp; the ReLU and LayerNorm rows show n/a."""
@@ -318,7 +320,7 @@ def test_site_marks_mfu_above_100_as_suspect_and_flop_free_as_na(low_given_peak_
 
     from cbsite.archive import Run
     from cbsite.generator import build_site
-    from tests.test_browser_site import ARGS, Server
+    from tests.helpers.browser import ARGS, CHROMIUM, Server
 
     src = low_given_peak_run
     fwd = pl.col("phase") == "forward"
@@ -332,7 +334,7 @@ def test_site_marks_mfu_above_100_as_suspect_and_flop_free_as_na(low_given_peak_
     try:
         run_dir = next((built / "runs" / "model" / "v0").iterdir())
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
             page = browser.new_page(viewport={"width": 1300, "height": 900})
             errors: list[str] = []
             page.on("pageerror", lambda e: errors.append(str(e)))
@@ -368,7 +370,7 @@ SMALL_SHAPES = [[64, 64, 64], [96, 96, 96], [128, 128, 128]]
 
 @pytest.mark.skipif(device.free_cores() < 2, reason="an early calibration needs a core beside this process")
 def test_a_calibration_started_early_is_taken_once_and_only_with_its_own_arguments():
-    with device.kept_worker(start_now=True):
+    with kept_worker(start_now=True):
         assert device.start_calibration(torch.float32, 1, 0.005, SMALL_SHAPES) == device.free_cores() - 1
         early = device.calibrate_cpu(torch.float32, 1, 0.005, shapes=SMALL_SHAPES)
         again = device.calibrate_cpu(torch.float32, 1, 0.005, shapes=SMALL_SHAPES)  # taken once: this one is its own
@@ -392,7 +394,7 @@ def test_a_start_calibration_handed_to_the_worker_as_it_started_is_taken_and_ano
     from cbsite.collector import clean_worker
 
     args = device.calibration_args("float32", 1, device.CALIBRATION_REPEATS, 0.005, SMALL_SHAPES)
-    with device.kept_worker(first=(*device.CALIBRATION_JOB, args)):
+    with kept_worker(first=(*device.CALIBRATION_JOB, args)):
         time.sleep(0.5)  # the caller's imports: the job has been under way since the worker started
         assert device.start_calibration(torch.float32, 1, 0.005, SMALL_SHAPES) == device.free_cores() - 1
         assert not clean_worker._first  # taken
@@ -401,7 +403,7 @@ def test_a_start_calibration_handed_to_the_worker_as_it_started_is_taken_and_ano
     assert taken["detail"]["started_early"] and taken["detail"]["ran_beside_setup_s"] >= 0.5
     assert len(taken["detail"]["repeats"]) == device.CALIBRATION_REPEATS and taken["flops"] > 0
     other = device.calibration_args("float64", 1, device.CALIBRATION_REPEATS, 0.005, SMALL_SHAPES)
-    with device.kept_worker(first=(*device.CALIBRATION_JOB, other)):
+    with kept_worker(first=(*device.CALIBRATION_JOB, other)):
         assert device.start_calibration(torch.float32, 1, 0.005, SMALL_SHAPES) is not None
         assert not clean_worker._first  # looked at once, and not this collection's: its own was submitted
         own = device.calibrate_cpu(torch.float32, 1, 0.005, shapes=SMALL_SHAPES)
@@ -412,7 +414,7 @@ def test_the_clis_first_job_is_the_start_calibration_a_collection_asks_for():
     """`cbsite collect` names the start calibration before torch is imported (cpu_plan.start_job); the collection then
     asks for it with its own config (collect.collect -> device.start_calibration). Equal arguments or it is not taken."""
     from cbsite.collector import cpu_plan
-    from cbsite.collector.profiler import DTYPES, threads_for
+    from cbsite.collector.config import DTYPES, threads_for
 
     config = CollectConfig()
     job = cpu_plan.start_job(config.dtype, config.num_threads or cpu_plan.DEFAULT_CPU_THREADS)
@@ -428,14 +430,15 @@ def test_the_clis_first_job_is_the_start_calibration_a_collection_asks_for():
 def test_a_calibration_is_not_started_early_without_a_kept_worker_or_a_core_to_spare(monkeypatch):
     assert device.start_calibration(torch.float32, 1, 0.005, SMALL_SHAPES) is None  # no kept worker
     monkeypatch.setattr(device, "free_cores", lambda: 1)
-    with device.kept_worker():
+    with kept_worker():
         assert device.start_calibration(torch.float32, 1, 0.005, SMALL_SHAPES) is None  # it would take this core
         assert not device._early
 
 
 @pytest.mark.skipif(device.free_cores() < 2, reason="an early calibration needs a core beside this process")
 def test_a_collection_calibrates_while_it_builds_the_model_and_the_build_leaves_it_a_core(tmp_path):
-    from cbsite.collector.collect import CollectRequest, collect
+    from cbsite.collector.collect import collect
+    from cbsite.collector.request import CollectRequest
     from tests import session_models
 
     session_models.BUILT_WITH_THREADS.clear()

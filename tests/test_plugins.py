@@ -228,6 +228,7 @@ def test_a_raising_plugin_marks_only_its_output_and_the_run_goes_on(fast_config,
     assert selected(run.meta)["boom"] == {"kind": "profiler", "options": {"target": "1"}}
 
 
+@pytest.mark.slow
 def test_configuration_file_and_cli_selection(tmp_path, monkeypatch):
     from cbsite.cli import main
 

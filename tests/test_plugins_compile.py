@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 import torch
 from torch import nn
 
@@ -26,6 +27,7 @@ class Branchy(nn.Module):
         return y - 1
 
 
+@pytest.mark.slow
 def test_compile_reports_speedup_and_graph_breaks(fast_config):
     from cbsite.collector import profile
 
@@ -49,6 +51,7 @@ def _cache_files(folder):
     return [f for f in folder.rglob("*") if f.is_file()] if folder.exists() else []
 
 
+@pytest.mark.slow
 def test_cold_compiles_leave_the_users_inductor_cache_alone_and_warm_ones_use_it(fast_config, tmp_path, monkeypatch):
     from cbsite.collector import profile
 

@@ -130,6 +130,7 @@ def substitutions(demo_runs, tmp_path) -> dict[str, str]:
             "$SITE_URL": "https://example.github.io/models", "${{ github.event.pull_request.number }}": "42"}
 
 
+@pytest.mark.slow
 def test_workflow_diff_and_publish_run_on_the_demo_runs(tmp_path, substitutions):
     env = {**os.environ, "CBSITE_BUILD_JOBS": "1"}
     ran = set()

@@ -1,32 +1,35 @@
-"""One rate format (issue 14 audit): examples per second read "49080 examples/s" on the run page, "28460/s" on
+"""One rate format: examples per second read "49080 examples/s" on the run page, "28460/s" on
 the model page and "1e+03k examples/s" in the diff summary at 999.6k (`throughput.format_rate` used `.3g`).
 Now `cbsite.format.rate` (a core module: `cbsite.throughput` may not import the generator) is the one rule,
-`pages.fmt_rate` and format.js `rate` the same; and the torch.compile line gives 3 digits and its direction."""
+`cfmt.fmt_rate` and format.js `rate` the same; and the torch.compile line gives 3 digits and its direction."""
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import polars as pl
 import pytest
 
 from cbsite import format as cfmt
-from cbsite import throughput
-from cbsite.generator import build_site, pages
-from tests.runfactory import make_run, write_archive
+from cbsite.generator import build_site
+from tests.helpers.runfactory import make_run, write_archive
 
+FORMAT_JS = Path(__file__).resolve().parents[1] / "cbsite" / "generator" / "templates" / "assets" / "format.js"
 VALUES = [0, 7, 168.3, 999.6, 9381, 49080, 442200, 999600, 1.2e6, -49080]
 
 
 def test_throughput_writes_rates_as_the_site_does():
-    assert throughput.format_rate(999_600) == "1M examples/s"  # once "1e+03k examples/s"
-    assert throughput.format_rate(999.6) == "1k examples/s" and throughput.format_rate(49080) == "49.1k examples/s"
-    assert throughput.format_rate(None) == "n/a"
+    assert cfmt.examples_rate(999_600) == "1M examples/s"  # once "1e+03k examples/s"
+    assert cfmt.examples_rate(999.6) == "1k examples/s" and cfmt.examples_rate(49080) == "49.1k examples/s"
+    assert cfmt.examples_rate(None) == "n/a"
     for v in VALUES:
-        assert throughput.format_rate(v) == f"{pages.fmt_rate(v)} examples/s" == f"{cfmt.rate(v)} examples/s"
+        assert cfmt.examples_rate(v) == f"{cfmt.fmt_rate(v)} examples/s" == f"{cfmt.rate(v)} examples/s"
 
 
 def test_throughput_imports_no_generator():
@@ -36,10 +39,10 @@ def test_throughput_imports_no_generator():
 
 
 def test_speedup_and_ms_range():
-    assert pages.fmt_speedup(0.7734) == "0.773\u00d7 (slower)" and pages.fmt_speedup(1.2949) == "1.29\u00d7 (faster)"
-    assert pages.fmt_speedup(0.9996) == "1\u00d7 (no change)" and pages.fmt_speedup(None) == pages.DASH
-    assert pages.fmt_ms_range(4.235, 6.063) == "4.24\u20136.06 ms" and pages.fmt_ms_range(950, 1200) == "950 ms\u20131.2 s"
-    assert pages.fmt_ms_range(None, 2) == pages.DASH
+    assert cfmt.fmt_speedup(0.7734) == "0.773\u00d7 (slower)" and cfmt.fmt_speedup(1.2949) == "1.29\u00d7 (faster)"
+    assert cfmt.fmt_speedup(0.9996) == "1\u00d7 (no change)" and cfmt.fmt_speedup(None) == cfmt.DASH
+    assert cfmt.fmt_ms_range(4.235, 6.063) == "4.24\u20136.06 ms" and cfmt.fmt_ms_range(950, 1200) == "950 ms\u20131.2 s"
+    assert cfmt.fmt_ms_range(None, 2) == cfmt.DASH
 
 
 @pytest.fixture(scope="module")
@@ -87,3 +90,19 @@ def test_model_page_step_cells(site):
 def test_diff_summary_rates(site):
     diff = (site / "diffs" / "r" / "v1" / "v2" / "index.md").read_text()
     assert "train 49.1k \u2192 28.5k examples/s" in diff
+
+
+def test_rate_is_one_format_in_python_and_javascript():
+    """Examples per second: the run page wrote "49080 examples/s" and "442200 examples/s", the model page
+    "168.3/s", the diff summary "49.1k"; `rate` is the one form, "49.1k", in both languages."""
+    values = [None, 0, 7, 168.3, 999.6, 9381, 49080, 442200, 999600, 1.2e6, -49080]
+    assert [cfmt.fmt_rate(v) for v in values] == [cfmt.DASH, "0", "7", "168", "1k", "9.38k", "49.1k", "442k", "1M",
+                                                  "1.2M", "-49.1k"]
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    script = ("const F = require(process.argv[1]); const v = JSON.parse(process.argv[2]);"
+              "process.stdout.write(JSON.stringify(v.map(x => F.rate(x))))")
+    out = subprocess.run([node, "-e", script, str(FORMAT_JS), json.dumps(values)],
+                         capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == [cfmt.fmt_rate(v) for v in values]

@@ -1,5 +1,5 @@
-"""Issue 12, the archive half: nothing lost (1), one bad run never takes the rest down (4), archive content is
-untrusted (5), module paths print as written (6). Real signals on a real `cbsite collect`, hostile archives
+"""A reliable archive: nothing lost, one bad run never takes the rest down, archive content is
+untrusted, module paths print as written. Real signals on a real `cbsite collect`, hostile archives
 written to disk, a real MkDocs build, real profiles of a model with bracketed module names."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cbsite import archive, artifacts, schema
+from cbsite import archive, artifacts, leftovers, schema
 from cbsite.errors import CbsiteError
-from tests.runfactory import make_run, write_archive
+from tests.helpers.runfactory import make_run, write_archive
 
 ROOT = Path(__file__).resolve().parents[1]
 CBSITE = [sys.executable, "-m", "cbsite"]
@@ -61,6 +61,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_killed_collect_leaves_nothing_a_reader_sees_and_gc_removes_the_rest(sig, tmp_path):
     root = tmp_path / "runs"
@@ -96,10 +97,10 @@ def test_killed_collect_leaves_nothing_a_reader_sees_and_gc_removes_the_rest(sig
         # Handled as Ctrl-C is: one line, exit 143, every cleanup ran (the save's and the plugins').
         assert proc.returncode == 143, stderr
         assert stderr.strip().splitlines()[-1] == "cbsite: terminated" and "Traceback" not in stderr, stderr
-        assert archive.stale_staging(root) == [] and list((root / archive.STAGING_DIR).iterdir()) == []
+        assert leftovers.stale_staging(root) == [] and list((root / archive.STAGING_DIR).iterdir()) == []
         return
     assert proc.returncode == -signal.SIGKILL
-    stale = archive.stale_staging(root)
+    stale = leftovers.stale_staging(root)
     assert sorted(s.path.name.split("-")[0] for s in stale) == ["artifacts", "run"]
     assert all("is gone" in s.reason for s in stale)
 
@@ -107,10 +108,10 @@ def test_killed_collect_leaves_nothing_a_reader_sees_and_gc_removes_the_rest(sig
     assert ls.returncode == 0 and f"cbsite gc --runs {root}" in ls.stderr and "2 unfinished" in ls.stderr, ls.stderr
     dry = _cli("gc", "--runs", str(root), "--dry-run", cwd=tmp_path)
     assert dry.returncode == 0 and dry.stdout.count("would remove") == 2, dry.stdout
-    assert len(archive.stale_staging(root)) == 2  # a dry run removes nothing
+    assert len(leftovers.stale_staging(root)) == 2  # a dry run removes nothing
     gc = _cli("gc", "--runs", str(root), cwd=tmp_path)
     assert gc.returncode == 0 and gc.stdout.count("removed") == 2, gc.stdout
-    assert archive.stale_staging(root) == [] and list((root / archive.STAGING_DIR).iterdir()) == []
+    assert leftovers.stale_staging(root) == [] and list((root / archive.STAGING_DIR).iterdir()) == []
     assert [r.path for r in archive.list_runs(root)] == [complete]
     ls = _cli("ls", "--runs", str(root), cwd=tmp_path)
     assert "cbsite gc" not in ls.stderr
@@ -123,18 +124,19 @@ def test_staging_of_a_live_writer_is_never_stale_and_older_partials_are(tmp_path
     other = archive.new_staging(archive.staging_dir(root), "run-")
     owner = json.loads((other / archive.OWNER_FILE).read_text())
     (other / archive.OWNER_FILE).write_text(json.dumps({**owner, "host": "elsewhere"}))  # recent, another host
-    # The issue's reproduction: a half-written run staged the way cbsite did before (a dot-folder in the version).
+    # A half-written run staged the way cbsite did before (a dot-folder in the version).
     legacy = complete.parent / ".20260101T000000Z-abcdef.partial"
     legacy.mkdir()
     (legacy / "components.parquet").write_bytes((complete / "components.parquet").read_bytes()[:3000])
     with pytest.raises(Exception):
         pl.scan_parquet(f"{root}/**/components.parquet").collect()  # what the glob did with such remains
-    assert [s.path for s in archive.stale_staging(root)] == [legacy]
-    assert [s.path for s in archive.remove_stale(root)] == [legacy]
+    assert [s.path for s in leftovers.stale_staging(root)] == [legacy]
+    assert [s.path for s in leftovers.remove_stale(root)] == [legacy]
     assert mine.is_dir() and other.is_dir() and not legacy.exists()
     assert pl.scan_parquet(f"{root}/**/components.parquet").collect().height == pl.read_parquet(complete / "components.parquet").height
 
 
+@pytest.mark.slow
 def test_collect_and_build_name_the_gc_command_when_stale_folders_exist(tmp_path):
     root = tmp_path / "runs"
     write_archive(root, [make_run(SPEC, model="m", version="v1")])

@@ -1,4 +1,4 @@
-"""Issue 12, problems 2, 3, 7, 8, 9 and 10: sites written atomically and only where cbsite may, the caller's
+"""Sites written atomically and only where cbsite may, the caller's
 model left as it was found, no backward for no_grad calls, refused inputs and budgets, gates that cannot be
 turned off by a typo, honest failure counts, one-line errors for the user's code.
 
@@ -25,15 +25,15 @@ import torch
 from torch import nn
 
 import cbsite
-from cbsite import review
+from cbsite import gate as cgate
 from cbsite.cli import main
 from cbsite.diff import diff_runs
 from cbsite.errors import CbsiteError
 from cbsite.generator import build_site, publish_site
 from cbsite.generator.sitedir import MARKER, locked
-from tests.conftest_site import synthetic_run
-from tests.runfactory import make_run, write_archive
-from tests.test_collector import FailsWhenAlone
+from tests.helpers.modules import FailsWhenAlone
+from tests.helpers.runfactory import make_run, write_archive
+from tests.helpers.site_archives import synthetic_run
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -148,7 +148,7 @@ def test_a_folder_cbsite_did_not_write_is_never_replaced(tmp_path, monkeypatch, 
 def test_out_equal_to_containing_or_inside_the_archive_is_refused(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     runs = _archive(tmp_path / "runs", "dlrm", 2, n=10)
-    (tmp_path / "index.html").write_text("hi")  # the issue's reproduction: a stray index.html in the repository
+    (tmp_path / "index.html").write_text("hi")  # a stray index.html in the repository
     before = _digest(runs)
     for argv in (["build", "--runs", "runs", "--out", "."],
                  ["build", "--runs", "runs", "--out", "runs"],
@@ -332,7 +332,8 @@ def test_a_cuda_collection_leaves_the_model_on_the_cpu(fast_config):
 
 
 def test_budget_nan_inf_and_absurd_are_refused_up_front(capsys):
-    from cbsite.cli import _collect_config, build_parser
+    from cbsite.cli import build_parser
+    from cbsite.cli.collect import collect_config as _collect_config
 
     for budget in ("nan", "inf", "-inf", "0", "-1", "1e9"):
         args = build_parser().parse_args(["collect", "dlrm", f"--budget={budget}"])
@@ -356,8 +357,8 @@ def test_a_gate_rule_that_matches_nothing_is_an_error(tmp_path, capsys):
     head = make_run(spec, model="m", version="v2", metrics={"over_arch.0": {"flops": 200}})
     rd = diff_runs(base, head)
     with pytest.raises(CbsiteError, match=r"'overarch\.\*' matches no component \(did you mean 'over_arch'"):
-        review.check(rd, review.parse_rules(["overarch.*:flops>+5%", "flops>+500%"]))
-    assert not review.check(rd, review.parse_rules(["over_arch.*:flops>+5%"])).passed  # the right glob still bites
+        cgate.check(rd, cgate.parse_rules(["overarch.*:flops>+5%", "flops>+500%"]))
+    assert not cgate.check(rd, cgate.parse_rules(["over_arch.*:flops>+5%"])).passed  # the right glob still bites
 
     write_archive(tmp_path / "runs", [base, head])
     code = main(["diff", "m@v1", "m@v2", "--runs", str(tmp_path / "runs"), "--fail-on", "overarch.*:flops>+5%"])

@@ -17,13 +17,14 @@ import pytest
 
 import math
 
+from cbsite import gate as cgate
 from cbsite import review
 from cbsite.comparison import LatencyEvidence
 from cbsite.archive import list_runs, resolve_run
 from cbsite.cli import main
 from cbsite.diff import diff_runs
 from cbsite.errors import CbsiteError
-from tests.runfactory import make_run, write_archive
+from tests.helpers.runfactory import make_run, write_archive
 
 GOLDEN = Path(__file__).parent / "golden"
 REGEN = os.environ.get("CBSITE_REGEN_GOLDEN") == "1"
@@ -114,7 +115,7 @@ def _rounds_evidence(rd: Any, spread: float = 0.01, spreads: dict[str, float] | 
 
 def _breaks(rd: Any, rule: str, phases: list[str] | None = None, evidence: Any = "rounds") -> list[tuple[str, str | None]]:
     latency = _rounds_evidence(rd) if evidence == "rounds" else evidence
-    result = review.check(rd, review.parse_rules([rule]), phases, latency=latency)
+    result = cgate.check(rd, cgate.parse_rules([rule]), phases, latency=latency)
     return [(b.phase, b.path) for b in result.breaches]
 
 
@@ -162,7 +163,7 @@ def test_glob_rules_name_the_breaking_components(tmp_path: Path) -> None:
     assert not _breaks(rd, "bottom.*:param_bytes>+1%")  # moved (dense -> bottom), unchanged
     # A moved component is judged against where it was: widen bottom.1 (was dense.1).
     wider = _diff_with(tmp_path / "w", **{"bottom.1": {"flops": 200_000}})
-    hits = review.check(wider, review.parse_rules(["bottom.*:flops>+50%"]), ["forward"]).breaches
+    hits = cgate.check(wider, cgate.parse_rules(["bottom.*:flops>+50%"]), ["forward"]).breaches
     assert [(b.path, b.base_path, b.base, b.head) for b in hits] == [("bottom.1", "dense.1", 100_000, 200_000)]
     # Every compared phase is judged, parameters once.
     assert {p for p, _ in _breaks(rd, "over_arch.0:flops>+100%")} == {"forward", "backward"}
@@ -173,35 +174,35 @@ def test_latency_rules_are_judged_on_evidence(tmp_path: Path) -> None:
     # over_arch.1 gets 30% slower. With rounds that spread 20 % (log sd) the change is not significant at
     # 1 %: inconclusive, reported, the rule holds. With a 1 % spread it is regressed and the rule breaks.
     rd = _diff_with(tmp_path, **{"over_arch.1": {"latency_ms": 0.13}})
-    rules = review.parse_rules(["over_arch.1:latency>+10%"])
-    noisy = review.check(rd, rules, ["forward"], latency=_rounds_evidence(rd, spreads={"over_arch.1": 0.2}))
+    rules = cgate.parse_rules(["over_arch.1:latency>+10%"])
+    noisy = cgate.check(rd, rules, ["forward"], latency=_rounds_evidence(rd, spreads={"over_arch.1": 0.2}))
     assert not noisy.breaches and any("inconclusive" in u for u in noisy.unknown)
-    quiet = review.check(rd, rules, ["forward"], latency=_rounds_evidence(rd, spread=0.01))
+    quiet = cgate.check(rd, rules, ["forward"], latency=_rounds_evidence(rd, spread=0.01))
     assert [(b.phase, b.path) for b in quiet.breaches] == [("forward", "over_arch.1")]
     assert quiet.breaches[0].verdict["verdict"] == "regressed" and quiet.breaches[0].verdict["ci_low"] > 1.2
     # The rule's limit is the verdict's floor: +30 % is not regressed beyond +50 %.
-    assert not review.check(rd, review.parse_rules(["over_arch.1:latency>+50%"]), ["forward"],
+    assert not cgate.check(rd, cgate.parse_rules(["over_arch.1:latency>+50%"]), ["forward"],
                             latency=_rounds_evidence(rd, spread=0.01)).breaches
     # Without evidence (single-round runs, no comparison) latency is not judged: neither passed nor failed on noise.
-    blind = review.check(rd, rules, ["forward"], latency=None)
+    blind = cgate.check(rd, rules, ["forward"], latency=None)
     assert blind.passed and not blind.breaches and blind.not_judged and "cbsite compare" in blind.not_judged[0]
 
 
 def test_a_missing_value_is_not_judged_but_reported(tmp_path: Path) -> None:
     rd = _diff_with(tmp_path, **{"over_arch.1": {"status": "failed"}})
-    result = review.check(rd, review.parse_rules(["over_arch.1:latency>+10%"]), ["forward"], latency=_rounds_evidence(rd))
+    result = cgate.check(rd, cgate.parse_rules(["over_arch.1:latency>+10%"]), ["forward"], latency=_rounds_evidence(rd))
     assert result.passed and result.unknown == ["over_arch.1:latency>+10%: forward 'over_arch.1' (not timed on both sides)"]
-    result = review.check(rd, review.parse_rules(["over_arch.1:flops>+10%"]), ["forward"])
+    result = cgate.check(rd, cgate.parse_rules(["over_arch.1:flops>+10%"]), ["forward"])
     assert result.passed and result.unknown == ["over_arch.1:flops>+10%: forward 'over_arch.1' (no value in the head run)"]
 
 
 def test_bad_rules_are_all_reported_at_once() -> None:
     with pytest.raises(CbsiteError) as err:
-        review.parse_rules(["flops>5", "speed>+5%", "latency>-5%", "over_arch.*:flops>+5%", 3])
+        cgate.parse_rules(["flops>5", "speed>+5%", "latency>-5%", "over_arch.*:flops>+5%", 3])
     text = str(err.value)
     assert "'flops>5'" in text and "unknown metric 'speed'" in text and "negative" in text and "a rule is a string" in text
     assert "over_arch" not in text.split("in --fail-on:")[1].split(". A rule")[0]  # the good rule is not blamed
-    forms = review.parse_rules(["flops>+5%", "param_bytes>10%", "peak_memory>+10%", "latency>+10%", "over_arch.*:latency>+20%"])
+    forms = cgate.parse_rules(["flops>+5%", "param_bytes>10%", "peak_memory>+10%", "latency>+10%", "over_arch.*:latency>+20%"])
     assert [(r.metric, r.limit, r.glob) for r in forms] == [
         ("flops", 0.05, None), ("param_bytes", 0.1, None), ("peak_memory_bytes", 0.1, None), ("latency_ms", 0.1, None),
         ("latency_ms", 0.2, "over_arch.*"),
@@ -272,7 +273,7 @@ def test_the_schema_ships_as_package_data() -> None:
 
 
 def test_the_diff_page_link_follows_the_generators_scheme(tmp_path: Path) -> None:
-    from cbsite.generator import pages
+    from cbsite.generator import templating
     from cbsite.generator.catalog import load_catalog
 
     root = tmp_path / "runs"
@@ -289,7 +290,7 @@ def test_the_diff_page_link_follows_the_generators_scheme(tmp_path: Path) -> Non
             url = review.diff_page_url("https://s.org/pr-1", base, head, root)
             run_b = next(r for r in catalog.runs() if r.run_id == base.run_id)
             run_h = next(r for r in catalog.runs() if r.run_id == head.run_id)
-            assert url == "https://s.org/pr-1/" + pages.diff_url(run_b, run_h, (base.run_id, head.run_id) in consecutive)
+            assert url == "https://s.org/pr-1/" + templating.diff_url(run_b, run_h, (base.run_id, head.run_id) in consecutive)
 
 
 def test_review_imports_no_torch_and_no_site_library() -> None:

@@ -94,6 +94,7 @@ def _git(repo: Path, *args: str) -> str:
     ).stdout.strip()
 
 
+@pytest.mark.slow
 def test_collect_version_auto_names_the_commit_and_the_dirty_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     repo = tmp_path / "repo"

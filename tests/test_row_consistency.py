@@ -1,8 +1,7 @@
 """Rows that agree with themselves.
 
-A median lies within its own quartiles: both come from the same blocks (issue 14's audit found a sharded
-run's contended rows with the median at 1.8-2.7x their p75: a flagged round's median of every block beside
-quartiles of its two clean ones). A sharded run's parent/child pairs are judged on each rank's final rows.
+A median lies within its own quartiles: both come from the same blocks (never a flagged round's median of every
+block beside quartiles of its clean ones). A sharded run's parent/child pairs are judged on each rank's final rows.
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ def test_a_contended_rounds_median_and_quartiles_come_from_the_same_blocks():
 
 
 def test_a_sharded_runs_pairs_are_judged_again_on_each_ranks_final_rows():
-    """Lockstep figures replace some of a rank's rows after its collection checked its pairs (issue 14's audit:
+    """Lockstep figures replace some of a rank's rows after its collection checked its pairs (once
     sparse_arch's p25 of 13.4 ms above the root's p75 of 8.77 ms, while run.json said every pair was consistent)."""
     from cbsite.collector.hierarchy import check_ranks
 
@@ -66,7 +65,9 @@ def test_an_inverted_pair_is_timed_again_interleaved_holding_one_graph_at_a_time
 
     from cbsite.collector import hierarchy
     from cbsite.collector.capture import capture
-    from cbsite.collector.measure import ComponentMeasurement, GraphCycle, TimingConfig
+    from cbsite.collector.measure import ComponentMeasurement
+    from cbsite.collector.timing.blocks import TimingConfig
+    from cbsite.collector.timing.graphs import GraphCycle
 
     model = nn.Sequential(nn.Linear(16, 16), nn.Tanh())
     caps = [capture(model, (torch.randn(8, 16),), {}, grad=True) for _ in range(3)]
@@ -93,7 +94,7 @@ def test_an_inverted_pair_is_timed_again_interleaved_holding_one_graph_at_a_time
 def test_a_contention_note_never_says_more_than_all_of_the_time():
     """Every thread's run-queue wait counts, so a sharded run's communication threads waiting at once once
     made a note read "waited for a CPU (220% of their time)"."""
-    from cbsite.collector.measure import _waited_words
+    from cbsite.collector.timing.blocks import _waited_words
 
     assert _waited_words(0.37) == "37% of their time"
     assert _waited_words(2.2) == "its threads waited 2.2x the blocks' wall time between them"

@@ -15,10 +15,11 @@ import pytest
 import torch
 
 from cbsite import archive, comparison, review, schema, stats
+from cbsite import gate as cgate
 from cbsite.collector import CollectConfig, profile
-from cbsite.collector.collect import CollectRequest
-from cbsite.collector.measure import Block, summarise
+from cbsite.collector.request import CollectRequest
 from cbsite.collector.session.compare import CompareConfig, compare
+from cbsite.collector.timing.blocks import Block, summarise
 from cbsite.diff import diff_runs
 from tests.session_models import mlp
 
@@ -46,7 +47,7 @@ def planted_comparison(tmp_path_factory):
 
 
 def test_a_session_worker_holds_one_capture_group_at_a_time(monkeypatch):
-    """Issue 13: a worker of `compare`/`--rounds` follows the collection's memory plan instead of keeping
+    """A worker of `compare`/`--rounds` follows the collection's memory plan instead of keeping
     every module's inputs for every batch; with an allowance of nothing, each component is its own group."""
     from cbsite.collector import memory
     from cbsite.collector.session.spec import ArmSpec, ProcessJob, Task
@@ -70,7 +71,7 @@ def test_a_session_worker_holds_one_capture_group_at_a_time(monkeypatch):
 
 
 def test_a_task_past_the_worker_memory_limit_is_out_of_memory_and_the_worker_goes_on():
-    """Issue 13: in a worker process (spawned by the session scheduler) an allocation past the job's memory
+    """In a worker process (spawned by the session scheduler) an allocation past the job's memory
     limit fails that task with "out of memory"; the other tasks of the worker are measured."""
     from cbsite.collector.session.scheduler import run_jobs
     from cbsite.collector.session.spec import ArmSpec, ProcessJob, Task
@@ -93,6 +94,7 @@ def test_a_task_past_the_worker_memory_limit_is_out_of_memory_and_the_worker_goe
     assert not session.results and "SIGKILL" in session.died[1] and "OOM killer" in session.died[1]
 
 
+@pytest.mark.slow
 def test_planted_slowdown_is_regressed_and_untouched_components_are_not(planted_comparison):
     result, _ = planted_comparison
     v = result.verdicts
@@ -107,6 +109,7 @@ def test_planted_slowdown_is_regressed_and_untouched_components_are_not(planted_
     assert v[("", "forward")].verdict == "regressed"  # the root contains it
 
 
+@pytest.mark.slow
 def test_comparison_record_and_samples_are_archived_and_readable_without_cbsite(planted_comparison):
     result, root = planted_comparison
     folder = root / comparison.COMPARISONS_DIR / result.record["comparison_id"]
@@ -128,14 +131,15 @@ def test_comparison_record_and_samples_are_archived_and_readable_without_cbsite(
     assert set(head.samples["process"]) == {0, 1, 2, 3}
 
 
+@pytest.mark.slow
 def test_diff_uses_the_comparison_and_the_gate_fails_only_on_the_regression(planted_comparison):
     result, root = planted_comparison
     base, head = archive.read_run(result.base.path), archive.read_run(result.head.path)
     rd = diff_runs(base, head, match_moved=True)
     evidence = comparison.evidence_for(root, base, head, {c.path: c.base_path for c in rd.components if c.base_path})
     assert evidence is not None and evidence.paired
-    rules = review.parse_rules(["layers.*:latency>+10%"])
-    gate = review.check(rd, rules, latency=evidence)
+    rules = cgate.parse_rules(["layers.*:latency>+10%"])
+    gate = cgate.check(rd, rules, latency=evidence)
     broken = {(b.phase, b.path) for b in gate.breaches}
     assert ("forward", PLANTED) in broken and ("backward", PLANTED) in broken
     assert not any(p in ("layers.0.0", "layers.2.0") for _, p in broken)
@@ -144,6 +148,7 @@ def test_diff_uses_the_comparison_and_the_gate_fails_only_on_the_regression(plan
     assert "regressed" in text and "95 % interval" in text and "unchanged" not in text.split("### Gate")[0].split("| component | phase | verdict")[-1].split("\n\n")[0]
 
 
+@pytest.mark.slow
 def test_latency_rules_are_not_judged_on_single_round_runs(planted_comparison):
     result, _ = planted_comparison
     base, head = result.base, result.head
@@ -152,12 +157,13 @@ def test_latency_rules_are_not_judged_on_single_round_runs(planted_comparison):
     evidence = comparison.from_rounds(base.samples, head.samples, {}, base_meta["rounds"], 1)
     assert evidence is None
     rd = diff_runs(base, head)
-    gate = review.check(rd, review.parse_rules(["latency>+1%", "*:latency>+1%", "flops>+1000%"]), latency=None)
+    gate = cgate.check(rd, cgate.parse_rules(["latency>+1%", "*:latency>+1%", "flops>+1000%"]), latency=None)
     assert gate.passed and not gate.breaches
     assert len(gate.not_judged) == 2 and all("cbsite compare" in line for line in gate.not_judged)
     assert "not judged" in review.markdown(rd, gate)
 
 
+@pytest.mark.slow
 def test_rounds_repeat_timing_in_fresh_processes(tmp_path):
     model, args = mlp(width=64, batch=16)
     run = profile(model, *args, config=_config(rounds=3, phases=("forward",)))
@@ -231,19 +237,19 @@ def test_the_sizing_run_that_reaches_a_block_is_kept_as_the_first_block(monkeypa
     """Sizing runs grow until one lasts a block (within a tenth); that run is the first timed block, not thrown away:
     every run a block long is among the timing's blocks, all blocks have the same calls, and the sizing's seconds leave it out. Only the
     first run has Timer's in-block warm-up statements before it."""
-    import cbsite.collector.measure as measure
+    from cbsite.collector.timing import blocks
 
     runs = []
-    real = measure.timed_block
+    real = blocks.timed_block
 
     def recording(timer, number, calls_per_stmt, probe=None, warm=None):
         block = real(timer, number, calls_per_stmt, probe, warm)
         runs.append(block)
         return block
 
-    monkeypatch.setattr(measure, "timed_block", recording)
+    monkeypatch.setattr(blocks, "timed_block", recording)
     # No block counts as contended: a wait for a quiet machine would add Timer's warm-up before the next block.
-    monkeypatch.setattr(measure, "contended", lambda wait_s, wall_s: False)
+    monkeypatch.setattr(blocks, "contended", lambda wait_s, wall_s: False)
     a, b = torch.randn(64, 64), torch.randn(64, 64)
     torch.mm(a, b)  # the process's first matmul initialises its library: a warm call that long would size nothing
     made = []
@@ -252,38 +258,38 @@ def test_the_sizing_run_that_reaches_a_block_is_kept_as_the_first_block(monkeypa
         made.append(1)
         return torch.mm(a, b)
 
-    cfg = measure.TimingConfig(min_run_time=0.1, warmup=1)
-    timing = measure.time_fn(statement, 1, cfg)
+    cfg = blocks.TimingConfig(min_run_time=0.1, warmup=1)
+    timing = blocks.time_fn(statement, 1, cfg)
     # One warm-up call, Timer's in-block warm-up before the first run only (every later run follows a run of the same
     # statement), and the runs' own statements: nothing else ran. (A warm call slowed past a block makes the first run a
     # one-call block, which has no in-block warm-up, and the sizing after it none either.)
-    assert len(made) == 1 + measure.in_block_warmup(runs[0].calls) + sum(r.calls for r in runs)
-    long_enough = [r for r in runs if r.seconds_per_call * r.calls >= measure.SIZED_WITHIN * cfg.block_s()]
+    assert len(made) == 1 + blocks.in_block_warmup(runs[0].calls) + sum(r.calls for r in runs)
+    long_enough = [r for r in runs if r.seconds_per_call * r.calls >= blocks.SIZED_WITHIN * cfg.block_s()]
     assert long_enough and all(any(r is kept for kept in timing.blocks) for r in long_enough)
     assert timing.blocks[0] is runs[len(runs) - len(timing.blocks)]  # the last sizing run, then the loop's blocks
     assert len({blk.calls for blk in timing.blocks}) == 1 and timing.blocks[0].calls > 1
     assert timing.timed_s == pytest.approx(sum(blk.seconds_per_call * blk.calls for blk in timing.blocks))
     # A guess from a warm call of about a tenth of a block starts the sizing near ten statements, not at one.
-    assert measure.first_guess(cfg.block_s() / 10, cfg.block_s()) == 11 and measure.first_guess(0.0, 1.0) == 1
+    assert blocks.first_guess(cfg.block_s() / 10, cfg.block_s()) == 11 and blocks.first_guess(0.0, 1.0) == 1
 
 
 def test_a_sizing_run_within_a_tenth_of_a_block_is_the_block_and_guesses_learn_how_warm_calls_mislead(monkeypatch):
     """A run at 0.9 of the target is kept, not doubled; a run short of it sizes the next a tenth over. WarmRatios
     scales a guess by how the statements before ran against their warm calls (median of the last 15), never below
     half, so a statement that does not speed up runs at most about twice a block in its sizing."""
-    import cbsite.collector.measure as measure
+    from cbsite.collector.timing import blocks
 
     numbers = []
 
     def fake(timer, number, calls_per_stmt, probe=None, warm=None):  # a statement of 1 ms
         numbers.append(number)
-        return measure.Block(1e-3 / calls_per_stmt, number * calls_per_stmt, 0.0, 0.0, False)
+        return blocks.Block(1e-3 / calls_per_stmt, number * calls_per_stmt, 0.0, 0.0, False)
 
-    monkeypatch.setattr(measure, "timed_block", fake)
-    assert measure.sized_block(None, 0.01, first=9)[0] == 9 and numbers == [9]  # 9 ms of a 10 ms target: a block
+    monkeypatch.setattr(blocks, "timed_block", fake)
+    assert blocks.sized_block(None, 0.01, first=9)[0] == 9 and numbers == [9]  # 9 ms of a 10 ms target: a block
     numbers.clear()
-    assert measure.sized_block(None, 0.01, first=4)[0] == 11 and numbers == [4, 11]  # 4 ms: 10/4 x 4, a tenth over
-    ratios = measure.WarmRatios()
+    assert blocks.sized_block(None, 0.01, first=4)[0] == 11 and numbers == [4, 11]  # 4 ms: 10/4 x 4, a tenth over
+    ratios = blocks.WarmRatios()
     assert ratios.ratio("warm call") == 1.0
     for r in (0.7, 0.8, 0.6):
         ratios.note("warm call", 1.0, r)
@@ -292,17 +298,17 @@ def test_a_sizing_run_within_a_tenth_of_a_block_is_the_block_and_guesses_learn_h
         ratios.note("warm call", 1.0, 0.1)
     assert len(ratios.seen["warm call"]) == ratios.KEEP and ratios.ratio("warm call") == ratios.LOWEST
     # A warm call of a fifth of a block, with statements that ran at 0.1 of theirs (held at half): 1.1 / (0.2 x 0.5).
-    assert measure.first_guess(0.2 * ratios.ratio("warm call"), 1.0) == 11
+    assert blocks.first_guess(0.2 * ratios.ratio("warm call"), 1.0) == 11
 
 
 def test_a_warm_call_slowed_past_a_block_does_not_make_blocks_of_one_quick_call():
     """A warm call that outlasts a block means one call per block, unless the first such block is far shorter than a
     block: the warm call was slowed, not the statement, and the blocks are sized after all (and counted as sizing)."""
-    import cbsite.collector.measure as measure
+    from cbsite.collector.timing import blocks
 
     a, b = torch.randn(64, 64), torch.randn(64, 64)
     torch.mm(a, b)
-    cfg = measure.TimingConfig(min_run_time=0.1, warmup=1)
+    cfg = blocks.TimingConfig(min_run_time=0.1, warmup=1)
     calls = []
 
     def statement():
@@ -311,11 +317,11 @@ def test_a_warm_call_slowed_past_a_block_does_not_make_blocks_of_one_quick_call(
             time.sleep(2 * cfg.block_s())  # the warm call, slowed
         return torch.mm(a, b)
 
-    timing = measure.time_fn(statement, 1, cfg)
+    timing = blocks.time_fn(statement, 1, cfg)
     assert timing.blocks[0].calls > 1 and len({blk.calls for blk in timing.blocks}) == 1
     assert len(timing.blocks) < 100 and timing.sizing_s > 0 and timing.warm_up_s >= 2 * cfg.block_s()
     # A statement that really takes a block still runs one call per block, unsized.
-    slow = measure.time_fn(lambda: time.sleep(cfg.block_s()), 1, cfg)
+    slow = blocks.time_fn(lambda: time.sleep(cfg.block_s()), 1, cfg)
     assert {blk.calls for blk in slow.blocks} == {1}
 
 
@@ -325,7 +331,7 @@ def test_the_wait_probe_reads_every_thread_from_kept_files_and_lets_ended_thread
     import os
     import threading
 
-    from cbsite.collector import contention
+    from cbsite.collector.timing import contention
 
     if not contention.HAVE_SCHEDSTAT:
         pytest.skip("no per-thread schedstat on this kernel")
@@ -356,7 +362,7 @@ def _spinner() -> subprocess.Popen:
 
 def test_busy_neighbours_never_inflate_a_row_silently():
     """Two processes spin on both cores during the first seconds of a collection: every row stays within
-    3x its quiet latency or says it was contended (the issue's 94-581x stalls were saved silently)."""
+    3x its quiet latency or says it was contended (never a stall saved silently)."""
     model, args = mlp(width=128, batch=32)
     cfg = _config(min_run_time=0.05, num_threads=1)
     quiet = {(r["path"], r["phase"]): r["latency_ms"] for r in profile(model, *args, config=cfg).table().to_dicts()
@@ -382,6 +388,7 @@ def test_busy_neighbours_never_inflate_a_row_silently():
     assert contended > 0  # the neighbours were seen
 
 
+@pytest.mark.slow
 def test_model_left_as_found_after_rounds():
     model, args = mlp(width=32, batch=4)
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -399,6 +406,7 @@ def test_stats_verdict_on_session_units_matches_scipy():
     assert math.isclose(v.p_regressed, p, rel_tol=1e-9) and v.verdict == "regressed"
 
 
+@pytest.mark.slow
 def test_base_rev_compares_two_git_revisions_in_abba_processes(tmp_path, monkeypatch):
     """`--base-rev`: the base side imports the package from a worktree of an older commit, in its own
     processes (the two revisions cannot share one), alternating A B B A."""

@@ -10,7 +10,7 @@ import pytest
 
 from cbsite.errors import CbsiteError
 from cbsite.generator import publish_site
-from tests.conftest_site import write_golden_archive
+from tests.helpers.site_archives import write_golden_archive
 
 
 def _digest(folder: Path) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Issue 14 on the generator's data: what bounds each component, the roofline, the key facts a run page
+"""Readability of the generator's data: what bounds each component, the roofline, the key facts a run page
 leads with, the setup changes a diff page leads with, shares only where they mean something, search that
 finds a component by its full path. The browser side is tests/test_browser_readability.py."""
 
@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from cbsite import bound, provenance
+from cbsite import format as cfmt
 from cbsite.generator import build_site, diffdata, rundata
-from tests.conftest_site import synthetic_run, write_golden_archive
-from tests.runfactory import make_run, write_archive
+from tests.helpers.runfactory import make_run, write_archive
+from tests.helpers.site_archives import readable_archive, synthetic_run
 
 
 def test_bound_labels_follow_the_roofline():
@@ -26,14 +27,6 @@ def test_bound_labels_follow_the_roofline():
     assert bound.classify(2.27, 0.1) == "compute"  # a suspect MFU still says which roof is nearer
     meta = {"dtype": "float32", "device": {"peak_flops": {"float32": 2e11}, "peak_bandwidth": 2e10}}
     assert bound.peaks(meta) == (2e11, 2e10) and bound.ridge(meta) == 10.0
-
-
-def readable_archive(runs: Path, head_trace_every: int = 0) -> None:
-    """The archive both readability suites build (this one and tests/test_browser_readability.py): the golden
-    runs and two synthetic toy versions, the first with traces and ops."""
-    write_golden_archive(runs)
-    synthetic_run(runs, "toy", "v1", n=60, seed=11, trace_every=5, ops=True)
-    synthetic_run(runs, "toy", "v2", n=64, seed=12, minutes=5, scale=1.3, trace_every=head_trace_every)
 
 
 @pytest.fixture(scope="module")
@@ -176,11 +169,11 @@ def test_search_indexes_full_paths_without_splitting_names(built):
     index = json.loads((site / "search" / "search_index.json").read_text())
     assert "_" not in index["config"]["separator"] and "\\." in index["config"]["separator"]
     run = _run_dir(site, "toy", "v2")
-    loc = str(run.relative_to(site)) + "/#components"
-    doc = next(d for d in index["docs"] if d["location"] == loc)
+    # Every path of the newest run is its own search entry (a heading `find=PATH`), titled by the whole path.
+    prefix = str(run.relative_to(site)) + "/#find="
+    titles = {d["title"] for d in index["docs"] if d["location"].startswith(prefix)}
     data = json.loads((run / "components.json").read_text())
-    assert all(p in doc["text"] for p in data["path"] if p)  # every path of the newest run is searchable
-    assert doc.get("boost", 1) > 1
+    assert titles == {p for p in data["path"] if p}
     home = next(d for d in index["docs"] if d["location"] == "#changes")
     summary = (site / "index.html").read_text()
     assert "embedding.tables.t_cat_0" in summary  # the golden diff's summary names it on the home page ...
@@ -226,11 +219,10 @@ def test_a_single_version_model_has_no_trend_charts(tmp_path):
 
 
 def test_one_number_format_in_python_and_javascript():
-    """The templates' filters (pages.py) and the browser's format.js write every number the same way."""
+    """The templates' filters (cbsite/format.py) and the browser's format.js write every number the same way."""
     import shutil
     import subprocess
 
-    from cbsite.generator import pages
 
     node = shutil.which("node")
     if node is None:
@@ -245,14 +237,14 @@ def test_one_number_format_in_python_and_javascript():
     values += [8.14e-5, -8.14e-5, 0.00099996, 0.0009994, 9.9996e-7, 4.2e-10, -0.0123, 1234.5, -0.9996]
     out = subprocess.run([node, "-e", script, str(fmt), json.dumps(values)], capture_output=True, text=True, check=True)
     js = json.loads(out.stdout)
-    py = [[pages.fmt_flops(v), pages.fmt_bytes(v), pages.fmt_ms(v), pages.fmt_pct(v), pages.fmt_num(v),
-           pages.fmt_time(v), pages.fmt_signed(v, "time"), pages.fmt_signed(v, "bytes"), pages.fmt_signed(v, "flops")]
+    py = [[cfmt.fmt_flops(v), cfmt.fmt_bytes(v), cfmt.fmt_ms(v), cfmt.fmt_pct(v), cfmt.fmt_num(v),
+           cfmt.fmt_time(v), cfmt.fmt_signed(v, "time"), cfmt.fmt_signed(v, "bytes"), cfmt.fmt_signed(v, "flops")]
           for v in values]
     assert js == py
-    # A latency change prints in the unit that keeps it short (issue 14: once "+0.0000814 ms").
-    assert pages.fmt_signed(8.14e-5, "time") == "+81.4 ns" and pages.fmt_signed(-0.0123, "time") == "\u221212.3 \u00b5s"
-    assert pages.fmt_time(0.00099996) == "1 \u00b5s" and pages.fmt_time(0.9996) == "1 ms" and pages.fmt_time(1234.5) == "1.23 s"
-    assert pages.fmt_flops(999.6) == "1 kFLOP"  # the issue's example: once "1 kFLOP", "1e+03 FLOP" and "1000 FLOP"
+    # A latency change prints in the unit that keeps it short (never "+0.0000814 ms").
+    assert cfmt.fmt_signed(8.14e-5, "time") == "+81.4 ns" and cfmt.fmt_signed(-0.0123, "time") == "\u221212.3 \u00b5s"
+    assert cfmt.fmt_time(0.00099996) == "1 \u00b5s" and cfmt.fmt_time(0.9996) == "1 ms" and cfmt.fmt_time(1234.5) == "1.23 s"
+    assert cfmt.fmt_flops(999.6) == "1 kFLOP"  # one spelling, never "1e+03 FLOP" or "1000 FLOP"
 
 
 def test_key_facts_rank_a_containers_own_time_only_where_the_numbers_nest():

@@ -5,13 +5,13 @@ plans, 2 gloo ranks): the run page's rank data and summary, the diff page's comm
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from cbsite import archive, review
 from cbsite import diff as cdiff
+from cbsite import gate as cgate
 from cbsite.errors import CbsiteError
 from cbsite.generator import build_site
 
@@ -31,10 +31,9 @@ def _run(sharded: Path, plan: str) -> archive.Run:
 
 
 @pytest.fixture(scope="module")
-def built(sharded, tmp_path_factory):
-    base = tmp_path_factory.mktemp("sharded")
-    shutil.copytree(sharded, base / "runs" / "dlrm-sharded")
-    return build_site(base / "runs", base / "site", quiet=True)
+def built(demo_site):
+    """The demo archive's site: the dlrm-sharded pages are those of an archive holding only them."""
+    return demo_site
 
 
 def _page(built: Path, plan: str) -> Path:
@@ -86,7 +85,7 @@ def test_diff_between_the_plans_shows_communication_bytes(built):
 
 
 def test_non_sharded_diff_has_no_communication_section(tmp_path):
-    from tests.conftest_site import synthetic_run
+    from tests.helpers.site_archives import synthetic_run
 
     runs = tmp_path / "runs"
     synthetic_run(runs, "toy", "v1", n=12, seed=1)
@@ -103,37 +102,37 @@ def test_gate_judges_communication_bytes_of_sharded_runs(sharded):
     assert stage.base["comm_bytes_sent"] == 131072 and stage.head["comm_bytes_sent"] == 262144
     assert stage.change("comm_bytes") == pytest.approx(0.5)
 
-    gate = review.check(rd, review.parse_rules(["*output_dist:comm_bytes_sent>+10%"]))
+    gate = cgate.check(rd, cgate.parse_rules(["*output_dist:comm_bytes_sent>+10%"]))
     assert not gate.passed
     assert [(b.phase, b.path, b.change) for b in gate.breaches] == [("forward", OUTPUT_DIST, pytest.approx(1.0))]
-    assert review.check(rd, review.parse_rules(["*output_dist:comm_bytes_sent>+150%"])).passed
+    assert cgate.check(rd, cgate.parse_rules(["*output_dist:comm_bytes_sent>+150%"])).passed
     # A glob over the pieces too: the row-wise pieces are new components that communicate, which breaks the rule.
-    broken = review.check(rd, review.parse_rules(["*output_dist*:comm_bytes>+10%"])).breaches
+    broken = cgate.check(rd, cgate.parse_rules(["*output_dist*:comm_bytes>+10%"])).breaches
     assert {(b.phase, b.path) for b in broken} >= {("forward", OUTPUT_DIST), ("forward", OUTPUT_DIST + ".row_wise")}
     # The whole model: the root's traffic.
-    assert {b.phase for b in review.check(rd, review.parse_rules(["comm_bytes>+10%"])).breaches} == {"forward", "backward"}
+    assert {b.phase for b in cgate.check(rd, cgate.parse_rules(["comm_bytes>+10%"])).breaches} == {"forward", "backward"}
     # The other way round, the bytes shrink: the rule holds.
-    assert review.check(cdiff.diff_runs(_run(sharded, "row-wise"), _run(sharded, "table-wise")),
-                        review.parse_rules(["*output_dist:comm_bytes_sent>+10%"])).passed
+    assert cgate.check(cdiff.diff_runs(_run(sharded, "row-wise"), _run(sharded, "table-wise")),
+                        cgate.parse_rules(["*output_dist:comm_bytes_sent>+10%"])).passed
     # A glob that matches nothing is still refused.
     with pytest.raises(CbsiteError, match="matches no component"):
-        review.check(rd, review.parse_rules(["*outptu_dist:comm_bytes>+10%"]))
+        cgate.check(rd, cgate.parse_rules(["*outptu_dist:comm_bytes>+10%"]))
 
 
 def test_gate_on_runs_without_traffic_says_so(tmp_path):
-    from tests.conftest_site import synthetic_run
+    from tests.helpers.site_archives import synthetic_run
 
     runs = tmp_path / "runs"
     synthetic_run(runs, "toy", "v1", n=12, seed=1)
     synthetic_run(runs, "toy", "v2", n=12, seed=2, minutes=5)
     a, b = (archive.read_run(next((runs / "toy" / v).iterdir())) for v in ("v1", "v2"))
-    gate = review.check(cdiff.diff_runs(a, b), review.parse_rules(["comm_bytes>+10%"]))
+    gate = cgate.check(cdiff.diff_runs(a, b), cgate.parse_rules(["comm_bytes>+10%"]))
     assert gate.passed and gate.unknown and "no collective traffic" in gate.unknown[0]
 
 
 def test_pr_summary_lists_the_communication_changes(sharded):
     rd = cdiff.diff_runs(_run(sharded, "table-wise"), _run(sharded, "row-wise"))
-    md = review.markdown(rd, review.check(rd, review.parse_rules(["*output_dist:comm_bytes_sent>+10%"])))
+    md = review.markdown(rd, cgate.check(rd, cgate.parse_rules(["*output_dist:comm_bytes_sent>+10%"])))
     section = md[md.index("### Communication (forward)"):md.index("### Gate")]
     line = next(x for x in section.splitlines() if x.startswith(f"| `{OUTPUT_DIST}` |"))
     assert "131 kB → 262 kB (2.0×)" in line and "262 kB → 393 kB (+50%)" in line

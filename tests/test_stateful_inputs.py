@@ -90,6 +90,7 @@ def _assert_same_counts(cached: dict, plain: dict, name: str) -> None:
     assert {k: cached[k]["flops"] for k in both} == {k: plain[k]["flops"] for k in both}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(KEY_ROWS))
 def test_cache_on_counts_as_cache_off_through_the_api(api_runs, name):
     cached, plain = api_runs[(name, True)], api_runs[(name, False)]
@@ -99,6 +100,7 @@ def test_cache_on_counts_as_cache_off_through_the_api(api_runs, name):
     assert not any("stateful" in n for n in plain[(attention, "forward")]["notes"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(KEY_ROWS))
 def test_cache_on_counts_as_cache_off_through_the_cli(api_runs, provider_module, tmp_path, monkeypatch, name):
     from cbsite.cli import main

@@ -15,10 +15,12 @@ import pytest
 import torch
 from torch import nn
 
+from cbsite import format as cfmt
+from cbsite import gate as cgate
 from cbsite import review, throughput
 from cbsite.collector.step import StepConfig, measure_step, scalar_loss
 from cbsite.errors import CbsiteError
-from tests.runfactory import make_run
+from tests.helpers.runfactory import make_run
 
 FAST = StepConfig(min_run_time=0.01, warmup=1, max_s=2.0)
 SPEC = {"": {"a": None, "b": None}}
@@ -205,7 +207,7 @@ def test_diff_json_with_throughput_breach_follows_the_schema():
     from cbsite.diff import diff_runs
 
     rd = diff_runs(*_runs(_step([10.0, 10.1, 9.9]), _step([13.0, 13.1, 12.9])))
-    gate = review.check(rd, review.parse_rules(["throughput<-5%"]))
+    gate = cgate.check(rd, cgate.parse_rules(["throughput<-5%"]))
     out = review.to_json(rd, gate, match_moved=False)
     jsonschema.validate(out, json.loads(review.schema_path().read_text()))
 
@@ -223,7 +225,7 @@ def test_throughput_rule_judged_only_with_rounds(base_rounds, head_rounds, passe
     from cbsite.diff import diff_runs
 
     rd = diff_runs(*_runs(_step(base_rounds), _step(head_rounds, seed=1)))
-    gate = review.check(rd, review.parse_rules(["throughput<-5%"]))
+    gate = cgate.check(rd, cgate.parse_rules(["throughput<-5%"]))
     assert gate.passed is passed
     assert len(gate.not_judged) == not_judged
     if not passed:
@@ -238,7 +240,7 @@ def test_drop_within_the_limit_holds():
     from cbsite.diff import diff_runs
 
     rd = diff_runs(*_runs(_step([10.0, 10.05, 9.95]), _step([10.3, 10.35, 10.25])))  # about 3 % slower
-    gate = review.check(rd, review.parse_rules(["train_throughput<-10%"]))
+    gate = cgate.check(rd, cgate.parse_rules(["train_throughput<-10%"]))
     assert gate.passed and not gate.not_judged and len(gate.verdicts) == 1
 
 
@@ -246,7 +248,7 @@ def test_missing_step_is_unknown_not_a_pass_in_silence():
     from cbsite.diff import diff_runs
 
     rd = diff_runs(*_runs(_step([10.0, 10.0]), None))
-    gate = review.check(rd, review.parse_rules(["eval_throughput<-5%"]))
+    gate = cgate.check(rd, cgate.parse_rules(["eval_throughput<-5%"]))
     assert gate.passed and gate.unknown and "no measured eval step in the head run" in gate.unknown[0]
 
 
@@ -257,7 +259,7 @@ def test_missing_step_is_unknown_not_a_pass_in_silence():
 )
 def test_bad_drop_rules_are_refused(text, problem):
     with pytest.raises(CbsiteError, match=problem):
-        review.parse_rules([text])
+        cgate.parse_rules([text])
 
 
 def test_show_lines_read_the_record():
@@ -267,7 +269,7 @@ def test_show_lines_read_the_record():
     failed = _step([10.0])
     failed["eval"] = {"status": "failed", "error": "RuntimeError: x"}
     assert "eval forward: failed (RuntimeError: x)" in throughput.step_lines({"step": failed})[2]
-    assert throughput.step_lines({"step": None}) == [] and throughput.format_rate(math.nan) == "n/a"
+    assert throughput.step_lines({"step": None}) == [] and cfmt.examples_rate(math.nan) == "n/a"
     assert copy.deepcopy(failed) == failed
 
 
@@ -312,7 +314,8 @@ class Sleepy(nn.Module):
 
 
 def test_the_collection_hands_the_roots_timing_to_the_step():
-    from cbsite.collector.profiler import CollectConfig, profile_model
+    from cbsite.collector.config import CollectConfig
+    from cbsite.collector.profiler import profile_model
 
     config = CollectConfig(min_run_time=0.01, calibrate=False, progress=False, max_component_s=2.0)
     run = profile_model(Sleepy(), _batches(), config)

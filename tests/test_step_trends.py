@@ -1,4 +1,4 @@
-"""Step throughput on the site (issue 11): the model page's trends chart the whole model's ms per training
+"""Step throughput on the site: the model page's trends chart the whole model's ms per training
 iteration (with its p25-p75 band) and per inference forward, and examples per second, per version; the
 versions table, the run summary and the diff summary give the figures."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cbsite.generator import build_site
-from tests.conftest_site import synthetic_run
+from tests.helpers.site_archives import synthetic_run
 
 
 def _with_step(folder: Path, train_ms: float, eval_ms: float, batch: int = 64) -> None:
@@ -72,9 +72,8 @@ def test_run_and_diff_pages_give_the_step_figures(stepped):
 
 
 @pytest.mark.browser
-@pytest.mark.skipif(not Path("/usr/bin/chromium").exists(), reason="Debian's chromium is not installed (make browser)")
 def test_the_step_trends_are_drawn_in_the_browser(stepped):
-    from tests.test_browser_site import Server, launched_browser, recording_page
+    from tests.helpers.browser import Server, launched_browser, recording_page
 
     server = Server(stepped)
     try:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from cbsite import schema
 from cbsite import study as cstudy
 from cbsite.errors import CbsiteError
+from tests.helpers.sweeps import NANO, runs_by_version
 
 # --- grid and labels ------------------------------------------------------------------------------
 
@@ -56,7 +57,7 @@ def test_every_bad_axis_is_reported_at_once():
     assert "'a' is not" in str(err.value) and "repeated" in str(err.value)
 
 
-def test_cross_product_is_the_issue_example_with_the_last_axis_fastest():
+def test_cross_product_of_two_axes_varies_the_last_axis_fastest():
     axes = cstudy.parse_grid(["dense_features=64,512,4096", "sparse_features=4,32"])
     points = cstudy.expand(axes)
     assert [p.label for p in points] == [
@@ -251,16 +252,6 @@ def test_ray_is_optional_with_a_clear_error(monkeypatch):
         executors.run_ray([object()], 1, lambda r: None)
 
 
-NANO = ["nanogpt", "-o", "size=tiny", "--max-depth", "1", "--budget", "0.002", "--peak-flops", "1e11",
-        "--peak-bandwidth", "1e10", "--no-progress", "--batches", "1"]
-
-
-def _runs_by_version(root):
-    from cbsite.archive import list_runs, read_meta
-
-    return {r.version: read_meta(r.path) for r in list_runs(root)}
-
-
 @pytest.mark.slow
 def test_local_sweep_pins_workers_records_a_failing_point_and_resumes(tmp_path, capsys):
     from cbsite.cli import main
@@ -277,7 +268,7 @@ def test_local_sweep_pins_workers_records_a_failing_point_and_resumes(tmp_path, 
     if len(cores) >= 2:  # each worker pinned to its own core set, torch threads to match
         assert status["n_layer-1"]["affinity"] in record["executor"]["core_sets"]
         assert status["n_layer-1"]["threads"] == len(cores) // 2
-    meta = _runs_by_version(runs)["n_layer-1"]
+    meta = runs_by_version(runs)["n_layer-1"]
     assert {"study:nano", "point:n_layer-1"} <= set(meta["tags"]) and meta["model"] == "nano"
     assert meta["study"] == {"name": "nano", "point": "n_layer-1", "index": 0, "options": {"n_layer": 1}, "axes": ["n_layer"]}
     assert meta["step"]["train"]["status"] == "measured"
@@ -292,7 +283,7 @@ def test_local_sweep_pins_workers_records_a_failing_point_and_resumes(tmp_path, 
     status = {p["label"]: p for p in record["points"]}
     assert status["n_layer-1"]["run_id"] == first_run and status["n_layer-2"]["status"] == "done"
     assert status["n_layer-0"]["status"] == "failed" and status["n_layer-0"]["attempts"] == 2
-    assert sorted(_runs_by_version(runs)) == ["n_layer-1", "n_layer-2"]  # one run per point, none twice
+    assert sorted(runs_by_version(runs)) == ["n_layer-1", "n_layer-2"]  # one run per point, none twice
     assert main(["sweep", *common, "--list"]) == 0
     listed = capsys.readouterr().out
     assert "n_layer-1  n_layer=1  (done)" in listed and "n_layer-0  n_layer=0\n" in listed
@@ -315,5 +306,5 @@ def test_submitit_executor_runs_points_as_jobs(tmp_path, cluster):
     assert status["n_layer-0"]["status"] == "failed" and status["n_layer-0"]["job_id"]
     if cluster == "local":
         assert status["n_layer-1"]["status"] == "done"
-        assert set(_runs_by_version(runs)) == {"n_layer-1"}
+        assert set(runs_by_version(runs)) == {"n_layer-1"}
         assert (runs / "_studies" / "sub-local" / "submitit").is_dir()  # submitit's logs beside the record

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from cbsite import study as cstudy
-from cbsite.cli import DEMO_STUDY, DEMO_STUDY_CONFIG
+from cbsite.cli.demo import DEMO_STUDY, DEMO_STUDY_CONFIG
 from cbsite.collector import CollectConfig, executors
-from cbsite.collector.collect import CollectRequest
+from cbsite.collector.request import CollectRequest
 
 PROVIDER, NAME, OPTIONS, GRID = DEMO_STUDY
 

@@ -10,7 +10,7 @@ import pytest
 from cbsite import study as cstudy
 from cbsite.cli import main
 from cbsite.errors import CbsiteError
-from tests.runfactory import make_run, write_archive
+from tests.helpers.runfactory import make_run, write_archive
 
 
 def _archive_with_points(root, study, options_of):

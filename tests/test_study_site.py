@@ -4,17 +4,14 @@ in a real browser (Debian's chromium) the charts are drawn with no console error
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 
 import pytest
 
 from cbsite import study as cstudy
 from cbsite.generator import build_site
-from cbsite.generator.serve import make_server
-from tests.runfactory import make_run, write_archive
+from tests.helpers.runfactory import make_run, write_archive
 
-CHROMIUM = Path("/usr/bin/chromium")
 SPEC = {"": {"sparse_arch": {"sparse_arch.ebc": None}, "dense_arch": None, "over_arch": None}}
 TYPES = {"sparse_arch": "torchrec.models.dlrm.SparseArch", "dense_arch": "torchrec.models.dlrm.DenseArch",
          "over_arch": "torchrec.models.dlrm.OverArch", "sparse_arch.ebc": "torchrec.EmbeddingBagCollection"}
@@ -104,23 +101,13 @@ def test_study_charts_sum_component_classes():
     assert figures["model"]["param_bytes"] == run.table("forward").filter(run.table("forward")["path"] == "")["param_bytes"][0]
 
 
-class _Server:
-    def __init__(self, directory: Path) -> None:
-        self.httpd = make_server(directory, port=0)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
 @pytest.mark.browser
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (make browser)")
 def test_study_page_draws_its_charts_in_a_browser(built):
     from playwright.sync_api import sync_playwright
 
-    server = _Server(built)
+    from tests.helpers.browser import CHROMIUM, Server
+
+    server = Server(built)
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"])

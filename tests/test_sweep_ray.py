@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from cbsite import study as cstudy
-from tests.test_study import NANO, _runs_by_version
+from tests.helpers.sweeps import NANO, runs_by_version
 
 ray = pytest.importorskip("ray")
 
@@ -36,7 +36,7 @@ def test_ray_executor_runs_points_as_tasks(tmp_path, local_ray):
     assert status["n_layer-0"]["status"] == "failed" and "n_layer" in status["n_layer-0"]["error"]
     done = status["n_layer-1"]
     assert done["status"] == "done" and done["attempts"] == 1 and done["threads"] == 1  # its task's one CPU
-    metas = _runs_by_version(runs)
+    metas = runs_by_version(runs)
     assert set(metas) == {"n_layer-1"} and metas["n_layer-1"]["run_id"] == done["run_id"]
     meta = metas["n_layer-1"]
     assert {"study:on-ray", "point:n_layer-1"} <= set(meta["tags"]) and meta["model"] == "on-ray"
@@ -48,4 +48,4 @@ def test_ray_executor_runs_points_as_tasks(tmp_path, local_ray):
     assert main(["sweep", *NANO, "--runs", str(runs), "--study", "on-ray", "--grid", "n_layer=1,0",
                  "--executor", "ray", "--workers", "2", "-k", "n_layer-1"]) == 0
     assert record_file.read_bytes() == before
-    assert set(_runs_by_version(runs)) == {"n_layer-1"}
+    assert set(runs_by_version(runs)) == {"n_layer-1"}

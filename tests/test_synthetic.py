@@ -89,7 +89,8 @@ def test_footprint_counts_the_distinct_ids_per_table():
 def test_footprint_is_recorded_in_the_run(fast_config):
     from dataclasses import replace
 
-    from cbsite.collector.collect import CollectRequest, collect
+    from cbsite.collector.collect import collect
+    from cbsite.collector.request import CollectRequest
 
     config = replace(fast_config, max_depth=1, step=False)
     run = collect(CollectRequest("dlrm-synthetic", {**TINY, "num_tables": 2, "interaction": "cat"}, batches=1, config=config))
@@ -200,7 +201,8 @@ def test_placement_puts_the_tables_where_asked_on_cuda(placement, fast_config):
     """On CUDA: the tables in device memory, UVM or UVM with a cache; pooled as torchrec's; a run collects."""
     from dataclasses import replace
 
-    from cbsite.collector.collect import CollectRequest, collect
+    from cbsite.collector.collect import collect
+    from cbsite.collector.request import CollectRequest
     from cbsite.collector.providers.synthetic import shared_collection
 
     options = {**TINY, "num_tables": 2, "num_embeddings": [1000, 200], "placement": placement}

@@ -1,17 +1,19 @@
-"""Identical components counted once (issue 13: the counting and peak passes of GPT-2's 12 blocks were a third
-of the untimed work): a twin's FLOPs, bytes and peak memory are exactly those of counting it on its own, and
-a component whose work depends on tensor values never lends its counts."""
+"""Identical components counted once (GPT-2's 12 blocks are counted and peak-checked as one): a twin's
+FLOPs, bytes and peak memory are exactly those of counting it on its own, and a component whose work depends
+on tensor values never lends its counts."""
 
 from __future__ import annotations
 
 import time
 
+import pytest
 import torch
 from torch import nn
 
 from cbsite.cli import build_parser
 from cbsite.collector.capture import Call
-from cbsite.collector.profiler import CollectConfig, profile_model
+from cbsite.collector.config import CollectConfig
+from cbsite.collector.profiler import profile_model
 from cbsite.collector.providers import provide
 from cbsite.collector.twins import signature
 
@@ -199,13 +201,14 @@ class Mixed(nn.Module):
         return self.masked(self.gate(self.cache(h)))
 
 
+@pytest.mark.slow
 def test_counting_on_shapes_gives_exactly_the_counts_of_a_real_run(monkeypatch):
     """Every row's FLOPs, bytes, unsupported ops and peak are the same whether components are counted on fake
     tensors or on real runs (nanoGPT, dlrm, deepfm, the synthetic DLRM, and a model mixing a conv, BatchNorm, a
     cached tensor, a gate and a masked select); value-dependent components (the gate's branch, the masked select,
     torchrec's lookups) are counted for real, and no fake tensor is left in a module."""
     import cbsite.collector.measure as measure
-    import cbsite.collector.profiler as profiler
+    import cbsite.collector.pipeline.components as components
 
     cases = [
         (lambda: provide("nanogpt", {"size": "tiny"}, batches=2), None),
@@ -218,7 +221,7 @@ def test_counting_on_shapes_gives_exactly_the_counts_of_a_real_run(monkeypatch):
         runs = []
         for on_shapes in (True, False):
             # Every component tried on shapes, not only those whose parent ran past REAL_COUNT_BELOW_S.
-            monkeypatch.setattr(profiler, "REAL_COUNT_BELOW_S", 0.0)
+            monkeypatch.setattr(components, "REAL_COUNT_BELOW_S", 0.0)
             if not on_shapes:
                 monkeypatch.setattr(measure, "count_on_shapes", lambda *args: None)
             torch.manual_seed(0)  # the same weights both ways: the masked select's work depends on values
@@ -244,11 +247,11 @@ def test_children_of_a_quick_parent_are_counted_on_a_real_run_with_the_same_coun
     """A component whose nearest measured ancestor's statement of a phase ran under REAL_COUNT_BELOW_S is counted on a
     real run straight away: the same counts as on shapes; only the root, which has no ancestor, is still tried on
     shapes (the blocks of nanoGPT's ModuleList, a container never called, take the root's)."""
-    import cbsite.collector.profiler as profiler
+    import cbsite.collector.pipeline.components as components
 
     runs = []
     for below in (0.0, 1e9):  # every component tried on shapes; every component under a parent counted for real
-        monkeypatch.setattr(profiler, "REAL_COUNT_BELOW_S", below)
+        monkeypatch.setattr(components, "REAL_COUNT_BELOW_S", below)
         torch.manual_seed(0)
         made = provide("nanogpt", {"size": "tiny"}, batches=2)
         runs.append(_collect(made.model, [(i.args, i.kwargs) for i in made.inputs], once=False))
@@ -265,7 +268,7 @@ def test_the_census_on_shapes_is_the_census_of_a_real_forward():
     fake tensors as from a real forward; a value-dependent model (torchrec's lookups, the Mixed model's gate) gets a real
     census, and a census whose inputs fit the keep is left to the real one, which keeps batch 0's inputs."""
     from cbsite.collector.capture import capture
-    from cbsite.collector.profiler import census_on_shapes
+    from cbsite.collector.pipeline.capture_plan import census_on_shapes
 
     fields = ("counts", "input_bytes", "output_bytes", "saved_bytes")
     torch.manual_seed(0)
@@ -290,12 +293,12 @@ def test_the_real_census_comes_first_and_stops_where_batch_0_passes_the_keep(mon
     tensors is tried); where they do not, the real census stops at the module whose inputs pass it and the census on
     shapes stands in for the whole forward; where no census on shapes can (a value-dependent op), a real one runs to
     the end keeping nothing. Each census is the one a real forward gives, and capture_forwards counts the real ones."""
-    import cbsite.collector.profiler as profiler
+    import cbsite.collector.pipeline.capture_plan as capture_plan
     from cbsite.collector.capture import capture
 
     calls: list[tuple[str, int | None, bool]] = []
     on_shapes = [False]
-    real_capture = profiler.capture
+    real_capture = capture_plan.capture
 
     def watched(model, args, kwargs, **options):
         found = real_capture(model, args, kwargs, **options)
@@ -303,7 +306,7 @@ def test_the_real_census_comes_first_and_stops_where_batch_0_passes_the_keep(mon
             calls.append(("real", options.get("keep_bytes"), found.stopped_early))
         return found
 
-    real_shapes = profiler.census_on_shapes
+    real_shapes = capture_plan.census_on_shapes
 
     def shapes_watched(*args, **kwargs):
         on_shapes[0] = True
@@ -314,22 +317,22 @@ def test_the_real_census_comes_first_and_stops_where_batch_0_passes_the_keep(mon
         calls.append(("shapes", None, found is None))
         return found
 
-    monkeypatch.setattr(profiler, "capture", watched)
-    monkeypatch.setattr(profiler, "census_on_shapes", shapes_watched)
+    monkeypatch.setattr(capture_plan, "capture", watched)
+    monkeypatch.setattr(capture_plan, "census_on_shapes", shapes_watched)
     torch.manual_seed(0)
     made = provide("nanogpt", {"size": "tiny"}, batches=2)
     model, batches = made.model.train(), [(b.args, b.kwargs) for b in made.inputs]
     truth = capture(model, *batches[0], grad=True)
     fields = ("counts", "input_bytes", "output_bytes", "saved_bytes")
 
-    census, _, captures = profiler.planned_captures(model, batches, True, torch.device("cpu"))
+    census, _, captures = capture_plan.planned_captures(model, batches, True, torch.device("cpu"))
     assert [c[0] for c in calls] == ["real"] and census.complete and not census.on_shapes and census.calls
     assert captures.census_forwards == 1
     assert all(getattr(census, f) == getattr(truth, f) for f in fields)
 
     calls.clear()
-    monkeypatch.setattr(profiler.memory, "provisional_allowance", lambda model_bytes: 1)  # nothing fits
-    census, _, captures = profiler.planned_captures(model, batches, True, torch.device("cpu"))
+    monkeypatch.setattr(capture_plan.memory, "provisional_allowance", lambda model_bytes: 1)  # nothing fits
+    census, _, captures = capture_plan.planned_captures(model, batches, True, torch.device("cpu"))
     assert calls == [("real", 1, True), ("shapes", None, False)]
     assert census.on_shapes and not census.complete and captures.census_forwards == 1
     assert all(getattr(census, f) == getattr(truth, f) for f in fields)
@@ -337,7 +340,7 @@ def test_the_real_census_comes_first_and_stops_where_batch_0_passes_the_keep(mon
     calls.clear()
     gated = Mixed()
     x = torch.randn(4, 4, 8)
-    census, _, captures = profiler.planned_captures(gated, [((x,), {})], True, torch.device("cpu"))
+    census, _, captures = capture_plan.planned_captures(gated, [((x,), {})], True, torch.device("cpu"))
     assert calls == [("real", 1, True), ("shapes", None, True), ("real", 0, False)]
     assert not census.on_shapes and not census.calls and captures.census_forwards == 2
     full = capture(gated, (x,), {}, grad=True)

@@ -10,9 +10,10 @@ import time
 
 import pytest
 
+from cbsite import gate as cgate
 from cbsite import stats
 from cbsite.cli import main
-from tests.latency_archive import IDS, write_latency_archive
+from tests.helpers.latency_archive import IDS, write_latency_archive
 
 BAD = [
     (["collect", "dlrm", "--budget", "nan"], "--budget"),
@@ -69,12 +70,11 @@ def test_a_zero_floor_judges_by_significance_alone():
     assert flat.verdict == "inconclusive"
     assert stats.unpaired([0.0, 0.01, 0.02], [0.0, 0.01, 0.02], floor=0).verdict == "inconclusive"
     # The same for gate rules: latency>+0% and a drop rule throughput<-0% (any significant drop); a rise is refused.
-    from cbsite import review
     from cbsite.errors import CbsiteError
 
-    assert [r.limit for r in review.parse_rules(["latency>+0%", "throughput<-0%"])] == [0.0, 0.0]
+    assert [r.limit for r in cgate.parse_rules(["latency>+0%", "throughput<-0%"])] == [0.0, 0.0]
     with pytest.raises(CbsiteError, match="the limit is a drop"):
-        review.parse_rules(["throughput<+0%"])
+        cgate.parse_rules(["throughput<+0%"])
     # A comparison made with --floor 0 is read back with its own floor, not the default's.
     from cbsite.comparison import from_record
 
@@ -90,6 +90,7 @@ def test_a_zero_latency_rule_gates_on_the_regressions_and_does_not_crash(tmp_pat
     assert "Traceback" not in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_memory_limit_near_the_starting_memory_is_refused_with_the_figure_it_needs_and_that_figure_runs(tmp_path):
     """Limits just above what the process holds once the model is loaded crashed cbsite itself (a segfault, an abort,
     a MemoryError in its bookkeeping). Now: refused before any measurement, one line naming the figure it needs;
@@ -129,12 +130,13 @@ def test_an_internal_error_is_not_read_as_a_regression(monkeypatch, capsys):
     def broken(args):
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(cli, "cmd_ls", broken)  # the parser is built inside main(): it takes this one
+    monkeypatch.setattr(cli.runs, "cmd_ls", broken)  # the parser is built inside main(): it takes this one
     assert cli.main(["ls", "--runs", "nowhere"]) == cli.INTERNAL_ERROR == 3
     err = capsys.readouterr().err
     assert "Traceback" in err and "ZeroDivisionError: a bug" in err and "internal error" in err
 
 
+@pytest.mark.slow
 def test_compare_with_a_zero_floor_runs_to_its_verdicts(tmp_path, capsys):
     """`compare --floor 0` failed with a traceback (exit 1, read as "regressed") after its whole session had run."""
     import json

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from cbsite.collector import CollectConfig, profile
-from cbsite.collector.collect import CollectRequest
+from cbsite.collector.request import CollectRequest
 from cbsite.collector.session.compare import CompareConfig, compare
 from cbsite.collector.variation import COUNT_NOTE, VARIES_NOTE, probe
 from cbsite.comparison import from_record

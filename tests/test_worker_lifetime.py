@@ -104,6 +104,7 @@ def _kill_parent_when(argv: list[str], tmp_path: Path, ready) -> tuple[dict[int,
 FAST = ["--no-progress", "--no-step", "--peak-flops", "1e11", "--peak-bandwidth", "1e10", "--runs", "runs"]
 
 
+@pytest.mark.slow
 def test_compare_workers_die_with_a_killed_compare(tmp_path):
     argv = ["compare", "tests.session_models:mlp", "tests.session_models:mlp", "-H", "repeat=1", "--processes", "4",
             "--pairs", "200", "--block-time", "0.05", "--budget", "0.01", *FAST]
@@ -113,6 +114,7 @@ def test_compare_workers_die_with_a_killed_compare(tmp_path):
     assert _runs(tmp_path / "runs") == published  # compare saves in its parent: nothing after the kill
 
 
+@pytest.mark.slow
 def test_round_workers_die_with_a_killed_collect(tmp_path):
     argv = ["collect", "tests.session_models:mlp", "--rounds", "3", "--budget", "0.5", *FAST]
     # The collection's calibration worker lives through the whole collection; a second worker is a round's.
@@ -122,6 +124,7 @@ def test_round_workers_die_with_a_killed_collect(tmp_path):
     assert _runs(tmp_path / "runs") == published == set()
 
 
+@pytest.mark.slow
 def test_sweep_points_die_with_a_killed_sweep_and_save_nothing_after(tmp_path):
     argv = ["sweep", "tests.session_models:mlp", "--grid", "width=32,48,64,80", "--budget", "0.3", "--study", "s", *FAST]
 

@@ -72,6 +72,23 @@ def test_every_row_of_a_depthwise_cnn_equals_the_analytic_count(depthwise_cnn):
     assert off == []
 
 
+def test_a_peer_counter_agrees_on_a_depthwise_cnn_forward(depthwise_cnn):
+    """ptflops (aten backend, multiply-accumulates x 2) counts the same convolutions and linears as cbsite's forward,
+    plus one multiply-accumulate per output element of a layer with a bias (cbsite, like FlopCounterMode, counts the
+    products only): the peer equals cbsite's root forward plus twice those bias outputs, exactly."""
+    pytest.importorskip("ptflops")
+    model, args, kwargs = tiny_convnext()
+    biased: list[int] = []
+    hooks = [m.register_forward_hook(lambda _m, _a, out: biased.append(out.numel()))
+             for m in model.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)) and m.bias is not None]
+    with torch.no_grad():
+        model.eval()(*args, **kwargs)
+    for hook in hooks:
+        hook.remove()
+    cbsite_forward = root(depthwise_cnn, "forward")["cbsite"]
+    assert depthwise_cnn["ptflops_forward"] == cbsite_forward + 2 * sum(biased)
+
+
 def test_the_analytic_count_of_grouped_convolution_and_linear():
     """The zoo's own reference, from first principles: each gradient term of a convolution costs one forward, with the
     kernel of one group per output position (weight.numel() multiply-accumulates per position)."""

@@ -8,17 +8,21 @@ if TYPE_CHECKING:
     from torch import nn
 
     from cbsite.archive import Run
-    from cbsite.collector.profiler import CollectConfig
+    from cbsite.collector.config import CollectConfig
 
 __all__ = ["CollectConfig", "profile", "profile_model"]
 
 
 def __getattr__(name: str) -> Any:
-    """The profiler's names on first use: the calibration worker imports only cbsite.collector.device."""
-    if name in ("CollectConfig", "profile_model"):
-        from cbsite.collector import profiler
+    """The collector's names on first use: the calibration worker imports only cbsite.collector.device."""
+    if name == "CollectConfig":
+        from cbsite.collector.config import CollectConfig
 
-        return getattr(profiler, name)
+        return CollectConfig
+    if name == "profile_model":
+        from cbsite.collector.profiler import profile_model
+
+        return profile_model
     raise AttributeError(f"module 'cbsite.collector' has no attribute {name!r}")
 
 
@@ -35,6 +39,7 @@ def profile(
     Returns a `Run`: `run.table()` gives the rows as a polars DataFrame, `run.save("runs")` archives it.
     Keyword arguments named model_name, version and config are cbsite's; every other one goes to the model.
     """
-    from cbsite.collector.profiler import CollectConfig, profile_model
+    from cbsite.collector.config import CollectConfig
+    from cbsite.collector.profiler import profile_model
 
     return profile_model(model, [(args, kwargs)], config or CollectConfig(progress=False), model_name=model_name, version=version)

@@ -107,7 +107,7 @@ class Anchors:
         return None
 
     def drop(self) -> None:
-        """The collection's last use of captured inputs is over (profiler.GroupedCaptures.drop)."""
+        """The collection's last use of captured inputs is over (capture_plan.GroupedCaptures.drop)."""
         self.kept = {}
 
     def let_go(self, why: str) -> None:

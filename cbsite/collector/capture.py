@@ -4,7 +4,7 @@ Each call of each module is recorded as a `Call` (args and kwargs cloned at hook
 in-place ops change them), keyed by (path, call index), together with the grad mode and which input
 tensors required grad, so a replay can reproduce exactly what the full model did.
 
-Memory (issue 13): a capture clones only the inputs of the paths asked for (the profiler captures
+Memory: a capture clones only the inputs of the paths asked for (the profiler captures
 group by group and frees each group once measured), clones a tensor that several modules receive once,
 and keeps no output and no autograd graph unless asked. Every capture also takes a census of every
 module: calls, bytes of its inputs, and bytes autograd saved for backward while it ran (its graph),
@@ -226,7 +226,7 @@ class Capture:
     output_bytes: dict[str, int] = field(default_factory=dict)  # distinct output tensors of all its calls (census)
     # False when a `keep_bytes` cap stopped the cloning: then `calls` is empty, only the census counts.
     complete: bool = True
-    on_shapes: bool = False  # a census taken on fake tensors (profiler.census_on_shapes): no input was kept
+    on_shapes: bool = False  # a census taken on fake tensors (capture_plan.census_on_shapes): no input was kept
     # Did the module write into an input in any call (seen from the inputs' version counters)? Every module's.
     mutates_inputs: dict[str, bool] = field(default_factory=dict)
     stopped_early: bool = False  # the forward stopped once the modules asked for had made their calls (`stop_after`)
@@ -345,6 +345,124 @@ def _storage_key(t: torch.Tensor) -> tuple[int, int]:
         return id(t), t.numel() * t.element_size()
 
 
+class _Hooks:
+    """The hooks of one capture and what they collect into its Capture: every module's calls and input bytes, the
+    kept (cloned) inputs of `keep`'s modules, and in a census what autograd saves per module (`pack`)."""
+
+    def __init__(self, model: nn.Module, keep: set[str] | None, keep_bytes: int | None, census: bool,
+                 stop_after: collections.abc.Mapping[str, int] | None, stop_past_keep: bool) -> None:
+        self.result = Capture()
+        self.keep, self.keep_bytes, self.census, self.stop_past_keep = keep, keep_bytes, census, stop_past_keep
+        self.cloner = _Cloner()
+        self.stack: list[str] = []
+        self.saved_seen: dict[str, set[tuple[int, int]]] = {}
+        self.kept = 0
+        self.pending: dict[str, list[Any]] = {}  # per path, the calls running now (a module may call itself)
+        # The model's own parameters and buffers are not the graph's: a Linear saves its weight, which exists anyway.
+        own = list(model.parameters()) + list(model.buffers())
+        self.static = {_storage_key(t) for t in own}
+        fake_mode = detect_fake_mode()
+        # A census on shapes: an op sees (and saves) the fake twin of a parameter, made once and kept alive here (a
+        # freed one's storage address goes to the next).
+        self.fakes = [fake_mode.from_tensor(t) for t in own] if fake_mode is not None else []
+        self.static |= {_storage_key(t) for t in self.fakes}
+        self.left = {p: n for p, n in (stop_after or {}).items() if n > 0}  # calls still to come per path
+
+    def make_pre_hook(self, path: str) -> Callable[..., None]:
+        def hook(module: nn.Module, hook_args: tuple[Any, ...], hook_kwargs: dict[str, Any]) -> None:
+            self.before_call(path, hook_args, hook_kwargs)
+
+        return hook
+
+    def before_call(self, path: str, hook_args: tuple[Any, ...], hook_kwargs: dict[str, Any]) -> None:
+        result, cloner = self.result, self.cloner
+        flat = pytree.tree_leaves((hook_args, hook_kwargs))
+        leaves = [x for x in flat if isinstance(x, torch.Tensor)]
+        # Tensors held in state objects (a cache) are inputs too: kept in the snapshot, counted, watched for writes.
+        held = list({id(t): t for t in leaves + [x for s in flat if is_state(s) for x in _walk(s)
+                                                  if isinstance(x, torch.Tensor)]}.values())
+        result.counts[path] = result.counts.get(path, 0) + 1
+        distinct = {id(t): t.numel() * t.element_size() for t in held}
+        result.input_bytes[path] = result.input_bytes.get(path, 0) + sum(distinct.values())
+        self.stack.append(path)
+        if result.complete and self.keep_bytes is not None:
+            self.kept += sum(t.numel() * t.element_size() for t in held if id(t) not in cloner.memo)
+            if self.kept > self.keep_bytes:
+                result.complete = False
+                result.calls.clear()  # a census only from here: what was cloned is let go
+                cloner.memo.clear()
+                if self.stop_past_keep:
+                    raise _Enough
+        call = None
+        if result.complete and (self.keep is None or path in self.keep):
+            call = Call(args=(), kwargs={}, grad_enabled=torch.is_grad_enabled(),
+                        requires_grad=[t.requires_grad for t in leaves])
+            cloner.snapshot(call, hook_args, hook_kwargs)  # as of now: the rest of the forward may change them
+            result.calls.setdefault(path, []).append(call)
+        # State the call may change: what it looked like before, to tell afterwards whether the call changed it.
+        before = None
+        if call is not None and call.stateful:
+            before = call.state_signature if call.state_error is not None else state_signature(hook_args, hook_kwargs)
+        live = (hook_args, hook_kwargs, before) if before is not None else None
+        self.pending.setdefault(path, []).append((call, held, [t._version for t in held], live))
+
+    def make_post_hook(self, path: str) -> Callable[..., None]:
+        def hook(module: nn.Module, hook_args: Any, output: Any) -> None:
+            self.after_call(path, output)
+
+        return hook
+
+    def after_call(self, path: str, output: Any) -> None:
+        result = self.result
+        if self.stack:
+            self.stack.pop()
+        if self.census:  # the plan reads it from the census; group captures skip the walk over every output
+            outs = {id(t): t.numel() * t.element_size() for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor)}
+            result.output_bytes[path] = result.output_bytes.get(path, 0) + sum(outs.values())
+        running = self.pending.get(path)
+        if running:
+            call, held, versions, live = running.pop()
+            wrote = any(t._version != v for t, v in zip(held, versions))
+            result.mutates_inputs[path] = result.mutates_inputs.get(path, False) or wrote
+            if call is not None:
+                call.mutates_inputs = wrote
+            if live is not None:
+                call.state_changed = state_signature(live[0], live[1]) != live[2]
+        left = self.left
+        if path in left:
+            left[path] -= 1
+            if left[path] <= 0:
+                del left[path]
+                if not left:
+                    raise _Enough
+
+    def pack(self, t: torch.Tensor) -> torch.Tensor:
+        # Attributed to every module running when autograd saves it: a module's graph includes its
+        # children's. A detached alias is returned: nothing is copied, and no reference cycle is made (an
+        # op that saves its own output would otherwise hold its grad_fn through the packed tensor, and the
+        # whole graph would outlive the forward).
+        key = _storage_key(t)
+        if key in self.static:
+            return t.detach()
+        for path in set(self.stack):
+            seen = self.saved_seen.setdefault(path, set())
+            if key not in seen:
+                seen.add(key)
+                self.result.saved_bytes[path] = self.result.saved_bytes.get(path, 0) + key[1]
+        return t.detach()
+
+    def saved_tensors(self, grad: bool) -> contextlib.AbstractContextManager[Any]:
+        """What autograd saves in the forward: counted in a census; in a capture forward that is not one, nothing is
+        kept (no backward ever runs on it, and grad mode stays on, so the model takes the same path and its inputs
+        require grad as in training: it holds the model, the inputs it clones and what is alive at the moment, not a
+        whole forward's activations)."""
+        if not grad:
+            return contextlib.nullcontext()
+        if self.census:
+            return torch.autograd.graph.saved_tensors_hooks(self.pack, lambda t: t)
+        return torch.autograd.graph.saved_tensors_hooks(_drop_saved, _never_unpacked)
+
+
 def capture(
     model: nn.Module,
     args: tuple[Any, ...],
@@ -372,128 +490,30 @@ def capture(
     calls, the forward stops and nothing after it runs (no output, no census of the rest). The collector
     already assumes a module makes the same calls in every batch (calls per batch are per-call divisors).
     `stop_past_keep`: the forward stops where the kept inputs pass `keep_bytes` (`stopped_early`, `complete`
-    False): the caller takes the census on shapes instead (profiler.planned_captures).
+    False): the caller takes the census on shapes instead (capture_plan.planned_captures).
     `through`: instead of the whole model's forward, these submodules' captured calls, replayed in order (each with
     fresh clones of its inputs and the grad mode it ran with): the inputs of the modules inside them, without the
-    rest of the model running (profiler.GroupedCaptures, anchors). `args` and `kwargs` are then not used.
+    rest of the model running (capture_plan.GroupedCaptures, anchors). `args` and `kwargs` are then not used.
     `run`: instead of a forward of its own, a call that runs the model's forward anyway (`Rider`): the hooks ride on
     it, and grad mode and what autograd saves are left as that call has them. `args`, `kwargs` and `grad` are then
     not used, and a `run` that raises raises here.
     """
-    result = Capture()
+    hooks = _Hooks(model, None if paths is None else set(paths), keep_bytes, census, stop_after, stop_past_keep)
+    result = hooks.result
     module_path = module_paths(model)
-    keep = None if paths is None else set(paths)
-    cloner = _Cloner()
-    stack: list[str] = []
-    saved_seen: dict[str, set[tuple[int, int]]] = {}
-    kept = [0]
-    pending: dict[str, list[Any]] = {}  # per path, the calls running now (a module may call itself)
-    # The model's own parameters and buffers are not the graph's: a Linear saves its weight, which exists anyway.
-    own = list(model.parameters()) + list(model.buffers())
-    static = {_storage_key(t) for t in own}
-    fake_mode = detect_fake_mode()
-    # A census on shapes: an op sees (and saves) the fake twin of a parameter, made once and kept alive here (a
-    # freed one's storage address goes to the next).
-    fakes = [fake_mode.from_tensor(t) for t in own] if fake_mode is not None else []
-    static |= {_storage_key(t) for t in fakes}
     handles = []
-    left = {p: n for p, n in (stop_after or {}).items() if n > 0}  # calls still to come per path
-
-    def make_pre_hook(path: str) -> Callable[..., None]:
-        def hook(module: nn.Module, hook_args: tuple[Any, ...], hook_kwargs: dict[str, Any]) -> None:
-            flat = pytree.tree_leaves((hook_args, hook_kwargs))
-            leaves = [x for x in flat if isinstance(x, torch.Tensor)]
-            # Tensors held in state objects (a cache) are inputs too: kept in the snapshot, counted, watched for writes.
-            held = list({id(t): t for t in leaves + [x for s in flat if is_state(s) for x in _walk(s)
-                                                      if isinstance(x, torch.Tensor)]}.values())
-            result.counts[path] = result.counts.get(path, 0) + 1
-            distinct = {id(t): t.numel() * t.element_size() for t in held}
-            result.input_bytes[path] = result.input_bytes.get(path, 0) + sum(distinct.values())
-            stack.append(path)
-            if result.complete and keep_bytes is not None:
-                kept[0] += sum(t.numel() * t.element_size() for t in held if id(t) not in cloner.memo)
-                if kept[0] > keep_bytes:
-                    result.complete = False
-                    result.calls.clear()  # a census only from here: what was cloned is let go
-                    cloner.memo.clear()
-                    if stop_past_keep:
-                        raise _Enough
-            call = None
-            if result.complete and (keep is None or path in keep):
-                call = Call(args=(), kwargs={}, grad_enabled=torch.is_grad_enabled(),
-                            requires_grad=[t.requires_grad for t in leaves])
-                cloner.snapshot(call, hook_args, hook_kwargs)  # as of now: the rest of the forward may change them
-                result.calls.setdefault(path, []).append(call)
-            # State the call may change: what it looked like before, to tell afterwards whether the call changed it.
-            before = None
-            if call is not None and call.stateful:
-                before = call.state_signature if call.state_error is not None else state_signature(hook_args, hook_kwargs)
-            live = (hook_args, hook_kwargs, before) if before is not None else None
-            pending.setdefault(path, []).append((call, held, [t._version for t in held], live))
-
-        return hook
-
-    def make_post_hook(path: str) -> Callable[..., None]:
-        def hook(module: nn.Module, hook_args: Any, output: Any) -> None:
-            if stack:
-                stack.pop()
-            if census:  # the plan reads it from the census; group captures skip the walk over every output
-                outs = {id(t): t.numel() * t.element_size() for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor)}
-                result.output_bytes[path] = result.output_bytes.get(path, 0) + sum(outs.values())
-            running = pending.get(path)
-            if running:
-                call, held, versions, live = running.pop()
-                wrote = any(t._version != v for t, v in zip(held, versions))
-                result.mutates_inputs[path] = result.mutates_inputs.get(path, False) or wrote
-                if call is not None:
-                    call.mutates_inputs = wrote
-                if live is not None:
-                    call.state_changed = state_signature(live[0], live[1]) != live[2]
-            if path in left:
-                left[path] -= 1
-                if left[path] <= 0:
-                    del left[path]
-                    if not left:
-                        raise _Enough
-
-        return hook
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        # Attributed to every module running when autograd saves it: a module's graph includes its
-        # children's. A detached alias is returned: nothing is copied, and no reference cycle is made (an
-        # op that saves its own output would otherwise hold its grad_fn through the packed tensor, and the
-        # whole graph would outlive the forward).
-        key = _storage_key(t)
-        if key in static:
-            return t.detach()
-        for path in set(stack):
-            seen = saved_seen.setdefault(path, set())
-            if key not in seen:
-                seen.add(key)
-                result.saved_bytes[path] = result.saved_bytes.get(path, 0) + key[1]
-        return t.detach()
-
     try:
         # Per-module hooks: torchrec calls EmbeddingBags with keyword arguments only, and the global
         # pre-hook API cannot see kwargs.
         for module in model.modules():
             path = module_path[id(module)]
-            handles.append(module.register_forward_pre_hook(make_pre_hook(path), with_kwargs=True))
-            handles.append(module.register_forward_hook(make_post_hook(path), always_call=True))
+            handles.append(module.register_forward_pre_hook(hooks.make_pre_hook(path), with_kwargs=True))
+            handles.append(module.register_forward_hook(hooks.make_post_hook(path), always_call=True))
         if run is not None:
             run()
             return result
-        # A capture forward that is not a census keeps nothing autograd saves: no backward ever runs on it, and
-        # grad mode stays on, so the model takes the same path and its inputs require grad as in training. It holds
-        # the model, the inputs it clones and what is alive at the moment, not a whole forward's activations.
-        if not grad:
-            hooks = contextlib.nullcontext()
-        elif census:
-            hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
-        else:
-            hooks = torch.autograd.graph.saved_tensors_hooks(_drop_saved, _never_unpacked)
         try:
-            with torch.set_grad_enabled(grad), hooks:
+            with torch.set_grad_enabled(grad), hooks.saved_tensors(grad):
                 if through is None:
                     output = model(*args, **kwargs)
                 else:

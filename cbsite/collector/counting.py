@@ -14,7 +14,7 @@ Definitions (experts check these; docs/flops.md gives every formula and why it d
 - Bytes moved is a roofline estimate: for every aten op, the bytes of its distinct input tensors plus
   its output tensors (numel x itemsize). View ops move nothing.
 - Work set by shapes alone is counted on shapes (`count_on_shapes`): the same pass on fake tensors, which carry
-  shapes, strides and dtypes but do no arithmetic (GPT-2 small at 8 x 512: 49 s of real counting, 1.3 s now). Where
+  shapes, strides and dtypes but do no arithmetic (benchmarks/count_on_shapes.py compares the two). Where
   that pass cannot stand for a real one (an op without a shape rule, a value-dependent output or control flow, an op
   whose work may depend on values: twins.value_dependent, or whose formula reads values: VALUE_FORMULAS) the
   component is counted for real; torch's fake-tensor failure logs stay off the terminal meanwhile. A test checks
@@ -501,8 +501,8 @@ SHAPE_RULE_DIFFERS = frozenset(f"aten::{name}" for name in (
     "_embedding_bag_sparse_backward", "_embedding_bag_per_sample_weights_backward"))
 
 
-# Where torch logs what fails on fake or meta tensors: an ERROR with a traceback per op (66 lines per collection of a
-# tiny Mixtral, whose `_grouped_mm` meta kernel takes bfloat16 only), although the pass just falls back to a real run.
+# Where torch logs what fails on fake or meta tensors: an ERROR with a traceback per op (a MoE model's `_grouped_mm`
+# meta kernel takes bfloat16 only), although the pass just falls back to a real run.
 FAKE_TENSOR_LOGGERS = ("torch._subclasses.fake_tensor", "torch._subclasses.fake_impls", "torch._subclasses.meta_utils")
 
 

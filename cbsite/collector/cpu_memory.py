@@ -59,8 +59,8 @@ def cpu_peak(fn: Callable[[], Any], excluded: Callable[[], Collection[int]] | No
     """Peak bytes allocated by one (warm) call of `fn` on CPU, as the allocator saw it. `excluded`: asked after the
     call, the data pointers of live blocks the call made that are not the run's own (`peak_allocated`)."""
     # The profiler's own small allocations, made between the run's, pin the heap: what the run freed stayed
-    # resident and the timing after it allocated afresh beside it (dlrm medium's whole-model backward: its gradients,
-    # as large as its embedding tables; README "Memory and scale").
+    # resident and the timing after it allocated afresh beside it (a whole-model backward writing gradients as large
+    # as its embedding tables; README "Memory and scale").
     # A run that left that much behind has its freed heap handed back; a small one is left alone (memory.TRIM_LEFT_BYTES).
     with trimmed_if_left():
         prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True)

@@ -16,7 +16,6 @@ free, instead of after them (benchmarks/calibration_overlap.py measures the peak
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import platform
 import time
@@ -26,17 +25,15 @@ from typing import Any, Sequence
 import torch
 from torch.utils.benchmark import Timer
 
-from cbsite.collector.clean_worker import (  # noqa: F401 - kept_worker and in_clean_worker are this module's API too
+from cbsite.collector.clean_worker import (
     WORKER_TIMEOUT_S,
     _kept,
     _main_not_reimported,
     drop_kept,
     in_clean_worker,
-    kept_worker,
     take_first,
 )
-from cbsite.collector.contention import WaitProbe
-from cbsite.collector.cpu_plan import (  # noqa: F401 - the calibration's constants are this module's API too
+from cbsite.collector.cpu_plan import (
     CALIBRATION_JOB,
     CALIBRATION_MIN_RUN_TIME,
     CALIBRATION_REPEATS,
@@ -47,6 +44,7 @@ from cbsite.collector.cpu_plan import (  # noqa: F401 - the calibration's consta
     calibration_args,
     free_cores,
 )
+from cbsite.collector.timing.contention import WaitProbe
 
 # Dense peak FLOP/s per dtype and peak memory bandwidth (bytes/s), SXM parts, from vendor datasheets.
 # float32 means plain FP32 (no TF32); "tf32" is listed separately for matmuls that use it.
@@ -93,27 +91,6 @@ def calibrate_once(dtype: torch.dtype, num_threads: int, min_run_time: float = C
     bandwidth = 2 * COPY_BYTES / t.blocked_autorange(min_run_time=min_run_time).median  # read + write
     return {"flops": best[3] if best else 0.0, "bandwidth": bandwidth, "best_matmul_shape": best[:3] if best else None,
             "rates": rates, "waited_s": round(probe.stop(time.perf_counter() - started), 4)}
-
-
-NORMAL_TILE = 1 << 20  # normal values drawn per tensor by `normal_values`; a larger tensor repeats them
-
-
-def normal_values(shape: Sequence[int], dtype: torch.dtype, device: Any = "cpu",
-                  generator: torch.Generator | None = None) -> torch.Tensor:
-    """A contiguous tensor of standard normal values: up to NORMAL_TILE drawn from `generator`, repeated in order past
-    that. Drawing is the slow part (206 M values per backward graph of GPT-2 small's logits at 8 x 512: with repeated
-    values its collection's backward-graph time went from 15.0-15.1 s to 6.0-7.9 s, benchmarks/collect_scale.py);
-    copying a drawn tile is a memory copy. What they serve (backward's grad_outputs, a matmul's operands) does work that depends
-    on shapes, dtypes and memory, not on the values, so a tensor of repeated values costs what fresh ones would."""
-    numel = math.prod(shape)
-    if numel <= NORMAL_TILE:
-        return torch.randn(tuple(shape), dtype=dtype, device=device, generator=generator)
-    tile = torch.randn(NORMAL_TILE, dtype=dtype, device=device, generator=generator)
-    out = torch.empty(numel, dtype=dtype, device=device)
-    whole = numel // NORMAL_TILE
-    out[: whole * NORMAL_TILE].view(whole, NORMAL_TILE).copy_(tile.expand(whole, NORMAL_TILE))
-    out[whole * NORMAL_TILE:].copy_(tile[: numel - whole * NORMAL_TILE])
-    return out.view(tuple(shape))
 
 
 def _copy_buffers() -> tuple[torch.Tensor, torch.Tensor]:

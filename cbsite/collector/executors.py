@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from cbsite.collector.cpu_plan import usable_cores
 from cbsite.errors import CbsiteError
 
 EXECUTORS = ("local", "submitit", "ray")
@@ -34,7 +35,7 @@ class PointJob:
     """One point: what to collect (a CollectRequest), where to save it, and run.json's `study`."""
 
     label: str
-    request: Any  # cbsite.collector.collect.CollectRequest
+    request: Any  # cbsite.collector.request.CollectRequest
     root: str
     study: dict[str, Any] = field(default_factory=dict)
     cores: tuple[int, ...] | None = None  # pin to these (None: as given by the executor)
@@ -42,11 +43,6 @@ class PointJob:
     # The sweep's own process where it is not the point's parent (submitit's local executor: a controller between
     # them): the point ends when it is gone. The local pool's workers die with their parent anyway.
     driver: int | None = None
-
-
-def usable_cores() -> list[int]:
-    """The cores this process may run on: its affinity, not the machine's count."""
-    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
 
 
 def _pin(cores: Sequence[int] | None) -> list[int]:

@@ -17,8 +17,8 @@ from typing import Any, Callable, Iterable
 from torch.utils.benchmark import Timer
 
 from cbsite.collector import memory
-from cbsite.collector.contention import WaitProbe
-from cbsite.collector.measure import before_block, block_size, first_guess, one_call_per_block, timed_block
+from cbsite.collector.timing.blocks import before_block, block_size, first_guess, one_call_per_block, timed_block
+from cbsite.collector.timing.contention import WaitProbe
 
 REMEASURE_PAIRS = 10
 

@@ -2,8 +2,8 @@
 
 A collection holds the model, the inputs it captured and, per component, the backward graphs of the
 batches it rotates through. Without a plan those grow with the model: every module's inputs of every
-batch plus one whole-model graph per batch (4.65 GB against a 1.82 GB plain step at GPT-2 small,
-batch 2 x 128). The plan here bounds both by the model's own footprint:
+batch plus one whole-model graph per batch (several times a plain training step). The plan here bounds
+both by the model's own footprint:
 
 * **Capture groups**: the components are taken in their breadth-first measuring order and cut into
   groups whose captured inputs fit `EXTRA_FRACTION` of the footprint (parameters and buffers plus the
@@ -13,14 +13,13 @@ batch 2 x 128). The plan here bounds both by the model's own footprint:
 * **Rotation where it matters**: batches rotate so that ids and activations of one batch do not stay hot
   in cache. A component whose inputs of one batch exceed the last-level cache streams them through memory
   on every call anyway; one that writes more than the cache holds in a call (its outputs and the activations
-  autograd saves: a GPT-2 block at 8 x 512 reads and returns 12.6 MB, 8 x 512 x 768 floats, and its saved
-  activations take what it writes past a 32 MiB L3) has evicted its inputs by the time the next call reads
-  them, whichever batch it gets. Either is replayed on batch 0 only (its row says
-  so), its other batches are never captured, and its backward holds one graph.
+  autograd saves) has evicted its inputs by the time the next call reads them, whichever batch it gets. Either
+  is replayed on batch 0 only (its row says so), its other batches are never captured, and its backward holds
+  one graph.
 * **Graphs**: a component may hold the backward graphs of all its batches only if the extra ones fit the
-  same allowance; otherwise they are built one at a time (measure.GraphCycle). A graph's size is what
+  same allowance; otherwise they are built one at a time (timing.graphs.GraphCycle). A graph's size is what
   autograd saved plus the outputs and their gradients (capture.Capture.graph_bytes): a language model's
-  head saves 12 MB but holds 0.8 GB of logits and as much gradient per batch at GPT-2 small, 8 x 512.
+  head saves little but holds its logits and as much gradient per batch.
 
 **Out of memory is a result** (`MemoryLimit`): on CPU the collecting process's data segment is capped
 with `RLIMIT_DATA` (`--memory-limit`, by default what the machine has available), so an allocation
@@ -150,7 +149,7 @@ class Plan:
         figures, not on resident memory: a measurement also holds gradients and outputs, and the allocator keeps
         what was freed (run.json `memory.peak_set_by` says which measurement set the peak). `held`: bytes already
         held beside the group (the anchors' kept inputs, anchors.py). `batch0_room`: a bound on the group's inputs of
-        batch 0 alone (a rider's, held through the whole model's measurement: profiler.GroupedCaptures)."""
+        batch 0 alone (a rider's, held through the whole model's measurement: capture_plan.GroupedCaptures)."""
         chosen: list[str] = []
         largest = 0
         first = 0
@@ -221,7 +220,7 @@ def older_objects_frozen() -> Iterator[None]:
     """Inside: the objects that existed on entry (every import's, the model, its batches) are out of the cyclic
     garbage collector's reach (`gc.freeze`), after a collection of the young ones. They live through a collection,
     yet every full collection walked them, `release_freed`'s among them (the untimed part of the hierarchy stage it
-    ends: 0.26 s of dlrm small's wall before, README "Memory and scale"). On exit they are handed back (`gc.unfreeze`).
+    ends, README "Memory and scale"). On exit they are handed back (`gc.unfreeze`).
     Where the caller froze objects of its own, nothing is done: unfreezing would hand back theirs too."""
     if gc.get_freeze_count():
         yield
@@ -237,8 +236,8 @@ def older_objects_frozen() -> Iterator[None]:
 def release_freed() -> None:
     """Give the C allocator's freed memory back to the system (glibc's `malloc_trim`; nothing elsewhere). Tensors below
     its mmap threshold (up to 32 MiB once larger ones were freed) live in its heap, which keeps what they freed: the
-    whole-model step after the components stage then raised the process's peak above the components' own (dlrm
-    medium, three runs of benchmarks/collect_scale.py)."""
+    whole-model step after the components stage then raises the process's peak above the components' own
+    (benchmarks/collect_scale.py)."""
     gc.collect()
     trim_heap()
 
@@ -292,11 +291,9 @@ def trimmed_if_left(returns: HeapReturns | None = None, path: str = "", left_byt
 
 # A pass that leaves more than this resident beyond what it found has its freed heap handed back (trimmed_if_left).
 # Below it nothing is trimmed: a trimmed heap faults its pages in again on the next calls, and the first timed
-# block paid for that (dlrm medium with a trim after every peak pass: 53 of 92 first blocks over 5 % slower than the
-# rest of theirs, against 6-7 of 92 without; benchmarks/collect_scale.py `first_blocks`). Above it, what the pass left
-# would stay resident under the timing that follows, which allocates beside it: a backward writing dense gradients
-# of whole embedding tables (dlrm medium's sparse_arch, after its real counting pass) then raised the collection's
-# peak by 0.60-0.68 GB (three runs of benchmarks/collect_scale.py, README "Memory and scale").
+# block pays for that (benchmarks/collect_scale.py `first_blocks`). Above it, what the pass left would stay resident
+# under the timing that follows, which allocates beside it: a backward writing dense gradients of whole embedding
+# tables then raises the collection's peak (benchmarks/collect_scale.py, README "Memory and scale").
 TRIM_LEFT_BYTES = 64 * 2**20
 
 
@@ -345,7 +342,7 @@ class PeakRaisers:
 
 def suggested_limit(needed: int) -> int:
     """The --memory-limit a refusal names for `needed` bytes: what the next run holds with the model loaded varies by a
-    few MiB (a rerun of a 531 MiB figure was refused at 532 MiB), so the figure carries RERUN_ROOM_BYTES more and is
+    few MiB, so the figure carries RERUN_ROOM_BYTES more and is
     rounded up to whole multiples of it."""
     return -(-(needed + RERUN_ROOM_BYTES) // RERUN_ROOM_BYTES) * RERUN_ROOM_BYTES
 

@@ -34,8 +34,11 @@ import torch
 from torch.utils.benchmark import Timer
 
 from cbsite import tree
+from cbsite.collector.clean_worker import in_clean_worker
 from cbsite.collector.counting import Counts, Signature, flop_counter
-from cbsite.collector.device import END_CALIBRATION_REPEATS, calibrate_cpu, in_clean_worker, normal_values
+from cbsite.collector.cpu_plan import END_CALIBRATION_REPEATS
+from cbsite.collector.device import calibrate_cpu
+from cbsite.collector.random_values import normal_values
 
 DRIFT_WARNING = 0.10  # start vs end calibration: a relative difference above this is reported
 MAX_COMPONENTS = 24  # components re-calibrated on their shapes per run (the fastest first)
@@ -44,9 +47,8 @@ SHAPE_REPEATS = 3
 SHAPE_MIN_RUN_TIME = 0.05
 LONG_CALL_BUDGET_S = 1.0  # a call longer than a block is timed again only while its calls add up to less
 # The whole re-timing of shapes (`shapes_budget`): no call is started after it is spent (the rows come fastest first, so
-# the shapes most likely to raise the peak are timed first). A start calibration on a slow moment had GPT-2 small at
-# 8 x 512 re-time 24 rows' 14 shapes (lm_head's two backward matmuls 2.4 s a call among them; 20.8 s with the end
-# calibration), and at 2 x 128 15 rows' 13 shapes (6.0 s with it, 14 % of its components' timed blocks).
+# the shapes most likely to raise the peak are timed first): a start calibration on a slow moment leaves many rows
+# above the peak, and a language model's large matmuls take seconds a call.
 SHAPES_BUDGET_S = 5.0  # at most: one more component's measurement, as the per-component cap bounds one
 SHAPES_BUDGET_SHARE = 0.02  # of the components' time in timed blocks
 SHAPES_MIN_BUDGET_S = 1.0  # at least: a few shapes of a small model (each is timed three times, 0.05 s or one call)
@@ -111,9 +113,8 @@ def _build(spec: Any, meta: bool = False) -> Any:
 
 def signature_flops(signatures: list[Signature]) -> list[int | None]:
     """Each call's FLOPs, counted on meta tensors in the collecting process, where FlopCounterMode has been used by
-    the counting passes. Its first use in a process is slow (seconds), and the clean worker that times the calls paid
-    it on every run: the re-timing of a single addmm shape took 2.2 s of GPT-2 small's end check at 2 x 128 (run.json
-    `check_s` less the end calibration's `seconds`), whose three timed repeats were of 0.05 s each."""
+    the counting passes. Its first use in a process is slow (seconds), and the clean worker that times the calls would
+    pay it on every run, far more than the timed repeats of a shape (0.05 s each)."""
     out: list[int | None] = []
     for name, arg_specs, kwarg_specs in signatures:
         try:
@@ -168,8 +169,8 @@ def time_signatures(signatures: list[Signature], num_threads: int, repeats: int,
             first = _one_call(op, args, kwargs)
             if first >= min_run_time:
                 # A call longer than a whole block is its own block: timed call by call, best of at most
-                # `repeats` within LONG_CALL_BUDGET_S (blocked_autorange would run each repeat twice, and GPT-2
-                # small's lm_head at 8 x 512 takes seconds a call).
+                # `repeats` within LONG_CALL_BUDGET_S (blocked_autorange would run each repeat twice, and a language
+                # model's head takes seconds a call).
                 medians = [first]
                 while len(medians) < repeats and sum(medians) < LONG_CALL_BUDGET_S:
                     medians.append(_one_call(op, args, kwargs))

@@ -41,10 +41,11 @@ import torch
 from torch import nn
 
 from cbsite.collector.capture import moved, tensors_in
-from cbsite.collector.measure import Block, TimingConfig, time_fn
+from cbsite.collector.config import Batch
 from cbsite.collector.preprocess import batch_size_of
 from cbsite.collector.providers import Inputs as ProvidedInputs
 from cbsite.collector.restore import preserved
+from cbsite.collector.timing.blocks import Block, TimingConfig, time_fn
 from cbsite.errors import CbsiteError
 
 STEP_BUDGET_FACTOR = 5  # the step is one measurement of the whole model: five component budgets
@@ -61,8 +62,6 @@ WARM_UP_RULE = ("untimed calls before the first block until they have taken the 
                 "a collection where the components stage has just run the same work past the budget: the root's "
                 "forward and backward for a training step, its forward for an inference forward (the round's "
                 "warm_from_components_s); a fresh round's process is always warmed up")
-
-Batch = tuple[tuple[Any, ...], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -327,7 +326,7 @@ def _round_worker(source: dict[str, Any], cfg: StepConfig, round_: int, dtype_na
         payload = torch.load(source["payload"], weights_only=False)
         model, batches = payload["model"], payload["batches"]
     else:
-        from cbsite.collector.collect import prepare
+        from cbsite.collector.request import prepare
 
         prepared = prepare(source["request"])
         model, batches = prepared.model, prepared.batches
@@ -362,7 +361,7 @@ def warm_from_components(root_seconds: dict[str, float]) -> dict[str, float]:
 
 def collect_step(model: nn.Module, batches: Sequence[Batch], config: Any, num_threads: int, request: Any = None,
                  root_seconds: dict[str, float] | None = None) -> dict[str, Any]:
-    """What `profiler._profile` calls: the step record for a CollectConfig (rounds as it asks). `root_seconds`:
+    """The step stage of `profiler._profile`: the step record for a CollectConfig (rounds as it asks). `root_seconds`:
     the root component's median seconds per call by phase (warm_from_components)."""
     # The collection's own `preserved` puts the caller's model back after the step, the last use of the model (or
     # nothing does, where the model is the collection's own): a second copy of every value (written to a file and read

@@ -10,16 +10,12 @@ the cache and the previous site (reuse.py), and the site is the same.
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
-import concurrent.futures.process
 import contextlib
 import dataclasses
-import gc
 import hashlib
 import json
 import logging
-import multiprocessing
 import os
 import shutil
 import tempfile
@@ -31,12 +27,12 @@ from typing import Any, Callable, Iterator, Sequence
 
 import jinja2
 
-from cbsite import archive, provenance, stats, throughput, traffic
-from cbsite import diff as cdiff
+from cbsite import archive, stats, throughput
 from cbsite.archive import Run
+from cbsite.diffrecord import LABELS
 from cbsite.errors import CbsiteError
 from cbsite.generator import cache as bcache
-from cbsite.generator import charts, diffdata, latencydata, pages, rundata, sitedir, studydata
+from cbsite.generator import charts, jobs, rundata, sitedir, studydata, templating
 from cbsite.generator.catalog import Catalog, load_catalog
 from cbsite.generator.config import SiteConfig, dump_yaml, load_site_config, project_config
 
@@ -65,6 +61,7 @@ class _DiffEntry:
     head: Run
     url: str
     summary: str | None = None
+    digest: dict[str, Any] | None = None  # the summary's clauses grouped for the home page (diffdata.change_digest)
     error: str | None = None
     context: dict[str, Any] = field(default_factory=dict)
     comparison: dict[str, Any] | None = None  # the comparison record that measured these two runs, if any
@@ -126,7 +123,7 @@ class _Writer:
             self.keys[src] = "md:" + hashlib.sha256(text.encode()).hexdigest()
 
     def _text(self, url: str, template: str, context: dict[str, Any]) -> str:
-        root = pages.root_of(url)
+        root = templating.root_of(url)
         return self.env.get_template(template).render(root=root, url=url, assets=root + ASSETS_DIR + "/", **context)
 
     def render_deferred(self, keep: set[str]) -> None:
@@ -146,213 +143,35 @@ def _page_key(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _diff_job(job: tuple[Path, Path, Path, str, dict[str, Any] | None]) -> dict[str, Any]:
-    """Compute one diff and write its data files; runs in a worker process (diffs dominate build time).
-
-    `record` is the comparison record of the two runs, if any (read once by the catalog): latency is
-    judged on it, else on both runs' rounds, else not judged (latencydata.py).
-    Returns only what the templates need, so little crosses the process boundary.
-    """
-    base_path, head_path, folder, model, record = job
-    base, head = _read(base_path), _read(head_path)
-    try:
-        rd = cdiff.diff_runs(base, head)
-    except CbsiteError as exc:  # e.g. no phase in common: a page that says so, not a crashed build
-        return {"error": str(exc)}
-    judged = latencydata.judge(record, base, head, rd)
-    tops = diffdata.top_rows(rd, model, judged)
-    page = _PAGES.get(str(head_path))  # the head run's page data, when this worker has just computed it
-    for name, data in diffdata.diff_files(rd, judged, head, page).items():  # diff.json and one file per phase
-        pages.dump_json(data, folder / name)
-    specs = diffdata.chart_specs(tops)
-    if specs:
-        pages.dump_json(specs, folder / "charts.json")
-    return {
-        "summary": rd.summary(latency=latencydata.root_verdicts(judged, rd), latency_counts=latencydata.latency_counts(judged)),
-        "warnings": list(rd.warnings), "phases": rd.phases,
-        "totals": diffdata.totals_rows(rd, judged), "tops": tops, "ties": diffdata.ties(tops),
-        "chart_metrics": list(specs), "counts": {p: rd.counts(p) for p in rd.phases},
-        "latency": latencydata.latency_context(judged, rd, model),
-        "setup": provenance.setup_changes(base.meta, head.meta),
-        "traffic": traffic.rows(rd.traffic, model),  # sharded runs: collective bytes per component; [] otherwise
-    }
-
-
-PARALLEL_MIN_JOBS = 8  # below this, starting worker processes costs more than it saves
-CHUNK = 16  # jobs a worker takes at a time: a run's page and its diffs stay together, the last chunks stay short
-
-
-def _workers() -> int:
-    return max(1, int(os.environ.get("CBSITE_BUILD_JOBS") or os.cpu_count() or 1))
-
-
-_RECENT: collections.OrderedDict[str, Run] = collections.OrderedDict()
-# The page data (rundata.components_json) of the last few runs a worker process computed the page of: the diffs
-# whose head such a run is come right after its page in the worker's jobs (_Jobs), and take the head run's columns
-# from it instead of computing them again (diffdata._run_columns). Empty in the main process.
-_PAGES: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
-_KEEP_RECENT = 0  # runs a worker process keeps once read (_worker_start); 0 in the main process, which reads afresh
-
-
-def _worker_start() -> None:
-    global _KEEP_RECENT
-    _KEEP_RECENT = 4
-    # A diff makes some 30,000 small containers (ComponentDelta and its dicts) that live until it is written: with the
-    # default thresholds the collector walked them, and every imported module's objects, over and over (a third of a
-    # diff's time, measured). What the imports made is moved out of its reach, and it runs less often; no output
-    # depends on it.
-    gc.freeze()
-    gc.set_threshold(10_000, 20, 20)
-
-
-def _read(path: Path) -> Run:
-    """archive.read_run; a worker keeps the last few runs it read, since a run's page and the diffs it takes
-    part in are next to each other in its jobs (_Jobs), so it reads each run about once instead of three times."""
-    if not _KEEP_RECENT:
-        return archive.read_run(path)
-    key = str(path)
-    run = _RECENT.pop(key, None) or archive.read_run(path)
-    _RECENT[key] = run
-    while len(_RECENT) > _KEEP_RECENT:
-        _RECENT.popitem(last=False)
-    return run
-
-
-def _job(task: tuple[str, Any]) -> Any:
-    kind, job = task
-    return _run_job(job) if kind == "run" else _diff_job(job)
-
-
-class _Pool:
-    """The build's worker processes, started when first asked for (None: in-process, with CBSITE_BUILD_JOBS=1,
-    on one core, or where the pool cannot start) and stopped with `stack`."""
-
-    def __init__(self, stack: contextlib.ExitStack) -> None:
-        self.stack, self.pool, self.failed = stack, None, _workers() <= 1
-
-    def get(self) -> concurrent.futures.ProcessPoolExecutor | None:
-        if self.pool is None and not self.failed:
-            try:
-                ctx = multiprocessing.get_context("spawn")
-                self.pool = self.stack.enter_context(concurrent.futures.ProcessPoolExecutor(
-                    max_workers=_workers(), mp_context=ctx, initializer=_worker_start))
-            except (OSError, RuntimeError):
-                self.failed = True
-        return self.pool
-
-
-def _check_job(path: Path) -> tuple[bool, Any]:
-    """The catalog's reading of one run in a worker: (True, its metadata) or (False, why it is broken)."""
-    try:
-        return True, archive.read_run(path).meta
-    except CbsiteError as exc:
-        return False, str(exc)
-
-
-def _read_checked(pool: _Pool, paths: list[Path]) -> list[Run | CbsiteError] | None:
-    """The catalog's runs read and checked by the workers (both cores while the main process waits), each a
-    LazyRun of its metadata whose rows are read again where the main process needs them; None: in-process."""
-    ex = pool.get() if len(paths) >= PARALLEL_MIN_JOBS else None
-    if ex is None:
-        return None
-    broken = (concurrent.futures.process.BrokenProcessPool, OSError, RuntimeError)
-    try:
-        checked = list(ex.map(_check_job, paths, chunksize=max(1, min(CHUNK, len(paths) // (4 * _workers())))))
-    except broken:
-        pool.failed = True
-        return None
-    return [bcache.LazyRun(value, path) if ok else CbsiteError(value) for path, (ok, value) in zip(paths, checked)]
-
-
-class _Jobs:
-    """Run pages' data and diffs, computed by one pool of worker processes on every core (CBSITE_BUILD_JOBS
-    overrides; 1 = in-process) while the main process waits; results come back in each group's order.
-
-    Jobs are handed out in the catalog's run order, each run's page just before the diffs whose head it is, in
-    short chunks (CHUNK), so a worker has the runs it needs at hand (_read) and the two cores finish together.
-    Workers are spawned, never forked: polars' thread pool does not survive a fork (the child deadlocks).
-    Spawning re-imports the caller's main script, so a script that calls build_site must guard it with
-    `if __name__ == "__main__":` (the usual multiprocessing rule); where the pool cannot start or breaks
-    (no guard, a main read from stdin), the jobs run in-process instead.
-    """
-
-    def __init__(self, stack: contextlib.ExitStack, order: dict[str, int], pool: _Pool | None = None) -> None:
-        self.stack, self.order = stack, order  # run path -> its place in the catalog
-        self.pool = pool or _Pool(stack)
-        self.groups: list[tuple[str, list[Any], Callable[[Any], Any]]] = []
-        self.results: list[list[Any]] | None = None
-
-    def add(self, kind: str, jobs: list[Any], local: Callable[[Any], Any]) -> Callable[[], list[Any]]:
-        """Jobs of `kind` ("run": (run path, page folder); "diff": _diff_job's tuple); `local` computes one
-        in-process. Returns the function that waits for their results."""
-        g = len(self.groups)
-        self.groups.append((kind, jobs, local))
-        return lambda: self._wait()[g]
-
-    def start(self) -> None:
-        tasks = [(self.order.get(str(job[0] if kind == "run" else job[1]), -1), kind != "run", g, i)
-                 for g, (kind, jobs, _) in enumerate(self.groups) for i, job in enumerate(jobs)]
-        workers = _workers()
-        if workers <= 1 or len(tasks) < PARALLEL_MIN_JOBS:
-            return
-        tasks.sort()
-        broken = (concurrent.futures.process.BrokenProcessPool, OSError, RuntimeError)
-        try:
-            pool = self.pool.get()
-            if pool is None:
-                return
-            it = pool.map(_job, [(self.groups[g][0], self.groups[g][1][i]) for _, _, g, i in tasks],
-                          chunksize=max(1, min(CHUNK, len(tasks) // (4 * workers))))
-        except broken:
-            return
-        self._pending = (tasks, it, broken)
-
-    def _wait(self) -> list[list[Any]]:
-        if self.results is None:
-            pending = getattr(self, "_pending", None)
-            if pending is not None:
-                tasks, it, broken = pending
-                try:
-                    out: list[list[Any]] = [[None] * len(jobs) for _, jobs, _ in self.groups]
-                    for (_, _, g, i), result in zip(tasks, it):
-                        out[g][i] = result
-                    self.results = out
-                except broken:
-                    pass
-            if self.results is None:
-                self.results = [[local(job) for job in jobs] for _, jobs, local in self.groups]
-        return self.results
-
-
-def _start_diffs(catalog: Catalog, docs: Path, plan: _Jobs, cache: bcache.BuildCache | None = None,
+def _start_diffs(catalog: Catalog, docs: Path, plan: jobs.Jobs, cache: bcache.BuildCache | None = None,
                  keys: dict[str, str] | None = None) -> tuple[list[_DiffEntry], Callable[[], list[Any]]]:
     consecutive = set()
     for m in catalog.models.values():
         newest = [m.newest(v) for v in m.versions]
         consecutive.update((a.run_id, b.run_id) for a, b in zip(newest, newest[1:]))
     entries = [
-        _DiffEntry(base, head, pages.diff_url(base, head, (base.run_id, head.run_id) in consecutive))
+        _DiffEntry(base, head, templating.diff_url(base, head, (base.run_id, head.run_id) in consecutive))
         for base, head in catalog.diff_pairs
     ]
     for e in entries:
         e.comparison = catalog.comparison_of.get((e.base.run_id, e.head.run_id))
-    jobs = [(e.base.path, e.head.path, docs / e.url, e.head.model, e.comparison) for e in entries]
-    for job in jobs:
+    diff_jobs = [(e.base.path, e.head.path, docs / e.url, e.head.model, e.comparison) for e in entries]
+    for job in diff_jobs:
         job[2].mkdir(parents=True, exist_ok=True)
     if cache is None or keys is None:
-        return entries, plan.add("diff", jobs, lambda job: _diff_job(job))
+        return entries, plan.add("diff", diff_jobs, lambda job: jobs.diff_job(job))
     # Cached diffs are placed now; only the others go to the workers.
     dkeys = [bcache.diff_key(keys[e.base.run_id], keys[e.head.run_id], e.comparison) for e in entries]
     for e, k in zip(entries, dkeys):
         e.key = k
-    cached = [cache.load("diffs", k, job[2]) for k, job in zip(dkeys, jobs)]
+    cached = [cache.load("diffs", k, job[2]) for k, job in zip(dkeys, diff_jobs)]
     todo = [i for i, hit in enumerate(cached) if hit is None]
-    wait = plan.add("diff", [jobs[i] for i in todo], lambda job: _diff_job(job))
+    wait = plan.add("diff", [diff_jobs[i] for i in todo], lambda job: jobs.diff_job(job))
 
     def collect() -> list[Any]:
         for i, result in zip(todo, wait()):
             cached[i] = result
-            cache.store("diffs", dkeys[i], result, jobs[i][2], bcache.DIFF_FILES)
+            cache.store("diffs", dkeys[i], result, diff_jobs[i][2], bcache.DIFF_FILES)
         return cached
 
     return entries, collect
@@ -364,10 +183,10 @@ def _render_diffs(entries: list[_DiffEntry], results: list[Any], writer: _Writer
             entry.error = result["error"]
             warnings.append(f"diff {entry.base.model}@{entry.base.version} .. {entry.head.model}@{entry.head.version}: {entry.error}")
         else:
-            entry.summary = result["summary"]
-            entry.context = {**result, "labels": cdiff.LABELS}
+            entry.summary, entry.digest = result["summary"], result["digest"]
+            entry.context = {**result, "labels": LABELS}
         # Its inputs: the diff (its key covers both runs and the comparison record) and where the page lies.
-        key = _page_key("diff", entry.key, entry.url, pages.run_url(entry.head)) if entry.key else None
+        key = _page_key("diff", entry.key, entry.url, templating.run_url(entry.head)) if entry.key else None
         writer.page(entry.url, "pages/diff.md.j2", key, base=entry.base, head=entry.head, entry=entry, **entry.context)
     return entries
 
@@ -391,21 +210,6 @@ def _comparisons_by_model(catalog: Catalog, diffs: list[_DiffEntry]) -> dict[str
     return out
 
 
-def _run_files(run: Run, folder: Path, warnings: list[str]) -> rundata.RunData:
-    """A run's page data: computed and written into `folder` (the run page's folder)."""
-    rd, comps, ops = rundata.run_data(run, warnings)
-    if _KEEP_RECENT and run.path is not None:  # a worker process: kept for the diffs whose head this run is
-        _PAGES[str(run.path)] = comps
-        while len(_PAGES) > _KEEP_RECENT:
-            _PAGES.popitem(last=False)
-    rundata.write_run_files(run, folder, comps, ops, pages.dump_json)
-    roofline = charts.roofline_spec(comps)
-    if roofline is not None:
-        pages.dump_json({"roofline": roofline}, folder / "roofline.json")
-        rd.roofline = True
-    return rd
-
-
 @dataclass
 class _Early:
     """Artifacts published by the run jobs (in the workers, beside the rest of a run's work) into `root`, a
@@ -416,33 +220,18 @@ class _Early:
     found: dict[str, list[str]] = field(default_factory=dict)
 
 
-def _run_job(job: tuple[Path, Path, Path | None], run: Run | None = None) -> dict[str, Any]:
-    """One run page's data, computed and written into its folder; runs in a worker process beside the diffs
-    (in-process: with the catalog's `run`). Returns what the cache keeps of it (the RunData without its Run,
-    and the warnings); with a third path, also publishes the run's artifacts there (`published`: its warnings)."""
-    path, folder, publish_to = job
-    found: list[str] = []
-    run = run if run is not None else _read(path)
-    rd = _run_files(run, folder, found)
-    value = bcache.run_value(rd, found)
-    if publish_to is not None:
-        value["published"] = []
-        rundata.copy_artifacts(run, publish_to, value["published"])
-    return value
-
-
 def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
             cache: bcache.BuildCache | None = None, writer: _Writer | None = None,
-            pool: _Pool | None = None, early: _Early | None = None) -> tuple[int, list[Any]]:
-    writer = writer or _Writer(docs, pages.environment())
+            pool: jobs.Pool | None = None, early: _Early | None = None) -> tuple[int, list[Any]]:
+    writer = writer or _Writer(docs, templating.environment())
     totals: dict[str, dict[str, dict[str, Any]]] = {}
     run_info: dict[str, rundata.RunData] = {}
     keys = {run.run_id: cache.key_of(run) for run in catalog.runs()} if cache is not None else None
     with contextlib.ExitStack() as stack:
-        plan = _Jobs(stack, {str(run.path): i for i, run in enumerate(catalog.runs())}, pool)
+        plan = jobs.Jobs(stack, {str(run.path): i for i, run in enumerate(catalog.runs())}, pool)
         hits: dict[str, Any] = {}
         for run in catalog.runs():
-            url = pages.run_url(run)
+            url = templating.run_url(run)
             hit = cache.load("runs", keys[run.run_id], docs / url) if cache is not None and keys is not None else None
             if hit is not None:
                 hits[run.run_id] = hit
@@ -452,9 +241,9 @@ def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
         for run in todo:
             assert run.path is not None
         by_path = {str(run.path): run for run in todo}
-        computed = plan.add("run", [(run.path, docs / pages.run_url(run),
-                                     early.root / pages.run_url(run) if early is not None else None) for run in todo],
-                            lambda job: _run_job(job, by_path[str(job[0])]))
+        computed = plan.add("run", [(run.path, docs / templating.run_url(run),
+                                     early.root / templating.run_url(run) if early is not None else None) for run in todo],
+                            lambda job: jobs.run_job(job, by_path[str(job[0])]))
         entries, diff_results = _start_diffs(catalog, docs, plan, cache, keys)
         plan.start()  # the workers compute; this process waits for them
         fresh = dict(zip((run.run_id for run in todo), computed()))
@@ -465,7 +254,7 @@ def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
             rd = dataclasses.replace(value["rd"], run=run)
             warnings.extend(value["warnings"])
             if run.run_id in fresh and cache is not None and keys is not None:
-                cache.store("runs", keys[run.run_id], value, docs / pages.run_url(run), bcache.RUN_FILES)
+                cache.store("runs", keys[run.run_id], value, docs / templating.run_url(run), bcache.RUN_FILES)
             totals[run.run_id] = rd.totals
             run_info[run.run_id] = rd
         results = diff_results()
@@ -478,7 +267,7 @@ def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
     # component by its full path (older runs of a version would only repeat them in the index).
     newest_of_version = {m.newest(v).run_id for m in catalog.models.values() for v in m.versions}
     for run in catalog.runs():
-        url = pages.run_url(run)
+        url = templating.run_url(run)
         related = [e for e in diffs_of.get(run.model, []) if run.run_id in (e.base.run_id, e.head.run_id)]
         # Its inputs: the run (its key covers its files and cbsite's code and templates) and what the page shows
         # of its diffs. Every value passed to the template must be in the key: an unchanged key is not rendered.
@@ -488,11 +277,11 @@ def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
                     perfetto_origin=site.perfetto_origin, index_paths=run.run_id in newest_of_version)
     comparisons_of = _comparisons_by_model(catalog, diffs)
     for name, entry in catalog.models.items():
-        url = pages.model_url(name)
+        url = templating.model_url(name)
         newest_ids = {entry.newest(v).run_id for v in entry.versions}
         model_runs = entry.all_runs()
         specs = _trend_specs(cache, entry.versions, model_runs, newest_ids, totals)
-        pages.dump_json(specs, docs / url / "trends.json")
+        templating.dump_json(specs, docs / url / "trends.json")
         writer.page(url, "pages/model.md.j2", model=entry, totals=totals, chart_metrics=list(specs),
                     chart_titles=dict(charts.TREND_METRICS + charts.STEP_METRICS), diffs=diffs_of.get(name, []),
                     steps={r.run_id: {m: throughput.mode_of(r.meta, m) for m in throughput.MODES} for r in model_runs},
@@ -504,7 +293,7 @@ def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
             latest_change[e.head.model] = e
     writer.page("", "pages/home.md.j2", catalog=catalog, newest=newest, latest_change=latest_change,
                 totals=totals, warnings=warnings)
-    studies = studydata.render(studydata.find_studies(catalog.runs()), docs, writer, pages.dump_json)
+    studies = studydata.render(studydata.find_studies(catalog.runs()), docs, writer, templating.dump_json)
     nav: list[Any] = [{"Home": "index.md"}]
     if catalog.models:
         nav.append({"Models": [{name: f"models/{name}/index.md"} for name in catalog.models]})
@@ -528,7 +317,7 @@ def _trend_specs(cache: bcache.BuildCache | None, versions: list[str], runs: lis
 
 def render_docs(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
                 cache: bcache.BuildCache | None = None, writer: _Writer | None = None,
-                pool: _Pool | None = None, early: _Early | None = None) -> tuple[int, list[Any]]:
+                pool: jobs.Pool | None = None, early: _Early | None = None) -> tuple[int, list[Any]]:
     """The one page generator: every page, its data files and the assets, into `docs` (a folder of Markdown
     pages whose links are relative to it). `cbsite build` makes it a project's docs_dir; the MkDocs plugin
     (plugin.py) puts it under a prefix of a team's own docs. With a `cache` (cache.py), runs and diffs whose
@@ -541,7 +330,7 @@ def render_docs(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[s
 def _write_assets(docs: Path, cache: bcache.BuildCache | None = None) -> None:
     target = docs / ASSETS_DIR
     target.mkdir(parents=True, exist_ok=True)
-    for src in sorted((pages.TEMPLATES / "assets").iterdir()):
+    for src in sorted((templating.TEMPLATES / "assets").iterdir()):
         if src.is_file():
             shutil.copyfile(src, target / src.name)
     # The bundle takes a second or more to build in each new process: a cached build keeps it.
@@ -590,6 +379,8 @@ def build(
 
     `cache`: a folder kept between builds (cache.py): runs and diffs whose content it knows are not computed
     again, so adding a run to a big archive computes that run and its diffs only; the site is the same.
+    None builds without one; `cache.default_cache_dir(out)` is the command line's default, and is skipped with
+    a warning where it cannot serve.
 
     The site is built beside `out` and swapped in when complete, under a lock (see sitedir.py): a failed or
     killed build leaves the old site whole. An archive with no readable run does not replace an existing
@@ -600,16 +391,17 @@ def build(
     sitedir.check_out(out, runs)
     # The cache removes what it no longer uses: never the archive, the site or the project (cache.py).
     protect = {"the archive": runs, "the site": out, "the generated project": project_dir}
-    if cache is not None:
+    default_cache = bcache.is_default(cache, out)
+    if cache is not None and not default_cache:  # a named cache in the wrong place fails before the lock
         bcache.check_place(Path(cache), protect)
     site = load_site_config(Path(config) if config is not None else None, perfetto_origin)
     with sitedir.locked(out), contextlib.ExitStack() as workers:
         sitedir.check_out(out, runs)  # as found once the lock is held
-        store = bcache.BuildCache(Path(cache), protect) if cache is not None else None
-        pool = _Pool(workers)  # started by the first step that has enough to do: reading the runs, or computing
+        store, notes = _open_cache(cache, protect, default_cache)
+        pool = jobs.Pool(workers)  # started by the first step that has enough to do: reading the runs, or computing
         # Without a cache, the workers read and check the runs; with one, its memo knows most of them unread.
         catalog = load_catalog(runs, extra_diffs, store.read_run if store is not None else archive.read_run,
-                               read_many=(lambda paths: _read_checked(pool, paths)) if store is None else None)
+                               read_many=(lambda paths: jobs.read_checked(pool, paths)) if store is None else None)
         if not catalog.runs() and sitedir.holds_files(out) and not allow_empty:
             raise CbsiteError(empty_archive_message(runs, out, catalog.warnings))
         with sitedir.staged(out) as stage:
@@ -621,9 +413,24 @@ def build(
             store.save_memo()
             store.prune()
             result.warnings.extend(store.warnings())  # said, never written into the site: it is the same
+        result.warnings.extend(notes)
     for w in result.warnings:
         pywarnings.warn(w, SiteWarning, stacklevel=3)
     return BuildResult(site=out, project=project_dir, warnings=result.warnings, pages=result.pages, runs=result.runs)
+
+
+def _open_cache(cache: Path | None, protect: dict[str, Path | None],
+                default: bool) -> tuple[bcache.BuildCache | None, list[str]]:
+    """The build cache and what to say about it. The default cache is the user's choice only by omission: where
+    it cannot serve (not cbsite's folder, inside the archive or site, not writable) the build goes without it."""
+    if cache is None:
+        return None, []
+    try:
+        return bcache.BuildCache(Path(cache), protect), []
+    except (CbsiteError, OSError) as exc:
+        if not default:
+            raise
+        return None, [f"the default build cache {cache} was not used ({exc}); the site was built without a cache"]
 
 
 def empty_archive_message(runs: Path, out: Path, warnings: Sequence[str], flag: str = "--allow-empty") -> str:
@@ -635,7 +442,7 @@ def empty_archive_message(runs: Path, out: Path, warnings: Sequence[str], flag: 
 
 def _build_into(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool, quiet: bool, versioned: bool,
                 project_dir: Path | None, cache: bcache.BuildCache | None = None,
-                previous: Path | None = None, pool: _Pool | None = None) -> BuildResult:
+                previous: Path | None = None, pool: jobs.Pool | None = None) -> BuildResult:
     # Without a cache, the run jobs publish the artifacts too (beside the site: the same file system, so they
     # are moved in, not copied); with one, unchanged runs' artifacts are linked from the previous site instead.
     # Named after the stage folder (`.<site>.cbsite-build-…-artifacts-…`), so a build killed before its `finally`
@@ -651,7 +458,7 @@ def _build_into(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool, 
 
 def _build_stage(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool, quiet: bool, versioned: bool,
                  project_dir: Path | None, cache: bcache.BuildCache | None, previous: Path | None,
-                 pool: _Pool | None, early: _Early | None) -> BuildResult:
+                 pool: jobs.Pool | None, early: _Early | None) -> BuildResult:
     warnings = list(catalog.warnings)
     record = cache.previous_site(previous) if cache is not None and previous is not None else {}
     with contextlib.ExitStack() as stack:
@@ -669,7 +476,7 @@ def _build_stage(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool,
         # Pages are only reused under the stock plugins (reuse.supported) and the previous site's configuration.
         stock = reuse.supported(project_config(site, [], versioned=versioned)[0]["plugins"])
         can_reuse = cache is not None and stock
-        env = pages.environment(str(cache.folder_for("templates")) if cache is not None else None)
+        env = templating.environment(str(cache.folder_for("templates")) if cache is not None else None)
         writer = _Writer(docs, env, record.get("pages", {}) if can_reuse else None)
         n_pages, nav = render_docs(catalog, site, docs, warnings, cache, writer, pool, early)
         cfg, notes = project_config(site, nav, versioned=versioned)
@@ -693,7 +500,7 @@ def _build_stage(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool,
     def publish(run: Run) -> list[str]:
         found: list[str] = []
         if early is not None and run.run_id in early.found:  # published by its run job: moved in
-            src, dest = early.root / pages.run_url(run) / archive.ARTIFACTS_DIR, out / pages.run_url(run) / archive.ARTIFACTS_DIR
+            src, dest = early.root / templating.run_url(run) / archive.ARTIFACTS_DIR, out / templating.run_url(run) / archive.ARTIFACTS_DIR
             if src.is_dir():
                 try:
                     os.rename(src, dest)
@@ -701,14 +508,14 @@ def _build_stage(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool,
                     shutil.copytree(src, dest, dirs_exist_ok=True)
             return list(early.found[run.run_id])
         if cache is None:
-            rundata.copy_artifacts(run, out / pages.run_url(run), found)
+            rundata.copy_artifacts(run, out / templating.run_url(run), found)
             return found
         key, before = cache.key_of(run), previous_runs.get(run.run_id)
         if previous is not None and isinstance(before, dict) and before.get("key") == key and _link_tree(
-                previous / pages.run_url(run) / archive.ARTIFACTS_DIR, out / pages.run_url(run) / archive.ARTIFACTS_DIR):
+                previous / templating.run_url(run) / archive.ARTIFACTS_DIR, out / templating.run_url(run) / archive.ARTIFACTS_DIR):
             found = [str(w) for w in before.get("warnings", [])]
         else:
-            rundata.copy_artifacts(run, out / pages.run_url(run), found)
+            rundata.copy_artifacts(run, out / templating.run_url(run), found)
         cache.site_runs[run.run_id] = {"key": key, "warnings": found}
         return found
 

@@ -20,6 +20,11 @@ cache never changes what a build writes: a cached entry holds the same files and
 gives (tests/test_build_cache.py compares the two builds byte for byte). Entries are written under a temporary
 name and renamed into place; entries no build used are removed at the end of each build.
 
+Builds are incremental by default: a build that names no cache keeps one in the user's cache directory
+(`default_cache_dir`: $CBSITE_CACHE_DIR, else $XDG_CACHE_HOME/cbsite or ~/.cache/cbsite; one folder per output
+path), so it never lies in the archive or the site and two sites never prune each other's entries. Where that
+folder cannot be used (not cbsite's, not writable), the build says so and builds without a cache.
+
 The cache owns only what it made. Its folder carries a marker (MARKER) and a manifest (MANIFEST) of the entries
 it wrote; pruning removes manifest entries only. A folder that is, holds or lies inside the archive or the site,
 or holds a project (mkdocs.yml, .git), is refused, and so is a non-empty folder without the marker. Its files are
@@ -39,6 +44,7 @@ import pickle
 import re
 import shutil
 import secrets
+import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -60,6 +66,47 @@ _UNREADABLE = (OSError, EOFError, ValueError)  # artifacts.ArtifactError, raised
 
 def _loads(raw: bytes) -> Any:
     return artifacts.plain_unpickle(raw, ALLOWED_CLASSES)
+
+
+def _user_cache_root() -> Path:
+    """$CBSITE_CACHE_DIR, else $XDG_CACHE_HOME/cbsite (the XDG rule: an absolute path, else ignored), else
+    ~/.cache/cbsite."""
+    own = os.environ.get("CBSITE_CACHE_DIR", "")
+    if own:
+        return Path(own).resolve()
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(xdg):
+        return Path(xdg) / "cbsite"
+    try:
+        return Path.home() / ".cache" / "cbsite"
+    except RuntimeError:  # no home directory to be found (a bare container user)
+        return Path(tempfile.gettempdir()) / f"cbsite-cache-{getattr(os, 'getuid', lambda: 0)()}"
+
+
+def _default_dir(kind: str, where: Path) -> Path:
+    # The folder's readable name, plus the hash of the whole path: one cache per output, never shared by two.
+    where = Path(where).resolve()
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", where.name)[:40] or "root"
+    digest = hashlib.sha256(f"{kind}\0{where}".encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return _user_cache_root() / kind / f"{name}-{digest}"
+
+
+def default_cache_dir(out: Path) -> Path:
+    """The build cache a build into the site folder `out` uses when none is named: under the user's cache
+    directory, one folder per absolute output path."""
+    return _default_dir("sites", out)
+
+
+def plugin_cache_dir(config_file: Path, prefix: str) -> Path:
+    """The MkDocs plugin's default cache: one per project (its mkdocs.yml) and prefix. Not keyed on the site
+    folder, which `mkdocs serve` makes anew in a temporary folder each time."""
+    return _default_dir("plugin", Path(config_file) / prefix)
+
+
+def is_default(folder: Path | None, out: Path) -> bool:
+    """Whether `folder` is the default cache of a build into `out` (then a folder that cannot serve is skipped
+    with a warning, not an error: the user did not choose it)."""
+    return folder is not None and Path(folder).resolve() == default_cache_dir(out)
 
 
 def check_place(folder: Path, protect: Mapping[str, Path | None], option: str = "--cache",
@@ -104,7 +151,8 @@ def fingerprint() -> str:
     package = Path(cbsite.__file__).resolve().parent
     templates = package / "generator" / "templates"
     # Not the collector (the generator never imports it) nor the command line (it only calls build).
-    files = [p for p in package.rglob("*.py") if "collector" not in p.relative_to(package).parts and p.name != "cli.py"]
+    files = [p for p in package.rglob("*.py")
+             if not {"collector", "cli"} & set(p.relative_to(package).parts) and p.name != "cli.py"]
     files += [p for p in templates.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
     for path in sorted(files):
         h.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")

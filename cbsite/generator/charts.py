@@ -208,6 +208,7 @@ def contributors_spec(rows: list[dict[str, Any]], title: str, axis_format: str =
 # --- the roofline of a run ------------------------------------------------------------------------
 
 BOUND_COLOURS = {"compute": "#1f6fb4", "memory": "#d9730d", "overhead": "#7f7f7f"}  # also in runpage.js
+SUSPECT_COLOUR = "#7b3294"  # a point above a peak (rundata.site_bounds); in the legend only where drawn
 MAX_ROOFLINE_POINTS = 1500  # the slowest leaves per forward; a 10,000-component run keeps a small chart
 
 
@@ -281,6 +282,9 @@ def roofline_spec(comps: dict[str, Any]) -> dict[str, Any] | None:
             if channel in layer["encoding"]:
                 layer["encoding"][channel]["scale"].update(domain=list(domain), nice=False)
     spec["layer"][-1]["data"] = {"values": rows}
+    if any(r["bound"] == "suspect" for r in rows):
+        scale = spec["layer"][-1]["encoding"]["color"]["scale"]
+        scale["domain"], scale["range"] = [*scale["domain"], "suspect"], [*scale["range"], SUSPECT_COLOUR]
     return spec
 
 

@@ -7,15 +7,15 @@ for a latency change within noise, or one whose verdict is unchanged or inconclu
 memory, whose values are maxima: a peak's own change is the part no child explains, and such parts do not
 add up to the model's change (cbsite/diff.py), so they are shown as amounts, not as shares.
 Nor are shares given where the parts cancel out (`cancelled`): when the components' own changes move, up and
-down together, more than CANCEL times the net change, a share of the net is a large meaningless number (the
-committed dlrm-sharded diff once showed "2000000% of the change" for tables that moved from one rank to another);
-the page then gives the amounts up, down and net instead.
+down together, more than CANCEL (cbsite/diffrecord.py) times the net change, a share of the net is a large
+meaningless number; the page then gives the amounts up, down and net instead.
 Latency follows its verdicts when the diff has evidence (cbsite/generator/latencydata.py).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -23,26 +23,64 @@ import polars as pl
 
 from cbsite import bound
 from cbsite import diff as cdiff
+from cbsite import format as cfmt
 from cbsite.archive import Run
-from cbsite.generator import charts, pages
+from cbsite.clauses import Clause
+from cbsite.diffrecord import (
+    DIFF_METRICS,
+    LABELS,
+    NO_SHARE,
+    ComponentDelta,
+    display_path,
+)
+from cbsite.generator import charts, latencydata
 from cbsite.generator.latencydata import Judged, latency_changed, latency_columns
 from cbsite.generator.rundata import compact_column
+from cbsite.summary import capitalise, clause_text, paragraph, total_parts, total_text
 
 TOP_N = 10
 # Metrics with a contributors chart, in the order the page shows them.
 CHART_METRICS = ("flops", "param_bytes", "peak_memory_bytes", "latency_ms")
-# Maxima (no shares) and the cancel-out rule: one definition in cbsite.diff, for this page and the summary alike.
-NO_SHARE = cdiff.NO_SHARE
-CANCEL = cdiff.CANCEL  # shares kept stay within ±400%
 
 
-UNIT = {"latency_ms": "time", "flops": "flops"}  # the one formatter's kind per metric (pages.fmt_signed); else bytes
+UNIT = {"latency_ms": "time", "flops": "flops"}  # the one formatter's kind per metric (format.fmt_signed); else bytes
 
 
 def delta_text(metric: str, value: float | None) -> str:
     """A change as the page's formatter writes it (format.js `signed`): "+81.4 ns", "\u22121.2 GFLOP", "+12.3 MB";
-    "n/a" when unknown (as cbsite.diff.format_delta, the PR comment's form)."""
-    return "n/a" if value is None else pages.fmt_signed(value, UNIT.get(metric, "bytes"))
+    "n/a" when unknown (as format.delta, the PR comment's form)."""
+    return "n/a" if value is None else cfmt.fmt_signed(value, UNIT.get(metric, "bytes"))
+
+
+def summary(rd: cdiff.RunDiff, judged: Judged) -> tuple[str, dict[str, Any]]:
+    """The diff's summary paragraph and the home page's digest of it (`change_digest`), from one list of clauses,
+    with latency as judged (the page's rule)."""
+    clauses = rd.clauses(latency=latencydata.root_verdicts(judged, rd), latency_counts=latencydata.latency_counts(judged))
+    return paragraph(clauses), change_digest(clauses)
+
+
+def change_digest(clauses: list[Clause], largest: int = 3) -> dict[str, Any]:
+    """A diff's summary clauses (RunDiff.clauses) grouped for the home page's table, every fact of the summary
+    kept: `largest`, the latency changes, then the `largest` other totals that moved most ("2.9× forward FLOPs
+    (+12.6 MFLOP)"), each group by |ln(head / base)| as the ratio reads; `totals`, the first sentence's other parts in their order
+    (smaller changes, "within noise", "unchanged ..."); `notes`, every other clause as a sentence of its own
+    without its full stop ("The largest part of the FLOP growth ...")."""
+    if not clauses or clauses[0].kind != "title":
+        return {"largest": [], "totals": "", "notes": [paragraph(clauses)] if clauses else []}
+    model = clauses[0].model or "?"
+    changed = sorted((c for c in clauses if c.kind == "total" and c.status == "changed"), key=lambda c: -_magnitude(c))
+    moved = [c for c in changed if c.metric == "latency_ms"] + [c for c in changed if c.metric != "latency_ms"][:largest]
+    shown = {total_text(c) for c in moved}
+    rest = [p for p in total_parts(clauses) if p not in shown]
+    notes = [capitalise(clause_text(c, model)) for c in clauses if c.kind not in ("title", "total")]
+    return {"largest": [total_text(c) for c in moved], "totals": ", ".join(rest), "notes": notes}
+
+
+def _magnitude(c: Clause) -> float:
+    """How far a total moved as its ratio reads (format.change_as_written): |ln(head / base)|, infinite from
+    nothing; totals whose ratios read the same keep the summary's order."""
+    ratio = cfmt.change_as_written(c.base, c.head)
+    return abs(math.log(ratio)) if ratio is not None and ratio > 0 else math.inf
 
 
 def cancelled(rd: cdiff.RunDiff, metric: str, phase: str) -> dict[str, str] | None:
@@ -63,7 +101,7 @@ def totals_rows(rd: cdiff.RunDiff, judged: Judged | None = None) -> list[dict[st
     anything else no change) and the row carries that verdict."""
     rows = []
     for phase, metrics in rd.totals.items():
-        for metric in cdiff.DIFF_METRICS:
+        for metric in DIFF_METRICS:
             t = metrics[metric]
             direction = 0 if not t.delta or t.noise else (1 if t.delta > 0 else -1)
             verdict = None
@@ -72,16 +110,16 @@ def totals_rows(rd: cdiff.RunDiff, judged: Judged | None = None) -> list[dict[st
                 verdict = v.to_dict() if v is not None else None
                 direction = {"regressed": 1, "improved": -1}.get(v.verdict if v is not None else "", 0)
             rows.append({
-                "phase": phase, "metric": metric, "label": cdiff.LABELS[metric],
-                "base": None if t.base is None else cdiff.format_amount(metric, t.base),
-                "head": None if t.head is None else cdiff.format_amount(metric, t.head),
-                "delta": cdiff.format_delta(metric, t.delta), "ratio": cdiff.format_ratio(t),
+                "phase": phase, "metric": metric, "label": LABELS[metric],
+                "base": None if t.base is None else cfmt.amount(metric, t.base),
+                "head": None if t.head is None else cfmt.amount(metric, t.head),
+                "delta": cfmt.delta(metric, t.delta), "ratio": cfmt.change(t.base, t.head),
                 "noise": t.noise, "complete": t.complete, "direction": direction, "verdict": verdict,
             })
     return rows
 
 
-def _changes(rd: cdiff.RunDiff, metric: str, phase: str, judged: Judged | None) -> list[cdiff.ComponentDelta]:
+def _changes(rd: cdiff.RunDiff, metric: str, phase: str, judged: Judged | None) -> list[ComponentDelta]:
     """The components with an own change of `metric` that counts, largest first (as `RunDiff.top` orders
     them); latency with evidence counts only components whose verdict is a change."""
     if metric != "latency_ms" or judged is None or not judged.judged:
@@ -92,7 +130,7 @@ def _changes(rd: cdiff.RunDiff, metric: str, phase: str, judged: Judged | None) 
     return [c for _, c in rows]
 
 
-def _change_word(c: cdiff.ComponentDelta, value: float) -> str:
+def _change_word(c: ComponentDelta, value: float) -> str:
     """What happened to the metric itself: a component classified `increased` by its FLOPs may have got
     faster, so the word follows the sign of this metric's change, not the component's kind."""
     if c.kind in ("added", "removed", "moved"):
@@ -112,7 +150,7 @@ def top_rows(rd: cdiff.RunDiff, model: str, judged: Judged | None = None) -> dic
         for c in _changes(rd, metric, phase, judged)[:TOP_N]:
             value = c.self_delta[metric]
             rows.append({
-                "path": cdiff.display_path(c.path, model), "label": cdiff.display_path(c.path, model),
+                "path": display_path(c.path, model), "label": display_path(c.path, model),
                 "module_type": c.module_type, "kind": c.kind, "delta": value, "change": _change_word(c, value),
                 "share": None if metric in NO_SHARE or cancel else c.share[metric],
                 "delta_text": delta_text(metric, value), "cancel": cancel,
@@ -133,7 +171,7 @@ def ties(tops: dict[str, list[dict[str, Any]]]) -> dict[str, int]:
 
 
 # The x axis of a contributors chart names the unit only: its title says what is drawn (a title repeated on the
-# axis was cut to "Own change: parameter mem" in a third of the page).
+# axis is cut short where the chart is narrow).
 AXIS_UNIT = {"flops": "FLOP", "param_bytes": "bytes", "peak_memory_bytes": "bytes", "latency_ms": "ms",
              "bytes_moved": "bytes"}
 LABEL_LIMIT = 220  # px for a bar's label; the bars keep the rest of the chart's width
@@ -171,7 +209,7 @@ def chart_specs(tops: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         labels = short_labels([r["path"] for r in rows])
         data = [{**{k: v for k, v in r.items() if k != "cancel"}, "label": label} for r, label in zip(rows, labels)]
         spec = charts.contributors_spec(
-            data, f"Own change: {cdiff.LABELS[metric]}" + (" (ms)" if metric == "latency_ms" else ""),
+            data, f"Own change: {LABELS[metric]}" + (" (ms)" if metric == "latency_ms" else ""),
             charts.AXIS_FORMAT[metric])
         spec["encoding"]["x"]["title"] = AXIS_UNIT.get(metric, "")
         spec["encoding"]["x"]["axis"]["labelExpr"] = "datum.value == 0 ? '0' : datum.label"
@@ -200,12 +238,12 @@ def _whole(values: list[Any]) -> list[Any]:
     return [int(v) if type(v) is float and v.is_integer() and abs(v) < 2 ** 53 else v for v in values]
 
 
-# What the diff page reads (assets/diffpage.js), and no more: a 10,000-component diff must stay small (issue 14:
-# under 1 MB gzipped with its page, tests/test_page_bytes.py). Base and head values only for latency (the icicle's
+# What the diff page reads (assets/diffpage.js), and no more: a 10,000-component diff must stay small (under
+# 1 MB gzipped with its page, tests/test_page_bytes.py). Base and head values only for latency (the icicle's
 # tooltip); other metrics' values are on the runs' pages. Shares only where the table shows them.
 SIDE_METRICS = ("latency_ms",)
 SHARE_METRICS = ("flops", "param_bytes", "latency_ms")  # peak memory has none (NO_SHARE); bytes moved no column
-DIGITS = 3  # deltas and shares as the one formatter prints them (pages.py: 3 significant digits)
+DIGITS = 3  # deltas and shares as the one formatter prints them (cbsite/format.py: 3 significant digits)
 # The head run's own columns the icicle draws and its tooltip reads (assets/runpage.js mountIcicle), per call as
 # the run page's components.json has them, aligned with the diff's rows; `bound` is computed as rundata does.
 RUN_COLUMNS = ("status", "error", "latency_ms", "flops", "peak_memory_bytes", "mfu", "bandwidth_util", "bytes_moved")
@@ -237,7 +275,7 @@ def decode_paths(parent: list[int], name: list[str]) -> list[str]:
     return out
 
 
-def _run_columns(head: Run, phase: str, comps: list[cdiff.ComponentDelta],
+def _run_columns(head: Run, phase: str, comps: list[ComponentDelta],
                  page: dict[str, Any] | None = None) -> dict[str, Any]:
     """The head run's per-call values of `phase` for each diff row (null for a removed component), compacted as
     the run page's (rundata.compact_column), with the static `call_count` and `param_bytes`.
@@ -286,7 +324,7 @@ def diff_files(rd: cdiff.RunDiff, judged: Judged | None = None, head: Run | None
     at hand)."""
     judged = judged or Judged(None, None)
     files: dict[str, dict[str, Any]] = {}
-    index: dict[str, Any] = {"metrics": list(cdiff.DIFF_METRICS), "phases": rd.phases, "judged": judged.judged,
+    index: dict[str, Any] = {"metrics": list(DIFF_METRICS), "phases": rd.phases, "judged": judged.judged,
                              "files": {}}
     if head is not None:
         index["model"] = head.model
@@ -305,10 +343,10 @@ def diff_files(rd: cdiff.RunDiff, judged: Judged | None = None, head: Run | None
             dicts = [getattr(c, key) for c in comps]
             cols[key] = {m: compact_column([d[m] for d in dicts]) for m in SIDE_METRICS}
         deltas = [c.delta for c in comps]
-        cols["delta"] = {m: _whole(compact_column(_floats([d[m] for d in deltas]), DIGITS)) for m in cdiff.DIFF_METRICS}
+        cols["delta"] = {m: _whole(compact_column(_floats([d[m] for d in deltas]), DIGITS)) for m in DIFF_METRICS}
         cols["share"] = {m: compact_column(_shares(rd, phase, m, judged), DIGITS) for m in SHARE_METRICS}
         noise = [c.noise for c in comps]
-        cols["noise"] = {m: [d[m] for d in noise] for m in cdiff.DIFF_METRICS}
+        cols["noise"] = {m: [d[m] for d in noise] for m in DIFF_METRICS}
         latency = latency_columns(judged, comps)
         if latency is not None:
             cols["latency"] = latency

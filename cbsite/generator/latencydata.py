@@ -25,9 +25,10 @@ import math
 import statistics
 from typing import Any, Callable, Mapping
 
-from cbsite import comparison, review, stats
+from cbsite import comparison, gate, stats
 from cbsite import diff as cdiff
 from cbsite.archive import Run
+from cbsite.diffrecord import ComponentDelta, display_path
 
 LISTED = ("regressed", "improved", "inconclusive")  # what a reader acts on; unchanged ones are counted
 MAX_LISTED = 40
@@ -62,16 +63,16 @@ def judge(record: Mapping[str, Any] | None, base: Run, head: Run, rd: cdiff.RunD
 
 def root_verdicts(judged: Judged, rd: cdiff.RunDiff) -> dict[str, str] | None:
     """phase -> the whole model's latency verdict, for `RunDiff.summary` (None when latency is not judged)."""
-    return review.root_verdicts(judged.evidence, rd)  # the PR comment's rule, so page and comment agree
+    return gate.root_verdicts(judged.evidence, rd)  # the PR comment's rule, so page and comment agree
 
 
-def latency_changed(c: cdiff.ComponentDelta, judged: Judged) -> bool:
-    """Does this component's latency count as a change on the page? (review.latency_changed: one rule for
+def latency_changed(c: ComponentDelta, judged: Judged) -> bool:
+    """Does this component's latency count as a change on the page? (gate.latency_changed: one rule for
     the page, its summary and the PR comment.)"""
-    return review.latency_changed(c, judged.verdicts if judged.judged else None)
+    return gate.latency_changed(c, judged.verdicts if judged.judged else None)
 
 
-def latency_counts(judged: Judged) -> Callable[[cdiff.ComponentDelta], bool] | None:
+def latency_counts(judged: Judged) -> Callable[[ComponentDelta], bool] | None:
     """`latency_changed` bound to `judged`, for RunDiff.summary (None where latency is not judged: the noise rule)."""
     return (lambda c: latency_changed(c, judged)) if judged.judged else None
 
@@ -119,14 +120,14 @@ def latency_context(judged: Judged, rd: cdiff.RunDiff, model: str) -> dict[str, 
     # As the PR comment orders them (cbsite/review.py latency_rows): verdict, then the largest change.
     rows.sort(key=lambda r: (rank[r[2].verdict], -abs(math.log(r[2].ratio)) if r[2].ratio else 0,
                              order.get((r[1], r[0]), 0)))
-    out["listed"] = [{"phase": ph, "path": p, "label": cdiff.display_path(p, model), **_verdict_row(v)}
+    out["listed"] = [{"phase": ph, "path": p, "label": display_path(p, model), **_verdict_row(v)}
                      for ph, p, v in rows[:MAX_LISTED]]
     out["more"] = max(0, len(rows) - MAX_LISTED)
-    out["flagged"] = [f"{cdiff.display_path(p, model)} ({ph})" for (p, ph) in sorted(ev.flagged) if ph in compared]
+    out["flagged"] = [f"{display_path(p, model)} ({ph})" for (p, ph) in sorted(ev.flagged) if ph in compared]
     return out
 
 
-def latency_columns(judged: Judged, comps: list[cdiff.ComponentDelta]) -> dict[str, Any] | None:
+def latency_columns(judged: Judged, comps: list[ComponentDelta]) -> dict[str, Any] | None:
     """Per-component verdict columns of one phase, aligned with `comps` (None when latency is not judged)."""
     if not judged.judged:
         return None

@@ -7,7 +7,8 @@
           prefix: perf        # where the pages go: perf/index.md, perf/models/<model>/, perf/runs/..., perf/diffs/...
           nav_title: Performance
           perfetto_origin: https://ui.perfetto.dev
-          cache: .cbsite-cache  # optional, relative to mkdocs.yml: runs and diffs known by content are not recomputed
+          cache: true         # the default: runs and diffs known by content are not recomputed; the cache lies in
+                              # the user's cache directory; or a folder relative to mkdocs.yml; false: no cache
 
 The pages come from the one page generator `cbsite build` uses (build.render_docs), rendered into a
 temporary folder and handed to MkDocs as generated files under `prefix/`; their links are relative, so they
@@ -35,8 +36,8 @@ from mkdocs.utils import get_relative_url
 
 from cbsite import schema
 from cbsite.errors import CbsiteError
-from cbsite.generator import build, pages, rundata
-from cbsite.generator.cache import BuildCache
+from cbsite.generator import build, rundata, templating
+from cbsite.generator.cache import BuildCache, plugin_cache_dir
 from cbsite.generator.catalog import Catalog, load_catalog
 from cbsite.generator.config import DEFAULT_PERFETTO_ORIGIN, ORIGIN_RE, SiteConfig
 
@@ -48,7 +49,7 @@ class CbsitePluginConfig(Config):
     prefix = c.Type(str, default="perf")
     nav_title = c.Type(str, default="Performance")
     perfetto_origin = c.Type(str, default=DEFAULT_PERFETTO_ORIGIN)
-    cache = c.Optional(c.Type(str))
+    cache = c.Type((str, bool), default=True)
 
 
 class CbsitePlugin(BasePlugin[CbsitePluginConfig]):
@@ -80,18 +81,7 @@ class CbsitePlugin(BasePlugin[CbsitePluginConfig]):
         self._tmp = Path(tempfile.mkdtemp(prefix="cbsite-plugin-"))
         docs = self._tmp / prefix
         site = SiteConfig(base={}, perfetto_origin=origin, source=None)
-        store = None
-        if self.config.cache:
-            where = Path(self.config.cache)
-            if not where.is_absolute():
-                where = Path(config.config_file_path or ".").resolve().parent / where
-            # The cache prunes what it no longer uses: never the archive, the site, the docs or the project.
-            project = Path(config.config_file_path or ".").resolve().parent
-            try:
-                store = BuildCache(where, {"the archive": runs, "the site": Path(config.site_dir),
-                                           "the docs": Path(config.docs_dir)}, "cache:", {"the project": project})
-            except CbsiteError as exc:
-                raise PluginError(f"cbsite: {exc}") from None
+        store = self._open_cache(config, runs, prefix)
         _, nav = build.render_docs(self._catalog, site, docs, self._warnings, store)
         if store is not None:
             store.prune()
@@ -101,6 +91,25 @@ class CbsitePlugin(BasePlugin[CbsitePluginConfig]):
         if config.nav is not None:  # an explicit nav: one section for the archive, at the end
             config.nav.append({self.config.nav_title: _prefixed(nav, prefix)})
         return config
+
+    def _open_cache(self, config: Any, runs: Path, prefix: str) -> BuildCache | None:
+        """The build cache: the user's cache directory by default (skipped with a note where it cannot serve), a
+        folder relative to mkdocs.yml when named (an error where it cannot), none with `cache: false`."""
+        option = self.config.cache
+        if option is False or option == "":
+            return None
+        config_file = Path(config.config_file_path or "mkdocs.yml").resolve()
+        project = config_file.parent
+        where = plugin_cache_dir(config_file, prefix) if option is True else project / option
+        # The cache prunes what it no longer uses: never the archive, the site, the docs or the project.
+        protect = {"the archive": runs, "the site": Path(config.site_dir), "the docs": Path(config.docs_dir)}
+        try:
+            return BuildCache(where, protect, "cache:", {"the project": project})
+        except (CbsiteError, OSError) as exc:
+            if option is not True:
+                raise PluginError(f"cbsite: {exc}") from None
+            self._warnings.append(f"the default build cache {where} was not used ({exc}); built without a cache")
+            return None
 
     # -- files: the generated pages, data files and assets under the prefix ----------------------------------
     def on_files(self, files: Files, *, config: Any) -> Files:
@@ -131,7 +140,7 @@ class CbsitePlugin(BasePlugin[CbsitePluginConfig]):
         out = Path(config.site_dir) / self._prefix
         warnings: list[str] = []
         for run in self._catalog.runs():
-            rundata.copy_artifacts(run, out / pages.run_url(run), warnings)
+            rundata.copy_artifacts(run, out / templating.run_url(run), warnings)
         for w in warnings:
             log.info("cbsite: %s", w)
         self._cleanup()

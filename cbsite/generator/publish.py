@@ -28,7 +28,7 @@ from mike.versions import Versions
 
 from cbsite import schema
 from cbsite.errors import CbsiteError
-from cbsite.generator import build, pages, sitedir
+from cbsite.generator import build, sitedir, templating
 
 VERSIONS_JSON = "versions.json"
 # Where a version's sitemap says its pages are when the configuration has no site_url (MkDocs then lists none).
@@ -145,5 +145,5 @@ def publish(
         index = out / "index.html"
         if set_default or not index.exists():
             target = aliases[0] if aliases else site_version
-            _write(index, pages.environment().get_template("publish/redirect.html.j2").render(target=target))
+            _write(index, templating.environment().get_template("publish/redirect.html.j2").render(target=target))
     return out / site_version

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from cbsite import bound
 from cbsite.archive import Run
 from cbsite.generator import rundata
 
@@ -41,7 +40,7 @@ def _columns(rows: list[dict[str, Any]], index: dict[str, int], n: int, names: t
         cols["comm_gbps"][i] = _gbps(row.get("comm_bytes_sent"), row.get("comm_bytes_received"), row.get("latency_ms"))
     out = {c: rundata.compact_column(v) for c, v in cols.items()}
     if "mfu" in out:
-        out["bound"] = bound.classify_columns(out["mfu"], out["bandwidth_util"], out["latency_ms"], out["device_time_ms"])
+        out["bound"] = rundata.site_bounds(out)
     return out
 
 

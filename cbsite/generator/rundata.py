@@ -17,7 +17,6 @@ import polars as pl
 
 from cbsite import archive, artifacts, bound, schema
 from cbsite.archive import Run
-from cbsite.generator import rankdata
 
 # Per-phase columns the browser needs; the rest of the schema is in the Parquet/CSV downloads.
 PHASE_COLUMNS = (
@@ -80,6 +79,30 @@ class RunData:
     paths: list[str] = field(default_factory=list)  # every component path, for the page's searchable index
     roofline: bool = False  # a roofline.json was written beside the page
     warnings: list[str] = field(default_factory=list)
+
+    def search_entries(self) -> list[tuple[str, list[str]]]:
+        """(path, search terms) per component, for one search entry each (run.md.j2)."""
+        return [(p, search_terms(p)) for p in self.paths]
+
+
+SUSPECT = "suspect"  # the bound of a row that beats a peak
+
+
+def site_bounds(cols: dict[str, list[Any]]) -> list[str | None]:
+    """What bounds each row's time (cbsite/bound.py: compute, memory or overhead), or "suspect" where its MFU or
+    its bandwidth utilisation is above 100 %: a row that beats a peak is a counting or timing suspect (bytes
+    served from a cache, counted once per rank; a peak the run could not confirm), never the best of a roof."""
+    over = [any(isinstance(v, (int, float)) and v > 1 for v in pair)
+            for pair in zip(cols["mfu"], cols["bandwidth_util"])]
+    labels = bound.classify_columns(cols["mfu"], cols["bandwidth_util"], cols["latency_ms"], cols["device_time_ms"])
+    return [SUSPECT if o else b for o, b in zip(over, labels)]
+
+
+def search_terms(path: str) -> list[str]:
+    """Every tail of `path` that starts after a `.` or a `_`, longest first: "mlp.1._linear", "bag_collection",
+    "cat_3" of their paths. Search matches the start of a word (Material's lunr adds a trailing wildcard) and its
+    separator keeps a path one word, so a query for the middle of a path matches the start of one of these."""
+    return list(dict.fromkeys(path[i + 1:] for i, ch in enumerate(path) if ch in "._" and path[i + 1:]))
 
 
 def _safe_link(run: Run, link: str | None, warnings: list[str], published: frozenset[str] = frozenset()) -> str | None:
@@ -174,9 +197,7 @@ def components_json(run: Run, warnings: list[str],
                 values = [[f"{m.get('name')}={_compact(m.get('value'))}" for m in v]
                           if isinstance(v, list) and v and isinstance(v[0], dict) else v for v in values]
             cols[col] = compact_column(values)
-        # What bounds each component's time (cbsite/bound.py): compute, memory or overhead.
-        cols["bound"] = bound.classify_columns(cols["mfu"], cols["bandwidth_util"], cols["latency_ms"],
-                                               cols["device_time_ms"])
+        cols["bound"] = site_bounds(cols)
         data[phase] = cols
     data["optional"] = sorted({c for p in data["phases"] for c in OPTIONAL_COLUMNS if c in data[p]})
     peak_flops, peak_bw = bound.peaks(run.meta)
@@ -265,13 +286,14 @@ def key_facts(comps: dict[str, Any]) -> dict[str, Any]:
     """What a reader should see first, per phase: the slowest leaves (with their share of the phase and what
     bounds them) and the measured containers' own time (`own_time`: the part no child covers, the icicle's
     self share) ranked with them, where the leaves' time goes by bound (cbsite/bound.py) and the leaves' share
-    of the phase, the components' notes grouped by text, and the compile plugin's whole-model speed-up with
-    its best and worst components."""
+    of the phase, the components' notes grouped by text, the compile plugin's whole-model speed-up with its
+    best and worst components, and the rows whose bandwidth utilisation is above 100 %."""
     n = len(comps["path"])
     leaves = [i for i in range(n) if comps["is_leaf"][i]]
     calls = [max(c or 0, 1) for c in comps["call_count"]]
     label = lambda i: comps["path"][i] or comps["model"]  # noqa: E731
-    out: dict[str, Any] = {"slowest": {}, "bounds": {}, "leaf_share": {}, "notes": [], "compile": {}}
+    out: dict[str, Any] = {"slowest": {}, "bounds": {}, "leaf_share": {}, "notes": [], "compile": {},
+                           "bandwidth_over_peak": {}}
     notes: dict[str, list[str]] = {}
     for phase in comps["phases"]:
         cols = comps[phase]
@@ -296,7 +318,12 @@ def key_facts(comps: dict[str, Any]) -> dict[str, Any]:
                 key = cols["bound"][i] or "no label"
                 by[key] = by.get(key, 0.0) + t
             out["bounds"][phase] = [{"bound": b, "share": by[b] / leaf_time}
-                                    for b in (*bound.BOUNDS, "no label") if by.get(b)]
+                                    for b in (*bound.BOUNDS, SUSPECT, "no label") if by.get(b)]
+        # Rows that read more bytes per second than the device's peak: named in the page's warnings.
+        over = sorted((-v, i) for i, v in enumerate(cols["bandwidth_util"]) if isinstance(v, (int, float)) and v > 1)
+        if over:
+            out["bandwidth_over_peak"][phase] = {"count": len(over),
+                                                 "top": [{"path": label(i), "util": -v} for v, i in over[:3]]}
         for i in range(n):
             for note in cols["notes"][i] or []:
                 if not note.startswith(ROUTINE_NOTES):
@@ -367,30 +394,10 @@ def copy_artifacts(run: Run, folder: Path, warnings: list[str] | None = None) ->
     """Publish the run's artifacts into the built site (after mkdocs, which would take a `.md` artifact for a
     page): only known types from real files inside the run, cleaned (see cbsite/artifacts.py). Written, not
     linked: editing the site never edits the archive. Files that cannot be published are named in `warnings`
-    (refused entries are already reported by `run_data`)."""
+    (refused entries are already reported by `runpagedata.run_data`)."""
     assert run.path is not None
     files, _ = artifacts.publishable(run.path)
     count, problems = artifacts.publish(files, folder / archive.ARTIFACTS_DIR)
     if warnings is not None:
         warnings.extend(f"run {run.run_id}: {p}" for p in problems)
     return count
-
-
-def run_data(run: Run, warnings: list[str]) -> tuple[RunData, dict[str, Any], dict[str, Any] | None]:
-    assert run.path is not None
-    publishable = artifacts.publishable(run.path)
-    warnings.extend(f"run {run.run_id}: {p}" for p in publishable[1])
-    comps = components_json(run, warnings, publishable)
-    ops = ops_json(run)
-    rd = RunData(
-        run=run, totals=totals(run), top=hottest(run), phases=comps["phases"], has_ops=ops is not None,
-        counts={
-            phase: {s: sum(1 for v in comps[phase]["status"] if v == s) for s in schema.STATUSES}
-            for phase in comps["phases"]
-        },
-        facts=key_facts(comps), paths=comps["path"],
-    )
-    sharded = rankdata.add(run, comps)  # a sharded (torchrun) run's rank data and summary; None otherwise
-    if sharded is not None:
-        rd.facts["sharded"] = sharded
-    return rd, comps, ops

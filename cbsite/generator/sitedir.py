@@ -138,8 +138,7 @@ IO_THREADS = 8  # file system calls release the GIL; on a slow disk, overlapping
 
 def remove_tree(folder: Path) -> None:
     """shutil.rmtree(folder, ignore_errors=True), its subtrees removed by a pool of threads: removing a site of
-    thousands of folders one call at a time takes seconds (about 1.4 ms a folder on the shared machine of
-    the README's figures, 0.08 ms with 8 threads)."""
+    thousands of folders one call at a time takes seconds."""
     folder = Path(folder)
     if folder.is_symlink() or not folder.is_dir():
         folder.unlink(missing_ok=True) if folder.is_symlink() else None

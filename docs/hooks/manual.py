@@ -91,7 +91,8 @@ def render_cli(build_parser: Callable[[], argparse.ArgumentParser] | None = None
         for action in parser._subparsers._group_actions:  # argparse keeps subcommands only here
             helps = {choice.dest: choice.help for choice in action._choices_actions}
             for name, sub in action.choices.items():
-                parts += [f"## cbsite {name}", "", (helps.get(name) or "").rstrip(".") + ".", "",
+                summary = (helps.get(name) or "").rstrip(".")
+                parts += [f"## cbsite {name}", "", summary[:1].upper() + summary[1:] + ".", "",
                           "```text", sub.format_help().rstrip(), "```", ""]
     finally:
         if previous is None:

@@ -36,16 +36,18 @@ from torch import nn
 
 from cbsite import archive
 from cbsite.collector.capture import moved
-from cbsite.collector.collect import CollectRequest, prepare
+from cbsite.collector.config import DTYPES, threads_for
 from cbsite.collector.distributed import ranks
 from cbsite.collector.distributed.collectives import CollectiveMode, Traffic
 from cbsite.collector.distributed.discovery import Captured, Piece, Resolved, capture_pieces, pieces, promote_grad_buffers
 from cbsite.collector.distributed.group import Group
 from cbsite.collector.distributed.lockstep import Agreement, LockstepResult, measure
 from cbsite.collector.distributed.sharding import same_on_every_rank
-from cbsite.collector.measure import ComponentMeasurement, NothingToDifferentiate, PhaseResult, TimingConfig
+from cbsite.collector.measure import ComponentMeasurement, NothingToDifferentiate, PhaseResult
 from cbsite.collector.plan import PlanConfig, component_tree, selected
-from cbsite.collector.profiler import DTYPES, profile_model, threads_for
+from cbsite.collector.profiler import profile_model
+from cbsite.collector.request import CollectRequest, prepare
+from cbsite.collector.timing.blocks import TimingConfig
 from cbsite.errors import CbsiteError
 
 FAILED_KEY = "cbsite/failed/"

@@ -2,15 +2,15 @@
 
 A collective completes only when every rank makes it, so a component that communicates can be
 replayed only when all ranks make the same calls, in the same order, the same number of times. The
-per-rank adaptive timing of `measure.time_fn` (block sizes and block counts from each rank's own
+per-rank adaptive timing of `blocks.time_fn` (block sizes and block counts from each rank's own
 clock, pauses for a quiet machine) would desynchronise them. Here:
 
 * every number that decides how often a statement runs comes from rank 0, broadcast (`Agreement`);
 * the schedule entry (component, phase, blocks, calls per block) is compared across ranks (a hash,
   all-gathered) before its first timed block: a mismatch is a CbsiteError naming the component;
 * a barrier precedes every timed block, so the blocks of all ranks start together;
-* the statement is the existing one (`ComponentMeasurement.rotation`), timed by `measure.timed_block`,
-  summarised by `measure.summarise`; FLOPs and bytes by `counting.count`; collectives by
+* the statement is the existing one (`ComponentMeasurement.rotation`), timed by `blocks.timed_block`,
+  summarised by `blocks.summarise`; FLOPs and bytes by `counting.count`; collectives by
   `CollectiveMode`, in the same untimed counting run.
 
 Contended blocks are kept and left out of the median as in `time_fn`, but lockstep never pauses for a
@@ -32,22 +32,19 @@ import torch
 from torch.utils.benchmark import Timer
 
 from cbsite.errors import CbsiteError
-from cbsite.collector.contention import WaitProbe
 from cbsite.collector.counting import count
 from cbsite.collector.distributed.collectives import CollectiveMode, Traffic
-from cbsite.collector.measure import (
+from cbsite.collector.measure import ComponentMeasurement, PhaseResult, per_call, phase_peak
+from cbsite.collector.timing.blocks import (
     MIN_BLOCKS,
-    ComponentMeasurement,
-    PhaseResult,
-    before_block,
     Timing,
     TimingConfig,
-    per_call,
-    phase_peak,
+    before_block,
     stmt_seconds,
     summarise,
     timed_block,
 )
+from cbsite.collector.timing.contention import WaitProbe
 
 MAX_NUMBER = 2**20
 
@@ -107,7 +104,7 @@ class LockstepResult:
 
 
 def _agreed_number(agree: Agreement, timer: Timer, target_s: float) -> tuple[int, float]:
-    """Calls per block, grown as `measure.block_size` grows it, each step decided by rank 0's clock."""
+    """Calls per block, grown as `blocks.block_size` grows it, each step decided by rank 0's clock."""
     number = 1
     while True:
         per_stmt = stmt_seconds(timer, number)

@@ -24,7 +24,7 @@ from cbsite.collector.distributed.discovery import STAGE_TYPE, Piece
 from cbsite.collector.distributed.group import Group
 from cbsite.collector.distributed.lockstep import LockstepResult
 from cbsite.collector.measure import PhaseResult
-from cbsite.collector.profiler import samples_frame
+from cbsite.collector.pipeline.rows import samples_frame
 from cbsite.collector.session import rounds
 
 STRUCTURE = ("path", "parent", "name", "depth", "module_type", "is_leaf", "order", "call_count", "phase")

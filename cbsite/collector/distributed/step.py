@@ -23,9 +23,9 @@ from torch import nn
 
 from cbsite.collector import step as single
 from cbsite.collector.distributed.lockstep import Agreement, time_statement
-from cbsite.collector.measure import TimingConfig
 from cbsite.collector.preprocess import batch_size_of
 from cbsite.collector.providers import Inputs as ProvidedInputs
+from cbsite.collector.timing.blocks import TimingConfig
 
 Batch = tuple[tuple[Any, ...], dict[str, Any]]
 

@@ -25,8 +25,9 @@ if TYPE_CHECKING:
 
     from cbsite.archive import Run
     from cbsite.collector.capture import Call
-    from cbsite.collector.measure import PhaseResult, TimingConfig
+    from cbsite.collector.measure import PhaseResult
     from cbsite.collector.providers import Inputs, Provided
+    from cbsite.collector.timing.blocks import TimingConfig
 
 KINDS = ("providers", "preprocessors", "profilers", "reporters")
 

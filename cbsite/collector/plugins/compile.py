@@ -27,8 +27,8 @@ from typing import Any, ContextManager
 
 import torch
 
-from cbsite.collector.measure import time_fn
 from cbsite.collector.plugins.base import Option, PhaseContext, PluginResult, Profiler, RunContext
+from cbsite.collector.timing.blocks import time_fn
 
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 

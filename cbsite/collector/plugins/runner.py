@@ -165,7 +165,7 @@ def staging_in(folder: Path | None) -> Iterator[None]:
 
 def staging_folder() -> Path:
     """A new folder for a run's plugin artifacts until it is saved; owned by this process (see
-    `archive.new_staging`), removed with its Run (profiler.py) and at the latest when the interpreter exits,
+    `archive.new_staging`), removed with its Run (profiler._run) and at the latest when the interpreter exits,
     also after Ctrl-C or SIGTERM (the CLI turns SIGTERM into an exception)."""
     import tempfile
 

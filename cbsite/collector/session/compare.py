@@ -104,15 +104,7 @@ def compare(
     head_run = collect(head_request)
     session_id = archive.new_run_id()
 
-    rd = diff_runs(base_run, head_run, match_moved=True)
-    base_status = {(r["path"], r["phase"]): r["status"] for r in base_run.rows.iter_rows(named=True)}
-    head_status = {(r["path"], r["phase"]): r["status"] for r in head_run.rows.iter_rows(named=True)}
-    tasks = []
-    for c in rd.components:
-        if c.kind in ("added", "removed") or c.base_path is None:
-            continue
-        if base_status.get((c.base_path, c.phase)) == "measured" and head_status.get((c.path, c.phase)) == "measured":
-            tasks.append(Task(key=c.path, phase=c.phase, paths=(("base", c.base_path), ("head", c.path))))
+    tasks = _paired_tasks(base_run, head_run)
     if not tasks:
         raise CbsiteError("no component was measured on both sides: nothing to compare (check --phases and filters)")
 
@@ -186,6 +178,20 @@ def compare(
     for run in (base_run, head_run):
         run.meta.setdefault("comparisons", []).append(session_id)
     return Comparison(base=base_run, head=head_run, record=record, samples=samples, verdicts=verdicts)
+
+
+def _paired_tasks(base_run: Run, head_run: Run) -> list[Task]:
+    """One task per component phase measured on both sides, aligned by the diff (moves matched)."""
+    rd = diff_runs(base_run, head_run, match_moved=True)
+    base_status = {(r["path"], r["phase"]): r["status"] for r in base_run.rows.iter_rows(named=True)}
+    head_status = {(r["path"], r["phase"]): r["status"] for r in head_run.rows.iter_rows(named=True)}
+    tasks = []
+    for c in rd.components:
+        if c.kind in ("added", "removed") or c.base_path is None:
+            continue
+        if base_status.get((c.base_path, c.phase)) == "measured" and head_status.get((c.path, c.phase)) == "measured":
+            tasks.append(Task(key=c.path, phase=c.phase, paths=(("base", c.base_path), ("head", c.path))))
+    return tasks
 
 
 def _varying(tasks: list[Task], base_run: Run, head_run: Run) -> dict[tuple[str, str], str]:
@@ -277,7 +283,7 @@ def _apply_session(run: Run, arm_samples: list[dict[str, Any]], flagged: dict[tu
             f"{len(above)} row(s) above 100 % MFU once the comparison's rounds set their latency: "
             + ", ".join(f"{r['path'] or '<root>'} {r['phase']} {r['mfu']:.0%}" for r in above[:8]))
     run.rows = pl.from_arrow(archive.rows_to_table(rows))
-    from cbsite.collector.profiler import samples_frame
+    from cbsite.collector.pipeline.rows import samples_frame
 
     run.samples = samples_frame(merged, run.run_id, run.model, run.version)
     run.meta.update(rounds=noise["rounds"], noise=noise,

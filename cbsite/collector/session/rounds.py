@@ -21,7 +21,7 @@ from typing import Any, Iterable, Sequence
 
 from cbsite import tree
 
-# As measure.MIN_BLOCKS: with fewer clean blocks a round's median uses all of its blocks, and the row
+# As timing.blocks.MIN_BLOCKS: with fewer clean blocks a round's median uses all of its blocks, and the row
 # says it was contended (the same rule the collecting process applies to its own blocks).
 MIN_CLEAN_BLOCKS = 5
 

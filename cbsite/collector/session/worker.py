@@ -10,7 +10,7 @@ The per-component measurement is the collector's own (`ComponentMeasurement.rota
 `cbsite collect` times); this module only schedules it.
 
 Memory follows the collection's plan (memory.py): a census of batch 0, then inputs captured group by
-group (`profiler.GroupedCaptures`). The tasks are cut into groups in the model's order, the groups are
+group (`capture_plan.GroupedCaptures`). The tasks are cut into groups in the model's order, the groups are
 timed in random order and the tasks within each group in random order, so a drift still does not line
 up with one part of the model, while a process holds one group's inputs per arm at a time.
 """
@@ -51,7 +51,7 @@ def _load_arm(spec: ArmSpec) -> tuple[Any, list[tuple[tuple[Any, ...], dict[str,
     if spec.payload is not None:
         payload = torch.load(spec.payload, weights_only=False)
         return payload["model"], payload["batches"]
-    from cbsite.collector.collect import prepare
+    from cbsite.collector.request import prepare
 
     prepared = prepare(spec.request)
     return prepared.model, prepared.batches
@@ -72,30 +72,18 @@ def run_process(job: ProcessJob) -> ProcessResult:
 def _run(job: ProcessJob) -> ProcessResult:
     import torch
 
-    from cbsite.collector.capture import describe, moved
-    from cbsite.collector.contention import WaitProbe
-    from cbsite.collector.measure import (ComponentMeasurement, NothingToDifferentiate, TimingConfig, before_block,
-                                          block_size)
+    from cbsite.collector.capture import describe
+    from cbsite.collector.measure import ComponentMeasurement, NothingToDifferentiate
     from cbsite.collector.memory import OOM_PREFIX, is_out_of_memory
-    from cbsite.collector.profiler import DTYPES, planned_captures
+    from cbsite.collector.pipeline.capture_plan import CaptureOutOfMemory
+    from cbsite.collector.timing.blocks import TimingConfig, before_block, block_size
+    from cbsite.collector.timing.contention import WaitProbe
     from torch.utils.benchmark import Timer
 
     torch.set_num_threads(job.threads)
     result = ProcessResult(process=job.process, pid=os.getpid(), threads=torch.get_num_threads())
     t0 = time.perf_counter()
-    grad = any(t.phase == "backward" for t in job.tasks)
-    arms: dict[str, dict[str, Any]] = {}
-    for spec in job.arms:
-        model, batches = _load_arm(spec)
-        device, dtype = torch.device(spec.device), DTYPES[spec.dtype]
-        model = model.to(device)
-        if dtype != torch.float32:
-            model = model.to(dtype)
-        batches = [moved(b, device, dtype) for b in batches]
-        # The worker's own copy: nothing here is the user's object, and training mode stays as built.
-        census, plan, captures = planned_captures(model, batches, grad, device)
-        arms[spec.arm] = {"modules": dict(model.named_modules()), "captures": captures, "plan": plan, "spec": spec,
-                          "census": census}
+    arms = _build_arms(job)
     result.seconds["build_and_capture"] = time.perf_counter() - t0
 
     names = [spec.arm for spec in job.arms]
@@ -167,12 +155,36 @@ def _run(job: ProcessJob) -> ProcessResult:
             result.errors[where] = f"backward not applicable: {exc}"
         except Exception as exc:  # noqa: BLE001 - one task failing never ends the process's other tasks
             last = traceback.extract_tb(exc.__traceback__)[-1:]
-            oom = f"{OOM_PREFIX}: " if is_out_of_memory(exc) or type(exc).__name__ == "_CaptureOutOfMemory" else ""
+            oom = f"{OOM_PREFIX}: " if is_out_of_memory(exc) or isinstance(exc, CaptureOutOfMemory) else ""
             result.errors[where] = f"{oom}{type(exc).__name__}: {exc}" + (f" (at {last[0].name})" if last else "")
     result.seconds["timing"] = time.perf_counter() - t_timing
     result.capture_groups = sum(state["captures"].groups for state in arms.values())
     result.largest_capture_bytes = max((state["captures"].most_bytes for state in arms.values()), default=0)
     return result
+
+
+def _build_arms(job: ProcessJob) -> dict[str, dict[str, Any]]:
+    """Each arm's model and batches on its device and dtype, its census, memory plan and grouped captures."""
+    import torch
+
+    from cbsite.collector.capture import moved
+    from cbsite.collector.config import DTYPES
+    from cbsite.collector.pipeline.capture_plan import planned_captures
+
+    grad = any(t.phase == "backward" for t in job.tasks)
+    arms: dict[str, dict[str, Any]] = {}
+    for spec in job.arms:
+        model, batches = _load_arm(spec)
+        device, dtype = torch.device(spec.device), DTYPES[spec.dtype]
+        model = model.to(device)
+        if dtype != torch.float32:
+            model = model.to(dtype)
+        batches = [moved(b, device, dtype) for b in batches]
+        # The worker's own copy: nothing here is the user's object, and training mode stays as built.
+        census, plan, captures = planned_captures(model, batches, grad, device)
+        arms[spec.arm] = {"modules": dict(model.named_modules()), "captures": captures, "plan": plan, "spec": spec,
+                          "census": census}
+    return arms
 
 
 def capture_groups(tasks: list[Task], plan: Any, arm: str) -> list[list[Task]]:
@@ -201,7 +213,7 @@ def _same_shapes(a: list[list[Any]], b: list[list[Any]], describe: Any) -> bool:
 
 def _block(step: Any, timer: Any, number: int, calls: int, probe: Any, pair: int, pairs: int) -> Any:
     """One timed block of an arm, its statement's own step first (a graph built for it, untimed)."""
-    from cbsite.collector.measure import timed_block
+    from cbsite.collector.timing.blocks import timed_block
 
     step(pair, pairs)
     return timed_block(timer, number, calls, probe)

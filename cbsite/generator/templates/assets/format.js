@@ -1,18 +1,18 @@
 /* cbsite number formats, shared by the icicle, the tables and the details panel.
-   They match the Python filters in cbsite/generator/pages.py: a missing value is an en dash. */
+   They match the Python formatter, cbsite/format.py (the templates' filters): a missing value is an en dash. */
 (function (global) {
   "use strict";
   var DASH = "\u2013";
 
   function isNum(v) { return typeof v === "number" && isFinite(v); }
 
-  /* `digits` significant digits, no trailing zeros (pages.py _sig is the same rule). */
+  /* `digits` significant digits, no trailing zeros (format.py sig is the same rule). */
   function sig(v, digits) {
     var s = Number(v).toPrecision(digits);
     return String(Number(s));
   }
 
-  /* The prefix is chosen after rounding: 999.6 FLOP is "1 kFLOP", as in Python (pages.py _si). */
+  /* The prefix is chosen after rounding: 999.6 FLOP is "1 kFLOP", as in Python (format.py si). */
   function si(v, unit) {
     if (!isNum(v)) return DASH;
     var prefixes = ["", "k", "M", "G", "T", "P", "E"];
@@ -27,7 +27,7 @@
     isNum: isNum,
     ms: function (v) { return isNum(v) ? (Math.abs(Number(sig(v, 3))) < 1000 ? sig(v, 3) + " ms" : sig(v / 1000, 3) + " s") : DASH; },
     /* A duration given in ms, in the unit that keeps 3 significant digits readable: s, ms, \u00b5s or ns
-       ("81.4 ns", never "0.0000814 ms"); the unit is chosen after rounding (pages.py fmt_time). */
+       ("81.4 ns", never "0.0000814 ms"); the unit is chosen after rounding (format.py fmt_time). */
     time: function (v) {
       if (!isNum(v)) return DASH;
       if (v === 0 || Math.abs(Number(sig(v, 3))) >= 1) return F.ms(v);
@@ -36,10 +36,10 @@
     },
     bytes: function (v) { return si(v, "B"); },
     flops: function (v) { return si(v, "FLOP"); },
-    /* A rate (examples per second): 3 significant digits and a prefix on the number, "49.1k" (pages.py fmt_rate). */
+    /* A rate (examples per second): 3 significant digits and a prefix on the number, "49.1k" (format.py fmt_rate). */
     rate: function (v) { return isNum(v) ? si(v, "").replace(" ", "") : DASH; },
     pct: function (v) { return isNum(v) ? sig(v * 100, 3) + "%" : DASH; },
-    /* A plain number: whole below a million as it is, from a million up 4 digits and a prefix (pages.py fmt_num). */
+    /* A plain number: whole below a million as it is, from a million up 4 digits and a prefix (format.py fmt_num). */
     num: function (v) {
       if (v === null || v === undefined) return DASH;
       if (!isNum(v)) return typeof v === "number" ? DASH : String(v);
@@ -60,7 +60,7 @@
       if (!isNum(v)) return DASH;
       return (mark && v > 1 ? "\u26a0 " : "") + sig(v * 100, 3) + "%";
     },
-    /* A ratio head/base: 3 decimals below 10, 1 below 100, none above (pages.py fmt_ratio). */
+    /* A ratio head/base: 3 decimals below 10, 1 below 100, none above (format.py fmt_ratio). */
     ratio: function (v, noUnit) {
       if (!isNum(v)) return DASH;
       var a = Math.abs(v);

@@ -265,6 +265,14 @@
     this.tip.hidden = true;
     document.body.appendChild(this.tip);
     var self = this;
+    // The kind of the last pointer pressed (mouse, pen, touch): a tap has no hover, so it is told apart. A press
+    // outside the icicle hides a tapped tooltip and disarms its node.
+    this.pointer = "mouse";
+    this.armed = -1;
+    document.addEventListener("pointerdown", function (e) {
+      self.pointer = e.pointerType || "mouse";
+      if (!container.contains(e.target)) { self.armed = -1; if (self.pointer === "touch") self.tip.hidden = true; }
+    }, true);
     if (typeof MutationObserver !== "undefined" && document.body) {  // the palette toggle: redraw in the new scheme
       var wasDark = dark();
       new MutationObserver(function () { if (dark() !== wasDark) { wasDark = dark(); self.render(); } })
@@ -286,6 +294,8 @@
 
   Icicle.prototype.zoomTo = function (i) {
     this.zoom = i;
+    this.armed = -1;
+    this.tip.hidden = true;  // it described a box that moves now
     this.render();
     if (this.opts.onZoom) this.opts.onZoom(i);
   };
@@ -318,8 +328,10 @@
       var names = kids[p].map(function (k) { return o.label(k); }), sx = siblingSuffixes(names);
       kids[p].forEach(function (k, j) { if (sx[names[j]]) suffixes[k] = sx[names[j]]; });
     });
+    var place = {};  // node -> [row, x] of its box, for the arrow keys
     var draw = function (k, x, w, row, cls, fill) {
       var g = el("g", { "class": "cbsite-node " + cls, "data-index": k, transform: "translate(" + x + "," + row * ROW + ")" }, svg);
+      if (k >= 0) place[k] = [row, x];
       el("rect", { width: Math.max(w - 1, 0.5), height: ROW - 2, fill: fill, rx: 2 }, g);
       if (cls.indexOf("estimated") >= 0 || cls.indexOf("failed") >= 0 || cls.indexOf("self") >= 0) {
         el("rect", { width: Math.max(w - 1, 0.5), height: ROW - 2, fill: "url(#cbsite-hatch)", "class": "mark", rx: 2 }, g);
@@ -366,7 +378,17 @@
           // Clicking the zoomed node backs out one level; any other node zooms in.
           if (k === self.zoom && parent[k] >= 0) self.zoomTo(parent[k]); else self.zoomTo(k);
         };
-        g.addEventListener("click", go);
+        g.addEventListener("click", function (e) {
+          // A touch screen has no hover: the first tap on a node shows its numbers, a second tap zooms.
+          if (self.pointer === "touch" && self.armed !== k) {
+            self.armed = k;
+            var r = g.getBoundingClientRect();
+            self._showTip({ clientX: Math.min(e.clientX || r.left, r.right), clientY: r.bottom - 4 }, o.tooltip(k, self._info(k, L)));
+            return;
+          }
+          self.armed = -1;
+          go();
+        });
         g.addEventListener("keydown", function (e) {
           if (e.key === "Enter" || e.key === " ") { e.preventDefault(); go(); self._focus(k); }
         });
@@ -380,6 +402,8 @@
     }
     this.container.appendChild(svg);
     fitLabels(svg);
+    this.place = place;
+    svg.addEventListener("keydown", function (e) { self._key(e); });
     this.svg = svg;
     this.layout = L;
     if (o.onRender) o.onRender(this);
@@ -406,22 +430,54 @@
     tip.style.top = Math.max(4, Math.min(topPx, vh - h - 4)) + "px";
   };
 
+  /* Keys on a focused node: arrows move to the box beside, above (parent) or below (first child); Escape hides
+     the tooltip and backs the zoom out one level. */
+  Icicle.prototype._key = function (e) {
+    var g = e.target && e.target.closest ? e.target.closest("g.cbsite-node") : null;
+    if (!g || !this.place) return;
+    var k = +g.getAttribute("data-index"), parent = this.opts.parent, place = this.place, to = -1;
+    if (e.key === "Escape") {
+      this.tip.hidden = true;
+      if (this.zoom !== 0 && parent[this.zoom] >= 0) { var back = parent[this.zoom]; this.zoomTo(back); this._focus(back); }
+      e.preventDefault();
+      return;
+    }
+    if (!place[k]) return;
+    if (e.key === "ArrowUp") to = parent[k] >= 0 && place[parent[k]] ? parent[k] : -1;
+    else if (e.key === "ArrowDown") {
+      for (var c in place) if (parent[+c] === k && (to < 0 || place[+c][1] < place[to][1])) to = +c;
+    } else if (e.key === "ArrowLeft" || e.key === "ArrowRight") {
+      var right = e.key === "ArrowRight", row = place[k][0], x = place[k][1];
+      for (var d in place) {
+        var p = place[+d];
+        if (+d === k || p[0] !== row || (right ? p[1] <= x : p[1] >= x)) continue;
+        if (to < 0 || (right ? p[1] < place[to][1] : p[1] > place[to][1])) to = +d;
+      }
+    } else return;
+    e.preventDefault();
+    if (to >= 0) this._focus(to);
+  };
+
   /* Keyboard focus back on node k after a redraw (the old element is gone). */
   Icicle.prototype._focus = function (k) {
     var g = this.svg && this.svg.querySelector("g.cbsite-node[data-index='" + k + "']");
     if (g && g.focus) g.focus();
   };
 
+  /* What the tooltip of node k says beside its own row: its share of the parent, its self share, overflow. */
+  Icicle.prototype._info = function (k, L) {
+    var parent = this.opts.parent;
+    return { layout: L, overflow: L ? L.overflow[k] : 0,
+             share: L && parent[k] >= 0 && L.size[parent[k]] > 0 ?
+               L.size[k] / Math.max(L.size[parent[k]], L.childSum[parent[k]]) : null,
+             self: L && L.size[k] > L.childSum[k] && L.childSum[k] > 0 ? (L.size[k] - L.childSum[k]) / L.size[k] : null };
+  };
+
   Icicle.prototype._hover = function (g, k, L) {
     var self = this;
-    var info = function () {
-      return { layout: L, overflow: L ? L.overflow[k] : 0,
-               share: L && self.opts.parent[k] >= 0 && L.size[self.opts.parent[k]] > 0 ?
-                 L.size[k] / Math.max(L.size[self.opts.parent[k]], L.childSum[self.opts.parent[k]]) : null,
-               self: L && L.size[k] > L.childSum[k] && L.childSum[k] > 0 ? (L.size[k] - L.childSum[k]) / L.size[k] : null };
-    };
-    g.addEventListener("mousemove", function (evt) { self._showTip(evt, self.opts.tooltip(k, info())); });
-    g.addEventListener("mouseleave", function () { self.tip.hidden = true; });
+    var info = function () { return self._info(k, L); };
+    g.addEventListener("mousemove", function (evt) { if (self.pointer !== "touch") self._showTip(evt, self.opts.tooltip(k, info())); });
+    g.addEventListener("mouseleave", function () { if (self.pointer !== "touch") self.tip.hidden = true; });
     g.addEventListener("focus", function () {
       var r = g.getBoundingClientRect();
       self._showTip({ clientX: r.left + Math.min(r.width / 2, 40), clientY: r.bottom - 4 }, self.opts.tooltip(k, info()));

@@ -10,10 +10,11 @@
     peak_memory_bytes: { label: "peak memory", fmt: F.bytes }
   };
   /* What bounds a component (cbsite/bound.py); the same colours as the roofline (charts.py BOUND_COLOURS). */
-  var BOUND = { compute: "#1f6fb4", memory: "#d9730d", overhead: "#7f7f7f" };
+  var BOUND = { compute: "#1f6fb4", memory: "#d9730d", overhead: "#7f7f7f", suspect: "#7b3294" };
   var BOUND_HELP = { compute: "MFU at least the bandwidth utilisation: at or above the ridge",
     memory: "bandwidth utilisation above MFU: below the ridge, bound by the (estimated) bytes moved",
-    overhead: "the roofline explains under 10 % of the time (or the device idles over half of it): launches, dispatch, Python" };
+    overhead: "the roofline explains under 10 % of the time (or the device idles over half of it): launches, dispatch, Python",
+    suspect: "MFU or bandwidth utilisation above 100 %: a number beyond its peak is not believed (see the run's warnings)" };
   /* MFU and bandwidth utilisation on absolute 0-100 % scales, each with its own ramp, never scaled to the
      largest value shown: 21 % bandwidth is pale whatever else the drawing holds. */
   var COLOUR = {
@@ -41,14 +42,19 @@
   /* MFU and bandwidth utilisation as text: n/a where FLOPs (bytes) are zero by definition, and MFU
      above 100 % marked as suspect, never shown as the best value (the run's warnings say why). */
   var SUSPECT = "MFU above 100 %: suspect (timing noise, or a peak this run could not confirm); see the warnings under the run's summary";
+  /* Bandwidth above its peak: the bytes are an estimate (every op's inputs and outputs, no cache), so a
+     cache-resident working set, or bytes counted once per rank, read as more than the device can move. */
+  var SUSPECT_BW = "bandwidth utilisation above 100 %: suspect (bytes served from a cache, or counted once per rank, " +
+    "are estimated as moved through memory); see the warnings under the run's summary";
+  var SUSPECT_OF = { mfu: SUSPECT, bandwidth_util: SUSPECT_BW };
   var NUMERATOR = { mfu: "flops", tflops_per_s: "flops", bandwidth_util: "bytes_moved", bandwidth_gbps: "bytes_moved" };
   function utilText(d, phase, key, i) {
-    return F.util(metric(d, phase, key, i), metric(d, phase, NUMERATOR[key], i), key === "mfu");
+    return F.util(metric(d, phase, key, i), metric(d, phase, NUMERATOR[key], i), key in SUSPECT_OF);
   }
   function utilCell(d, phase, key, i, td) {
     var v = metric(d, phase, key, i);
     td.textContent = utilText(d, phase, key, i);
-    if (key === "mfu" && F.suspect(v)) { td.classList.add("cbsite-suspect"); td.title = SUSPECT; }
+    if (key in SUSPECT_OF && F.suspect(v)) { td.classList.add("cbsite-suspect"); td.title = SUSPECT_OF[key]; }
   }
 
   /* A child slower than its parent beyond both intervals: the collector's rule (cbsite/collector/hierarchy.py,
@@ -361,7 +367,7 @@
         ["MFU", utilText(d, phase, "mfu", i)],
         ["bandwidth utilisation", utilText(d, phase, "bandwidth_util", i)],
         ["bound by", boundOf(d, phase, i) || F.DASH]];
-      if (F.suspect(metric(d, phase, "mfu", i))) rows.push(["", SUSPECT, "warn"]);
+      Object.keys(SUSPECT_OF).forEach(function (k) { if (F.suspect(metric(d, phase, k, i))) rows.push(["", SUSPECT_OF[k], "warn"]); });
       var slower = slowerThanParent(d, phase, i);
       if (slower) rows.push(["", "\u26a0 " + slower, "warn"]);
       if (colourSpec && colourSpec.extra) rows.push([colourSpec.label, colourSpec.fmt(colourSpec.value(i))]);
@@ -413,6 +419,7 @@
     var none = span(box, "cbsite-legend-item");
     span(none, "cbsite-swatch", "").style.background = sc.none || window.CbsiteIcicle.fills().none;
     span(none, "", "no value" + (key === "mfu" ? " or MFU above 100 % (suspect: see the run's warnings)" :
+      key === "bandwidth_util" ? " or above 100 % (suspect: see the run's warnings)" :
       key === "bound" ? " (no FLOPs and no bytes)" : ""));
     if (c.legend) span(box, "cbsite-legend-item", c.legend);
   }
@@ -431,9 +438,9 @@
       var c = colours[state.colour];
       if (c.extra) return function (i) { return c.value(i, state.phase); };
       if (state.colour === "bound") return function (i) { return boundOf(d, state.phase, i); };
-      if (state.colour === "mfu") return function (i) {
-        var v = metric(d, state.phase, "mfu", i);
-        return F.suspect(v) || metric(d, state.phase, "flops", i) === 0 ? null : v; };
+      if (state.colour in SUSPECT_OF) return function (i) {
+        var v = metric(d, state.phase, state.colour, i);
+        return F.suspect(v) || metric(d, state.phase, NUMERATOR[state.colour], i) === 0 ? null : v; };
       return function (i) { return metric(d, state.phase, state.colour, i); };
     }
     function opts() {
@@ -518,7 +525,7 @@
     };
   }
   /* The Totals table (the template's, from the root row) for one rank: the root row of that rank's view, in the
-     template's columns and number formats (pages.py filters, format.js). */
+     template's columns and number formats (cbsite/format.py, format.js). */
   function rankTotals(box, d) {
     var r = d.path.indexOf("");
     if (r < 0) return;
@@ -611,7 +618,7 @@
       num("cpu_time_ms", F.ms, "CPU time", "CPU time per forward of the model"),
       hasAny(d, "device_time_ms") ? num("device_time_ms", F.ms, "GPU time", "device time per forward of the model") : null,
       num("bandwidth_gbps", function (v) { return F.isNum(v) ? F.bytes(v * 1e9) + "/s" : F.DASH; }, "bandwidth", "estimated bandwidth (roofline bytes / latency)"),
-      { key: "bandwidth_util", label: "BW util", title: "estimated bandwidth against the peak in the summary (above 100 %: a cache-resident working set)", numeric: true,
+      { key: "bandwidth_util", label: "BW util", title: "estimated bandwidth against the peak in the summary (\u26a0 above 100 %: suspect, a cache-resident working set or bytes counted per rank)", numeric: true,
         value: function (i) { return metric(d, ph(), "bandwidth_util", i); }, cell: function (i, td) { utilCell(d, ph(), "bandwidth_util", i, td); } },
       { key: "bound", label: "bound by", title: "what bounds its time: compute, memory bandwidth or overhead (README: Bound by what)",
         value: function (i) { return boundOf(d, ph(), i); },
@@ -692,8 +699,10 @@
 
   function linkedPath(d) {
     var hash = location.hash;
-    if (hash.indexOf("#component=") === 0) {
-      try { return decodeURIComponent(hash.slice("#component=".length)); } catch (e) { return null; }
+    // #find=PATH: a component's own search entry (run.md.j2), reached without site.js's rewrite to #component=.
+    var key = hash.indexOf("#component=") === 0 ? "#component=" : hash.indexOf("#find=") === 0 ? "#find=" : null;
+    if (key) {
+      try { return decodeURIComponent(hash.slice(key.length)); } catch (e) { return null; }
     }
     var params = new URLSearchParams(location.search);
     var q = (params.get("find") || "").trim();  // the query a search result was clicked from (site.js)
@@ -718,7 +727,7 @@
     var filterTo = function (text) { if (input) { input.value = text; input.dispatchEvent(new Event("input")); } };
     var rowOf = function () { return document.querySelector("#cbsite-table tbody tr[data-index='" + i + "']"); };
     // A middle part searched for lists every component that holds it, where the one opened is on the page shown.
-    var q = location.hash.indexOf("#component=") === 0 ? "" : (new URLSearchParams(location.search).get("find") || "").trim();
+    var q = (new URLSearchParams(location.search).get("find") || "").trim();
     filterTo(q && q !== path && path.toLowerCase().indexOf(q.toLowerCase()) >= 0 ? q : path);
     var row = rowOf();
     if (!row && input && input.value !== path) { filterTo(path); row = rowOf(); }

@@ -96,8 +96,8 @@ def contended(wait_s: float, wall_s: float) -> bool:
     return wait_s > WAIT_SHARE * wall_s + WAIT_ALLOWANCE_S
 
 
-# Under a load that does not go away, every component would spend its three waits in vain (164 s of a
-# 208 s tiny collection beside a busy test suite). After GIVE_UP_AFTER waits in a row that found no quiet,
+# Under a load that does not go away, every component would spend its three waits in vain (most of a small
+# collection's wall beside a busy test suite). After GIVE_UP_AFTER waits in a row that found no quiet,
 # the process stops waiting (rows keep their `contended` flags) and tries again RETRY_AFTER_S later.
 GIVE_UP_AFTER = 3
 RETRY_AFTER_S = 60.0

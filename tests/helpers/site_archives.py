@@ -1,8 +1,5 @@
-"""Fixtures for the site tests: synthetic runs written with the real archive writer.
-
-Import from test files (`from tests.conftest_site import ...` or `from conftest_site import ...`);
-benchmarks/build_scale.py uses `synthetic_run` too.
-"""
+"""Archives for the site tests: synthetic runs written with the real archive writer, the golden archive and a
+hostile run. benchmarks/build_scale.py uses `synthetic_run` too."""
 
 from __future__ import annotations
 
@@ -187,7 +184,7 @@ def synthetic_run(
     return folder
 
 
-# --- small archives built with tests/runfactory.py (exact, deterministic numbers) ------------------
+# --- small archives built with tests/helpers/runfactory.py (exact, deterministic numbers) ------------------
 
 GOLDEN_SPEC = {
     "": {
@@ -200,7 +197,7 @@ GOLDEN_SPEC = {
 
 def golden_runs():
     """Two versions of a small model, v2 with a bigger table (params, FLOPs, peak memory) and a new layer."""
-    from tests.runfactory import make_run
+    from tests.helpers.runfactory import make_run
 
     v1 = make_run(
         GOLDEN_SPEC, model="dlrm", version="v1", run_id="20250101T000000Z-00000a",
@@ -222,7 +219,7 @@ def golden_runs():
 
 
 def write_golden_archive(root: Path) -> Path:
-    from tests.runfactory import write_archive
+    from tests.helpers.runfactory import write_archive
 
     write_archive(root, golden_runs())
     return root
@@ -233,7 +230,7 @@ HOSTILE = '<script>alert("x")</script> & *stars* _under_ [link](http://evil.exam
 
 def write_hostile_run(root: Path) -> Path:
     """A run whose free-text fields and module names carry HTML, Markdown and template syntax."""
-    from tests.runfactory import make_run, write_archive
+    from tests.helpers.runfactory import make_run, write_archive
 
     spec = {"": {"evil<img src=x onerror=alert(1)>": None, "ok": None}}
     run = make_run(
@@ -243,3 +240,12 @@ def write_hostile_run(root: Path) -> Path:
     )
     run.meta["provider"] = {"name": HOSTILE, "args": {HOSTILE: HOSTILE}}
     return write_archive(root, [run])[0]
+
+
+def readable_archive(runs: Path, head_trace_every: int = 0) -> None:
+    """The archive both readability suites build (tests/test_site_readability.py and
+    tests/test_browser_readability.py): the golden runs and two synthetic toy versions, the first with traces
+    and ops."""
+    write_golden_archive(runs)
+    synthetic_run(runs, "toy", "v1", n=60, seed=11, trace_every=5, ops=True)
+    synthetic_run(runs, "toy", "v2", n=64, seed=12, minutes=5, scale=1.3, trace_every=head_trace_every)

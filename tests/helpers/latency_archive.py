@@ -2,7 +2,7 @@
 (`cbsite compare`) between v1 and v3 (not consecutive), written directly with known units, and two more runs
 collected with rounds (samples.parquet) so that their diff is judged on rounds.
 
-    from tests.latency_archive import write_latency_archive, IDS
+    from tests.helpers.latency_archive import write_latency_archive, IDS
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import polars as pl
 
 from cbsite import comparison, schema, stats
-from tests.runfactory import make_run, write_archive
+from tests.helpers.runfactory import make_run, write_archive
 
 SPEC = {"": {"enc": {"enc.a": None, "enc.b": None}, "c": None}}
 IDS = {"v1": "20250201T000000Z-0000a1", "v2": "20250202T000000Z-0000a2", "v3": "20250203T000000Z-0000a3",

@@ -1,6 +1,6 @@
 """Synthetic runs for tests: valid rows, Runs and archives from a small tree spec, and a hypothesis strategy.
 
-    from tests.runfactory import make_rows, make_run, write_archive, trees
+    from tests.helpers.runfactory import make_rows, make_run, write_archive, trees
 
     spec = {"": {"a": {"a.x": None, "a.y": None}, "b": None}}   # full paths as keys; None marks a leaf
     run = make_run(spec, model="m", version="v1",
@@ -469,6 +469,25 @@ def own_metrics() -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
+@st.composite
+def revisions(draw: st.DrawFn) -> tuple[SyntheticTree, SyntheticTree]:
+    """A random base tree and a head that changes leaves, removes a subtree and grafts a new one."""
+    base = draw(trees())
+    head = base
+    for leaf in draw(st.lists(st.sampled_from(base.leaves), unique=True, max_size=3)):
+        head = head.with_metrics(leaf, **draw(leaf_metrics()))
+    removable = [p for p in head.paths if p != ""]
+    if removable and draw(st.booleans()):
+        head = head.without(draw(st.sampled_from(removable)))
+    if head.containers and draw(st.booleans()):
+        sub = draw(trees(max_depth=2))
+        head = head.with_subtree(draw(st.sampled_from(head.containers)), sub, "new")
+    for container in draw(st.lists(st.sampled_from(head.containers), unique=True, max_size=2)) if head.containers else []:
+        if head.metrics[container].get("status") == "measured":
+            head = head.with_metrics(container, flops=draw(st.integers(0, 10**6)))  # its own share changed
+    return base, head
+
+
 __all__ = [
     "BACKWARD_FACTOR",
     "PEAK_BANDWIDTH",
@@ -478,6 +497,7 @@ __all__ = [
     "leaf_metrics",
     "own_metrics",
     "make_rows",
+    "revisions",
     "make_run",
     "trees",
     "write_archive",

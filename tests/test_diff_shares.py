@@ -1,6 +1,7 @@
-"""The diff summary (home, model and diff pages, PR comment) gives a share only where it means something:
-between 0 % and 100 %, never for peak memory (a maximum), never where own changes cancel out (the rule
-`RunDiff.cancelled`, one definition for the summary and the diff page), and it never capitalises a path.
+"""Diff shares: the diff summary (home, model and diff pages, PR comment) and the diff page's tables and charts
+give a share only where it means something: between 0 % and 100 %, never for peak memory (a maximum), never where
+own changes cancel out (the rule `RunDiff.cancelled`, one definition for the summary and the diff page), and the
+summary never capitalises a path.
 
 Once it read "2000000% each, 8000000% together" on the committed dlrm-sharded diff, "most of the peak memory
 growth (56%)" on dlrm, and "Dense_arch.model accounts for 647%" on the demo study."""
@@ -11,13 +12,15 @@ import itertools
 import re
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from cbsite import archive
 from cbsite import diff as cdiff
+from cbsite import gate as cgate
+from cbsite.diffrecord import CANCEL, display_path, short_type
 from cbsite.generator import diffdata
-from tests.runfactory import make_run
-from tests.test_diff import revisions
+from tests.helpers.runfactory import make_run, revisions
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARE = re.compile(r"(-|\u2212)?(\d+)% (each|together|\)|of the)|\((-|\u2212)?(\d+)%\)")
@@ -73,8 +76,8 @@ def test_dlrm_diff_gives_peak_memory_no_share(demo_runs):
     if total:  # named with its type and amount, never a share (peaks are maxima)
         c = _largest_own(rd, "peak_memory_bytes", "forward")
         grew = "growth" if total > 0 else "reduction"
-        assert (f"the largest own forward peak memory {grew} is in {cdiff.display_path(c.path, 'dlrm')} "
-                f"({cdiff._short_type(c.module_type)}, {'+' if total > 0 else chr(0x2212)}") in text
+        assert (f"the largest own forward peak memory {grew} is in {display_path(c.path, 'dlrm')} "
+                f"({short_type(c.module_type)}, {'+' if total > 0 else chr(0x2212)}") in text
     # Shares that add up stay: the eight tied tables.
     assert "8 components tie for the largest part of the parameter memory growth (12% each, 98% together)" in text
 
@@ -90,6 +93,34 @@ def test_every_committed_pair_of_versions_prints_readable_shares(demo_runs):
             assert "Dense_arch" not in text and "accounts for" not in text
             seen += 1
     assert seen >= 4
+
+
+def test_no_shares_where_the_parts_cancel_out(demo_runs):
+    """Tables moved from one rank to another: +2.56 MB here, -2.56 MB there, -32 B net. A share of -32 B is
+    2000000%, so the page gives the amounts and no shares (table column, contributors, their note)."""
+    rd = cdiff.diff_runs(_newest(demo_runs / "dlrm-sharded" / "table-wise"), _newest(demo_runs / "dlrm-sharded" / "row-wise"))
+    cancel = diffdata.cancelled(rd, "param_bytes", "forward")
+    assert cancel is not None and cancel["net"] == "\u221232 B" and cancel["up"] == "+2.56 MB"
+    assert cancel["down"] == "\u22122.56 MB"  # (some tables have no value on a side: not "complete")
+    tops = diffdata.top_rows(rd, "dlrm-sharded")
+    assert tops["param_bytes"] and all(r["share"] is None and r["cancel"] == cancel for r in tops["param_bytes"])
+    files = diffdata.diff_files(rd)
+    for phase in rd.phases:
+        assert set(files[f"diff.{phase}.json"]["share"]["param_bytes"]) == {None}
+    # Every share still given on this page is a number a person can read as a share.
+    for rows in tops.values():
+        assert all(r["share"] is None or abs(r["share"]) <= CANCEL for r in rows)
+    # The charts' data is unchanged: the note is the page's.
+    assert all("cancel" not in v for spec in diffdata.chart_specs(tops).values() for v in spec["data"]["values"])
+
+
+def test_shares_stay_where_the_parts_add_up(demo_runs):
+    """dlrm v1 -> v2: every own change of FLOPs and parameters is a growth, so the shares stay (12.3% each)."""
+    rd = cdiff.diff_runs(_newest(demo_runs / "dlrm" / "v1"), _newest(demo_runs / "dlrm" / "v2"))
+    for metric in ("flops", "param_bytes"):  # static counts: latencies are the measurement's
+        assert diffdata.cancelled(rd, metric, "forward") is None
+    tops = diffdata.top_rows(rd, "dlrm")
+    assert tops["param_bytes"][0]["share"] == pytest.approx(0.1228, abs=1e-3) and tops["flops"][0]["cancel"] is None
 
 
 SPEC = {"": {"a": {"a.x": None, "a.y": None}, "b": None}}
@@ -153,7 +184,7 @@ def test_where_latency_grew_follows_the_verdicts_and_names_each_phase(demo_runs)
     rd = cdiff.diff_runs(base, head)
     evidence = comparison.evidence_for(demo_runs, base, head, {c.path: c.base_path for c in rd.components if c.base_path})
     assert evidence is not None and evidence.paired
-    verdicts, counts = review.root_verdicts(evidence, rd), review.latency_counts(evidence)
+    verdicts, counts = cgate.root_verdicts(evidence, rd), cgate.latency_counts(evidence)
     judged = rd.summary(latency=verdicts, latency_counts=counts)
     where = _where(judged)
     for phase in rd.phases:
@@ -161,7 +192,7 @@ def test_where_latency_grew_follows_the_verdicts_and_names_each_phase(demo_runs)
         clause = f"{phase} latency {'growth' if delta > 0 else 'reduction'}"
         c = _largest_own(rd, "latency_ms", phase, counts)
         if verdicts.get(phase) in ("regressed", "improved") and c is not None:
-            assert clause in where and cdiff.display_path(c.path, "dlrm") in where, (phase, where)
+            assert clause in where and display_path(c.path, "dlrm") in where, (phase, where)
         else:
             assert f"{phase} latency growth" not in where and f"{phase} latency reduction" not in where, (phase, where)
     # Every latency clause names its phase.
@@ -169,7 +200,7 @@ def test_where_latency_grew_follows_the_verdicts_and_names_each_phase(demo_runs)
         where.count(f"{p} latency {w}") for p in rd.phases for w in ("growth", "reduction"))
     assert judged in review.markdown(rd, latency=evidence)
     # A component the comparison found unchanged is never where latency changed, whatever its own difference.
-    unchanged = {k for k, v in evidence.verdicts().items() if v.verdict not in review.CHANGE_VERDICTS}
+    unchanged = {k for k, v in evidence.verdicts().items() if v.verdict not in cgate.CHANGE_VERDICTS}
     for phase in rd.phases:
         for c in rd.top("latency_ms", phase, 100, counts):
             assert (c.path, phase) not in unchanged or c.kind in ("added", "removed")
