@@ -18,7 +18,7 @@ FBGEMM_PKG := fbgemm-gpu-cpu==$(FBGEMM_VERSION)
 endif
 CHROMIUM ?= /usr/bin/chromium
 
-.PHONY: install demo demo-full collect-demo site test test-fast clean-venv clean browser gpu-check docs golden
+.PHONY: install demo demo-full collect-demo site test test-fast lint clean-venv clean browser gpu-check docs golden
 
 install: $(STAMP)
 
@@ -53,8 +53,13 @@ demo: install
 demo-full: install
 	$(VENV)/bin/cbsite demo --full $(DEMO_ARGS)
 
-test: install browser
+test: install browser lint
 	$(PY) -m pytest -q
+
+# The linter and the type checker, configured in pyproject.toml ([tool.ruff], [tool.mypy]); `make test` runs them first.
+lint: install
+	$(VENV)/bin/ruff check cbsite tests benchmarks docs
+	$(VENV)/bin/mypy
 
 # The inner loop: everything but the tests marked slow (over ~20 s each) and the real-browser ones.
 test-fast: install

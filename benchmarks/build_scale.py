@@ -26,10 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cbsite.generator import build_site  # noqa: E402
-from cbsite.generator.cache import default_cache_dir  # noqa: E402
-from cbsite.generator.charts import vega_bundle  # noqa: E402
-from tests.helpers.site_archives import synthetic_run  # noqa: E402
+from cbsite.generator import build_site
+from cbsite.generator.cache import default_cache_dir
+from cbsite.generator.charts import vega_bundle
+from tests.helpers.site_archives import synthetic_run
 
 
 def make_archive(root: Path, runs: int, components: int) -> float:

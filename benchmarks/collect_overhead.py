@@ -368,12 +368,12 @@ def report(result: dict[str, Any]) -> None:
     print(f"| collection wall without the calibrations | {wall - cal:.2f} | |")
     print(f"| collect() end to end (provider build + collection + table) | {cb['end_to_end_s']:.2f} | |")
 
-    p, l, q = pr["plain"], pr["labelled"], pr["profiled"]
+    p, lab, q = pr["plain"], pr["labelled"], pr["profiled"]
     it = pr["iterations"]
     print("\n## torch.profiler alternative (CPU activity, per-module record_function labels)\n")
     print("| per fwd+bwd iteration (median) | forward ms | backward ms | iteration ms (min–max) |")
     print("|---|---:|---:|---:|")
-    for name, s in (("plain", p), ("labels only (hooks, no profiler)", l), ("under torch.profiler + labels", q)):
+    for name, s in (("plain", p), ("labels only (hooks, no profiler)", lab), ("under torch.profiler + labels", q)):
         print(f"| {name} | {s['forward_ms']:.2f} | {s['backward_ms']:.2f} | "
               f"{s['iteration_ms']:.2f} ({s['iteration_min_ms']:.2f}–{s['iteration_max_ms']:.2f}) |")
     w = pr["wall_s"]
@@ -395,14 +395,14 @@ def report(result: dict[str, Any]) -> None:
 
     print("\n## Ratios measured in this run\n")
     extra_ms = q["iteration_ms"] - p["iteration_ms"]
-    prof_only_ms = q["iteration_ms"] - l["iteration_ms"]
+    prof_only_ms = q["iteration_ms"] - lab["iteration_ms"]
     root_bwd = cb["backward"].get("", {}).get("latency_ms")
     rows = [
         ("collection wall / timed floor", f"{wall / timed:.2f}×" if timed else "n/a"),
         ("collection wall without the calibrations / timed floor", f"{(wall - cal) / timed:.2f}×" if timed else "n/a"),
         ("timed floor / collection wall", f"{timed / wall:.0%}"),
         ("profiler fwd+bwd per iteration / plain", f"{q['iteration_ms'] / p['iteration_ms']:.2f}×"),
-        ("labels only fwd+bwd per iteration / plain", f"{l['iteration_ms'] / p['iteration_ms']:.2f}×"),
+        ("labels only fwd+bwd per iteration / plain", f"{lab['iteration_ms'] / p['iteration_ms']:.2f}×"),
         ("profiler + labels overhead per recorded event", f"{extra_ms * 1e3 / pr['events_per_iteration']:.1f} µs"),
         ("profiler + labels overhead per aten op", f"{extra_ms * 1e3 / pr['aten_ops_per_iteration']:.1f} µs"),
         ("profiler alone (vs labels only) per recorded event", f"{prof_only_ms * 1e3 / pr['events_per_iteration']:.1f} µs"),

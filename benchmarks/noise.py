@@ -36,15 +36,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import polars as pl  # noqa: E402
+import polars as pl
 
-from cbsite import stats  # noqa: E402
-from cbsite.collector import CollectConfig  # noqa: E402
-from cbsite.collector.collect import collect  # noqa: E402
-from cbsite.collector.request import CollectRequest  # noqa: E402
-from cbsite.collector.session.scheduler import plan_jobs, run_jobs  # noqa: E402
-from cbsite.collector.session.spec import ArmSpec, ProcessJob, Task  # noqa: E402
-from cbsite.comparison import paired_units  # noqa: E402
+from cbsite import stats
+from cbsite.collector import CollectConfig
+from cbsite.collector.collect import collect
+from cbsite.collector.request import CollectRequest
+from cbsite.collector.session.scheduler import plan_jobs, run_jobs
+from cbsite.collector.session.spec import ArmSpec, ProcessJob, Task
+from cbsite.comparison import paired_units
 
 PROVIDER = "benchmarks.planted:dlrm"
 

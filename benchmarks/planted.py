@@ -27,7 +27,7 @@ class PlantedLinear(nn.Linear):
 
     extra_weight: nn.Parameter
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D401
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = torch.cat([self.weight, self.extra_weight])
         return F.linear(x, weight)[..., : self.out_features] + self.bias
 

@@ -68,7 +68,7 @@ def main() -> None:
             results[name] = (wall, figures(root))
             print(f"{name:20s} {wall:6.1f} s  {4 / wall * 60:5.2f} points/min", flush=True)
     base = results["1 worker"][1]
-    for name, (wall, figs) in results.items():
+    for name, (_wall, figs) in results.items():
         if name == "1 worker":
             continue
         fwd = statistics.median(figs[k]["fwd_ms"] / base[k]["fwd_ms"] for k in base)

@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cbsite.collector import CollectConfig  # noqa: E402
-from cbsite.collector.collect import collect  # noqa: E402
-from cbsite.collector.request import CollectRequest  # noqa: E402
+from cbsite.collector import CollectConfig
+from cbsite.collector.collect import collect
+from cbsite.collector.request import CollectRequest
 
 
 def _config(threads: int, rounds: int) -> CollectConfig:

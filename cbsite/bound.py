@@ -55,7 +55,7 @@ def classify_columns(mfu: Sequence[Any], bandwidth_util: Sequence[Any], latency_
 
 def peaks(meta: Mapping[str, Any]) -> tuple[float | None, float | None]:
     """The run's peak FLOP/s (for its dtype) and peak bytes/s, as its ratios were computed with."""
-    device = meta.get("device") if isinstance(meta.get("device"), Mapping) else {}
+    device = d if isinstance(d := meta.get("device"), Mapping) else {}
     flops = device.get("peak_flops")
     peak_flops = _num(flops.get(meta.get("dtype"))) if isinstance(flops, Mapping) else _num(flops)
     return peak_flops, _num(device.get("peak_bandwidth"))

@@ -90,7 +90,7 @@ class Side:
         calls = [max(c or 0, 1) for c in col["call_count"]]  # a never-called container counts once
         totals: dict[str, list[Any]] = {}
         for m in DIFF_METRICS:
-            values = [None if v is None or v != v else v for v in col[m]]  # NaN is missing too  # noqa: PLR0124
+            values = [None if v is None or v != v else v for v in col[m]]  # NaN is missing too
             if m in PER_CALL_METRICS:
                 values = [None if v is None else v * c for v, c in zip(values, calls)]
             totals[m] = values

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import decimal
 import math
-from typing import Any
+from typing import Any, TypeGuard
 
 DASH = "\u2013"  # what an unknown number is shown as on the site
 MINUS = "\u2212"  # typographic minus, as in "−12%"
 PREFIXES = ("", "k", "M", "G", "T", "P", "E")
 
 
-def finite(value: Any) -> bool:
+def finite(value: Any) -> TypeGuard[float]:
     """A real number that can be written (not None, not a bool, not NaN or infinite)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -67,7 +67,7 @@ def counts(meta: dict[str, Any]) -> str:
     """A run's components by the status their rows carry, then its failed (component, phase) measurements, which
     the rows show as failed, or as estimated from the children with the error kept:
     "12 measured, 3 estimated, 0 failed, 0 skipped; 4 measurements failed"."""
-    by_status = meta.get("counts") if isinstance(meta.get("counts"), dict) else {}
+    by_status = c if isinstance(c := meta.get("counts"), dict) else {}
     text = ", ".join(f"{by_status.get(s, 0)} {s}" for s in ("measured", "estimated", "failed", "skipped"))
     failed = meta.get("failed_measurements")
     if isinstance(failed, int) and failed:

@@ -208,10 +208,10 @@ def _estimate_paired(rows: Sequence[Sequence[float]], alpha: float) -> list[_Est
                 less = _st.ttest_1samp(Y, 0.0, axis=1, alternative="less")
                 ci95 = two.confidence_interval(0.95)
                 cieq = two.confidence_interval(1.0 - 2.0 * alpha)
-            for j, k in enumerate(np.flatnonzero(live)):
-                res[k] = (float(greater.pvalue[j]), float(less.pvalue[j]),
-                          (float(ci95.low[j]), float(ci95.high[j])),
-                          (float(cieq.low[j]), float(cieq.high[j])))
+            for j, row in enumerate(np.flatnonzero(live)):
+                res[int(row)] = (float(greater.pvalue[j]), float(less.pvalue[j]),
+                            (float(ci95.low[j]), float(ci95.high[j])),
+                            (float(cieq.low[j]), float(cieq.high[j])))
         for k, i in enumerate(idx):
             m = float(mean[k])
             est = _Estimate(True, n, mean=m, spread=float(sd[k]), df=float(n - 1))
@@ -259,10 +259,10 @@ def _estimate_unpaired(rows: Sequence[tuple[Sequence[float], Sequence[float]]],
                 less = _st.ttest_ind(H[live], B[live], axis=1, equal_var=False, alternative="less")
                 ci95 = two.confidence_interval(0.95)
                 cieq = two.confidence_interval(1.0 - 2.0 * alpha)
-            for j, k in enumerate(np.flatnonzero(live)):
-                res[k] = (float(greater.pvalue[j]), float(less.pvalue[j]),
-                          (float(ci95.low[j]), float(ci95.high[j])),
-                          (float(cieq.low[j]), float(cieq.high[j])), float(two.df[j]))
+            for j, row in enumerate(np.flatnonzero(live)):
+                res[int(row)] = (float(greater.pvalue[j]), float(less.pvalue[j]),
+                            (float(ci95.low[j]), float(ci95.high[j])),
+                            (float(cieq.low[j]), float(cieq.high[j])), float(two.df[j]))
         for k, i in enumerate(idx):
             est = _Estimate(False, min(nb, nh), mean=float(mean[k]), spread=float(spread[k]))
             if k in res:
@@ -278,6 +278,7 @@ def _estimate_unpaired(rows: Sequence[tuple[Sequence[float], Sequence[float]]],
 
 def _zero_spread(est: _Estimate) -> None:
     m = est.mean
+    assert m is not None  # both estimators set the mean of every estimate they judge
     est.spread = 0.0
     est.p_regressed = 0.0 if m > 0 else 1.0
     est.p_improved = 0.0 if m < 0 else 1.0
@@ -293,6 +294,7 @@ def _needed(est: _Estimate, alpha_effect: float, alpha: float, delta: float) -> 
     in n; the normal quantile (below every t quantile) gives a lower bound to start the scan from, so
     only a few t quantiles are ever computed.
     """
+    assert est.mean is not None and est.spread is not None  # a judged estimate (see `_decide`)
     m, s = abs(est.mean), est.spread
     if m >= delta:
         q, margin = 1.0 - alpha_effect, m
@@ -338,6 +340,7 @@ def _t_sum(q: float, df: float) -> float:
 def _detectable(est: _Estimate, alpha_effect: float) -> float | None:
     if est.zero_spread:
         return 0.0
+    assert est.df is not None and est.spread is not None  # a judged estimate (see `_decide`)
     width = _t_sum(1.0 - alpha_effect, est.df) * est.spread / math.sqrt(est.n)
     return float(math.expm1(width))
 
@@ -350,6 +353,9 @@ def _decide(est: _Estimate, p_reg: float | None, p_imp: float | None, *, alpha: 
                        est.not_judged)
     delta = math.log1p(floor)
     m, n, unit = est.mean, est.n, est.unit
+    # Judged: the estimators (or `_zero_spread`) set every figure, and judged estimates' p-values are numbers.
+    assert m is not None and est.ci95 is not None and est.ci_equiv is not None
+    assert p_reg is not None and p_imp is not None
     ratio = math.exp(m)
     lo, hi = est.ci95
     elo, ehi = est.ci_equiv
@@ -432,12 +438,12 @@ def holm(pvalues: Sequence[float | None]) -> list[float | None]:
     (they do not count in m) and come back as they went in.
     """
     values = list(pvalues)
-    live = [i for i, p in enumerate(values) if p is not None and not math.isnan(p)]
+    live = {i: float(p) for i, p in enumerate(values) if p is not None and not math.isnan(p)}
     m = len(live)
     out: list[float | None] = list(values)
     running = 0.0
-    for rank, i in enumerate(sorted(live, key=lambda i: values[i])):
-        p = float(values[i])
+    for rank, i in enumerate(sorted(live, key=lambda i: live[i])):
+        p = live[i]
         if p < 0.0 or p > 1.0:
             raise ValueError(f"p-value out of [0, 1]: {p!r}")
         running = max(running, min(1.0, (m - rank) * p))

@@ -67,7 +67,9 @@ class Point:
 
 def split_values(text: str) -> list[str]:
     """Split at commas outside brackets, braces and quotes: ``1,[2,3],"a,b"`` -> ``1``, ``[2,3]``, ``"a,b"``."""
-    parts, depth, quote, current = [], 0, None, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth, quote = 0, None
     for ch in text:
         if quote:
             current.append(ch)
@@ -331,12 +333,12 @@ def done_points(root: str | os.PathLike[str], study: Study) -> dict[str, dict[st
             continue  # an unreadable run is not a done point: it runs again
         tags = meta.get("tags") or []
         if study_tag(study.name) in tags and point_tag(ref.version) in tags:
-            provider = meta.get("provider") if isinstance(meta.get("provider"), dict) else {}
+            provider = p if isinstance(p := meta.get("provider"), dict) else {}
             differing.update(_differing(study, points[ref.version], provider))
             out[ref.version] = {"run_id": ref.run_id, "path": str(ref.path)}
     previous = read_record(root, study.name)
     if previous is not None:
-        recorded = previous.get("base_options") if isinstance(previous.get("base_options"), dict) else {}
+        recorded = b if isinstance(b := previous.get("base_options"), dict) else {}
         for key in sorted(set(recorded) - set(study.base_options)):
             differing.setdefault(key, (recorded[key], _ABSENT))
         if previous.get("provider") not in (None, study.provider) and any(
@@ -361,7 +363,7 @@ def _differing(study: Study, point: Point, provider: Mapping[str, Any]) -> dict[
     """key -> (recorded, given) where a point's run (its run.json `provider`) differs from what this sweep gives it.
     The run records the provider's effective options (defaults too): only the keys this sweep gives are compared."""
     out: dict[str, tuple[Any, Any]] = {}
-    recorded = provider.get("options") if isinstance(provider.get("options"), dict) else {}
+    recorded = o if isinstance(o := provider.get("options"), dict) else {}
     for key, value in study.options_of(point).items():
         was = recorded.get(key, _ABSENT)
         if was is _ABSENT or _canonical(was) != _canonical(value):

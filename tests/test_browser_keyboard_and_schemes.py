@@ -119,7 +119,7 @@ def test_icicle_arrow_keys_and_escape(committed_site, page):
 
 
 def test_system_dark_preference_picks_the_dark_scheme(tmp_path, browser):
-    from tests.conftest_site import write_golden_archive
+    from tests.helpers.site_archives import write_golden_archive
 
     runs = write_golden_archive(tmp_path / "runs")
     built = build_site(runs, tmp_path / "site", config=DEFAULTS_FILE, quiet=True)

@@ -294,7 +294,7 @@ def _decomposes_element_wise(func: Any, args: tuple[Any, ...], kwargs: dict[str,
     seen: list[Any] = []
 
     class _Record(TorchDispatchMode):
-        def __torch_dispatch__(self, f, types, a=(), k=None):  # type: ignore[override]
+        def __torch_dispatch__(self, f, types, a=(), k=None):
             seen.append(f)
             return f(*a, **(k or {}))
 
@@ -403,7 +403,7 @@ class _CensusMode(TorchDispatchMode):
         self.census = census
         self.formulas = formulas
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[override]
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func in METADATA_QUERIES:  # a fake tensor's `.device` reaches the dispatcher; a real one's never does
             return func(*args, **kwargs)

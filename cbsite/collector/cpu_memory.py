@@ -68,6 +68,7 @@ def cpu_peak(fn: Callable[[], Any], excluded: Callable[[], Collection[int]] | No
             fn()
         from torch.profiler._memory_profiler import OpTree
 
+        assert prof.profiler is not None and prof.profiler.kineto_results is not None  # set once the profile ran
         peak = peak_allocated(allocation_nodes(OpTree(prof.profiler.kineto_results)), excluded() if excluded else ())
         del prof
     return peak

@@ -263,7 +263,7 @@ def describe_device(
     num_threads = torch.get_num_threads()
     info: dict[str, Any] = {"kind": device.type, "num_threads": num_threads}
     flops = bandwidth = None
-    source = {"flops": None, "bandwidth": None}
+    source: dict[str, str | None] = {"flops": None, "bandwidth": None}
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
         info.update(name=name, count=torch.cuda.device_count())

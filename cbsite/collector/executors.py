@@ -78,7 +78,7 @@ def run_point(job: PointJob) -> dict[str, Any]:
             os._exit(0)
         path = run.save(job.root)
         result.update(status="done", run_id=run.run_id, path=str(path), error=None)
-    except BaseException as exc:  # noqa: BLE001 - a failing point is recorded, the others go on
+    except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt):
             raise
         result.update(status="failed", error=f"{type(exc).__name__}: {exc}"[:2000],

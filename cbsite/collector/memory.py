@@ -402,8 +402,8 @@ class MemoryLimit:
             return self
         now = data_bytes()
         if self.asked is not None:
-            needed = None if now is None else now + OWN_WORK_BYTES
-            if needed is not None and self.asked < needed:
+            if now is not None and self.asked < now + OWN_WORK_BYTES:
+                needed = now + OWN_WORK_BYTES
                 # Refused before any measurement: a cap this close to what the process holds crashed cbsite itself
                 # (a segfault, an abort, a MemoryError in its bookkeeping), not the component that asked for more.
                 raise CbsiteError(

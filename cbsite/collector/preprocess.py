@@ -25,7 +25,7 @@ from cbsite.errors import CbsiteError
 Record = dict[str, Any]
 
 
-def _kjt_type() -> type | None:
+def _kjt_type() -> type[Any] | None:
     """torchrec's KeyedJaggedTensor if torchrec is loaded, else None.
 
     torchrec takes seconds to import and a transformer user may not have it; and an input can only be
@@ -62,7 +62,12 @@ def _map_inputs(inputs: Inputs, fn: Callable[[Any, str], Any]) -> Inputs:
 
 def _leaves(inputs: Inputs) -> list[tuple[str, Any]]:
     found: list[tuple[str, Any]] = []
-    _map_inputs(inputs, lambda leaf, path: found.append((path, leaf)) or leaf)
+
+    def keep(leaf: Any, path: str) -> Any:
+        found.append((path, leaf))
+        return leaf
+
+    _map_inputs(inputs, keep)
     return found
 
 
@@ -308,7 +313,7 @@ def _note(paths: list[str], path: str) -> None:
         paths.append(path)
 
 
-def _is_fixed_stride_kjt(leaf: Any, kjt_type: type | None) -> bool:
+def _is_fixed_stride_kjt(leaf: Any, kjt_type: type[Any] | None) -> bool:
     # A variable-stride KJT has a batch size per key (and per rank): no single dim to tile.
     return kjt_type is not None and isinstance(leaf, kjt_type) and not leaf.variable_stride_per_key()
 
@@ -321,7 +326,7 @@ def batch_size_of(batch: Inputs) -> int | None:
         return None
 
 
-def _detect_batch_size(batch: Inputs, kjt_type: type | None) -> int:
+def _detect_batch_size(batch: Inputs, kjt_type: type[Any] | None) -> int:
     candidates: list[int] = []
     for _, leaf in _leaves(batch):
         if isinstance(leaf, torch.Tensor) and leaf.dim() > 0:

@@ -54,7 +54,7 @@ def prepare(request: CollectRequest) -> Prepared:
         provided = provide(request.provider, dict(request.options), batches=request.batches, seed=request.seed)
     except CbsiteError:
         raise
-    except Exception as exc:  # noqa: BLE001 - the user's provider raised: one line, the traceback in a file
+    except Exception as exc:
         raise user_code_error(f"the provider {request.provider!r}", exc, "provider") from exc
     model, inputs = provided.model, list(provided.inputs)
     steps: list[dict[str, Any]] = []

@@ -76,7 +76,11 @@ def _spill(kept: dict[int, _Tensor], folder: Path) -> Path:
 
 
 def _put_back(kept: _Tensor, spilled: dict[str, torch.Tensor] | None = None) -> None:
-    values = kept.values if kept.values is not None else spilled[kept.key]
+    if kept.values is not None:
+        values = kept.values
+    else:
+        assert spilled is not None, "values are None only when spilled, and then the file's tensors are given"
+        values = spilled[kept.key]
     grad_values = kept.grad_values if spilled is None else spilled.get(kept.key + ".grad")
     with torch.no_grad():
         kept.data.copy_(values)  # same dtype: a bitwise copy
@@ -134,7 +138,7 @@ def preserved(model: nn.Module) -> Iterator[None]:
     spill = sum(_nbytes(t) for t in unique.values()) > SPILL_BYTES
     kept = {i: _keep(t, str(n), spill) for n, (i, t) in enumerate(unique.items())}
     with tempfile.TemporaryDirectory(prefix="cbsite-preserved-") if spill else contextlib.nullcontext() as folder:
-        path = _spill(kept, Path(folder)) if spill else None
+        path = _spill(kept, Path(folder)) if folder is not None else None  # a folder only when spilling
         try:
             yield
         finally:

@@ -199,8 +199,8 @@ def _comparisons_by_model(catalog: Catalog, diffs: list[_DiffEntry]) -> dict[str
         entry = by_pair.get((record["base"]["run_id"], record["head"]["run_id"]))
         if entry is None:
             continue
-        summary = record.get("summary") if isinstance(record.get("summary"), dict) else {}
-        verdicts = summary.get("verdicts") if isinstance(summary.get("verdicts"), dict) else {}
+        summary = s if isinstance(s := record.get("summary"), dict) else {}
+        verdicts = v if isinstance(v := summary.get("verdicts"), dict) else {}
         item = {"id": record.get("comparison_id"), "created_at": record.get("created_at"), "entry": entry,
                 "layout": record.get("layout"), "processes": record.get("processes"), "threads": record.get("threads"),
                 "counts": {k: verdicts[k] for k in stats.VERDICTS if isinstance(verdicts.get(k), int) and verdicts[k]},

@@ -50,7 +50,7 @@ def _construct_tagged(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> 
 
 
 _Loader.add_multi_constructor("!", _construct_tagged)
-_Loader.add_multi_constructor("tag:yaml.org,2002:python/", lambda l, s, n: _construct_tagged(l, s, n))
+_Loader.add_multi_constructor("tag:yaml.org,2002:python/", lambda loader, suffix, node: _construct_tagged(loader, suffix, node))
 
 
 class _Dumper(yaml.SafeDumper):

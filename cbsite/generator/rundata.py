@@ -177,11 +177,11 @@ def components_json(run: Run, warnings: list[str],
         for i in where:
             has_row[i] = True
 
-        def aligned(values: list[Any]) -> list[Any]:
-            if len(where) == n and where == list(range(n)):
+        def aligned(values: list[Any]) -> list[Any]:  # used within this iteration only
+            if len(where) == n and where == list(range(n)):  # noqa: B023
                 return values
             out: list[Any] = [None] * n
-            for i, v in zip(where, values):
+            for i, v in zip(where, values):  # noqa: B023
                 out[i] = v
             return out
 
@@ -334,7 +334,7 @@ def key_facts(comps: dict[str, Any]) -> dict[str, Any]:
             if sp:
                 root = cols["compile_speedup"][0] if comps["path"][0] == "" else None
                 ordered = sorted(sp, key=lambda t: (-t[0], t[1]))
-                pick = lambda items: [{"path": label(i), "speedup": v, "compiled_ms": cols["compiled_latency_ms"][i]}  # noqa: E731
+                pick = lambda items: [{"path": label(i), "speedup": v, "compiled_ms": cols["compiled_latency_ms"][i]}  # noqa: E731, B023
                                       for v, i in items if i != 0]
                 out["compile"][phase] = {"model": root, "best": pick(ordered[:COMPILE_N + 1])[:COMPILE_N],
                                          "worst": pick(ordered[::-1][:COMPILE_N + 1])[:COMPILE_N]}

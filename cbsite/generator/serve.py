@@ -18,7 +18,7 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
     extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map, ".gz": "application/gzip",
                       ".json": "application/json", ".parquet": "application/octet-stream"}
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the stdlib's name
+    def log_message(self, format: str, *args: object) -> None:
         pass  # quiet: one line per request would drown the URL we print
 
 

@@ -149,8 +149,8 @@ def point_figures(run: Run) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     root = {r["phase"]: r for r in rows.filter(pl.col("path") == "").to_dicts()}
     fwd, bwd = root.get("forward", {}), root.get("backward", {})
-    step = run.meta.get("step") if isinstance(run.meta.get("step"), dict) else {}
-    train = step.get("train") if isinstance(step.get("train"), dict) else {}
+    step = st if isinstance(st := run.meta.get("step"), dict) else {}
+    train = t if isinstance(t := step.get("train"), dict) else {}
     fwd_ms = fwd.get("latency_ms")
     model = {
         "latency_forward_ms": fwd_ms, "latency_backward_ms": bwd.get("latency_ms"),
@@ -159,7 +159,7 @@ def point_figures(run: Run) -> dict[str, dict[str, Any]]:
         "peak_memory_bytes": fwd.get("peak_memory_bytes"), "param_bytes": fwd.get("param_bytes"),
     }
     out[MODEL] = model
-    ev = step.get("eval") if isinstance(step.get("eval"), dict) else {}
+    ev = e if isinstance(e := step.get("eval"), dict) else {}
     for name, record in ((TRAIN, train), (EVAL, ev)):
         if record.get("status") == "measured":
             out[name] = {"step_examples_per_s": record.get("examples_per_s")}
@@ -231,8 +231,8 @@ def chart_specs(view: StudyView, records: list[dict[str, Any]]) -> dict[str, dic
             # Panels in the grid's order of the other axes' values (sparse_features=4 before 16), not as text.
             grid = [", ".join(f"{o}={_axis_text(v)}" for o, v in zip(others, combo)) or "all points"
                     for combo in itertools.product(*[a["values"] for a in view.axes if a["key"] != key])]
-            held = {r["held"] for r in rows}
-            panels = [h for h in grid if h in held] + sorted(held - set(grid))
+            held_all = {r["held"] for r in rows}
+            panels = [h for h in grid if h in held_all] + sorted(held_all - set(grid))
             colours = series_colours(view.series, metric)
             specs[f"{key}|{metric}"] = {scale: _spec(rows, key, metric, title, numeric, order, panels, scale == "log", colours)
                                         for scale in ("linear", "log")}

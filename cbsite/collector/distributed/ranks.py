@@ -168,7 +168,7 @@ def _renumber(rows: list[dict[str, Any]]) -> None:
     """Dense pre-order indices again (pieces were slotted in at fractional positions); one order per path."""
     orders = sorted({(r["order"], r["path"]) for r in rows})
     index: dict[str, int] = {}
-    for order, path in orders:
+    for _order, path in orders:
         index.setdefault(path, len(index))
     for r in rows:
         r["order"] = index[r["path"]]

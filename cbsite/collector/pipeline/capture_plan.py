@@ -27,7 +27,7 @@ def _captured(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], g
     """The capture of one batch; a forward that raises is the user's to fix: one line, the traceback in a file."""
     try:
         return capture(model, args, kwargs, grad=grad, keep_bytes=keep_bytes, stop_past_keep=stop_past_keep)
-    except Exception as exc:  # noqa: BLE001 - the user's model, not cbsite
+    except Exception as exc:
         raise forward_error(exc, index) from exc
 
 
@@ -160,7 +160,7 @@ class GroupedCaptures:
                     cap = capture(self.model, args, kwargs, grad=self.grad, census=False,
                                   paths=None if group is None else wanted,
                                   stop_after=None if group is None else {p: self.counts.get(p, 0) for p in wanted})
-                except Exception as exc:  # noqa: BLE001 - after a real census forward, only memory can differ
+                except Exception as exc:
                     self.held = {}
                     if memory.is_out_of_memory(exc) and self.whole_forward_ran:
                         raise CaptureOutOfMemory(error_text(exc)) from exc
@@ -190,7 +190,7 @@ class GroupedCaptures:
         try:
             cap = capture(self.model, (), {}, grad=self.grad, census=False, paths=wanted,
                           stop_after={p: self.counts.get(p, 0) for p in wanted}, through=through)
-        except Exception as exc:  # noqa: BLE001 - the user's modules, replayed on their own
+        except Exception as exc:
             if memory.is_out_of_memory(exc) and self.whole_forward_ran:
                 self.held = {}
                 raise CaptureOutOfMemory(error_text(exc)) from exc

@@ -199,7 +199,7 @@ def measure_components(model: nn.Module, batches: Sequence[Batch], config: Colle
             name = comp.path or model_name
             progress.update(task, description=f"{escape(name)} · capturing inputs")
             try:
-                per_batch = captures.calls(comp.path, lambda: [c.path for c in order[position:] if planned_to_measure(c)])
+                per_batch = captures.calls(comp.path, lambda: [c.path for c in order[position:] if planned_to_measure(c)])  # noqa: B023 - called now
                 raisers.step("capture", comp.path)
             except CaptureOutOfMemory as exc:
                 why = f"{memory.OOM_PREFIX}: capturing its inputs alone did not fit ({exc})"

@@ -55,7 +55,7 @@ def more_rounds(model: nn.Module, batches: Sequence[Batch], config: CollectConfi
             payload = folder / "payload.pt"
             try:
                 torch.save({"model": model, "batches": list(batches)}, payload)
-            except Exception as exc:  # noqa: BLE001 - a model the workers cannot receive is the user's to fix
+            except Exception as exc:
                 raise CbsiteError(
                     f"--rounds {config.rounds} sends the model to fresh worker processes, but it cannot be pickled "
                     f"({type(exc).__name__}: {exc}); define its classes at module level (no lambdas or local "

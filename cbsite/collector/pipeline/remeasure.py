@@ -49,7 +49,7 @@ class Remeasure:
                                          self.census.saved_bytes.get(path))
         except (CaptureOutOfMemory, MemoryError, CbsiteError):  # a model that no longer runs: nothing re-measured
             return None
-        except Exception as exc:  # noqa: BLE001 - measured once already; an allocation failure now is memory
+        except Exception as exc:
             if memory.is_out_of_memory(exc):
                 return None
             raise

@@ -94,8 +94,8 @@ def allocations(snapshot: dict[str, Any], device: int) -> tuple[list[_Alloc], in
             open_by_addr[a.addr] = a
             allocs.append(a)
         elif action in ("free_requested", "free_completed"):
-            a = open_by_addr.pop(int(e["addr"]), None)
-            if a is None:
+            freed = open_by_addr.pop(int(e["addr"]), None)
+            if freed is None:
                 if action == "free_completed":
                     continue  # the second half of a free already counted at free_requested
                 # Freed but never allocated while recording: it was live from the start.
@@ -104,7 +104,7 @@ def allocations(snapshot: dict[str, Any], device: int) -> tuple[list[_Alloc], in
                 allocs.append(a)
             else:
                 t += 1
-                a.end = t
+                freed.end = t
         elif action == "oom":
             ooms.append({"at": t, "size": int(e.get("size", 0)), "free": int(e.get("device_free", 0))})
     for addr, size, frames, cat in _blocks_at_end(snapshot, device):
@@ -187,7 +187,7 @@ def timeline(snapshot: dict[str, Any], *, device: int | None = None, max_blocks:
     frames: list[list[str]] = []
     frame_ids: dict[tuple[str, ...], int] = {}
     categories: list[str] = []
-    blocks = []
+    blocks: list[dict[str, Any]] = []
     for a, pts in zip(drawn, steps):
         if a.frames not in frame_ids:
             frame_ids[a.frames] = len(frames)

@@ -47,7 +47,7 @@ class GraphCycle:
         self.batches = batches
         self.index = index  # the batch of `first` (a graph the forward phase left, ComponentMeasurement.held)
         self.start = index  # the turn starts there
-        self.graph: Graph | None = first
+        self.graph: Graph = first
         self.switches = 0
         self.build_s = 0.0  # untimed seconds spent building graphs between blocks
 
@@ -61,7 +61,7 @@ class GraphCycle:
         if wanted == self.index:
             return False
         t0 = time.perf_counter()
-        self.graph = None  # freed first: never two graphs at once
+        self.graph = None  # type: ignore[assignment]  # freed first: never two graphs at once; build() sets it
         self.graph = self.build(wanted)
         self.build_s += time.perf_counter() - t0
         self.index = wanted
@@ -92,14 +92,15 @@ class FreshGraphs:
             self.built, self.graph = first[0] + 1, first[1]
         self.build_s = 0.0  # untimed seconds spent building graphs between blocks
 
-    def _ready(self) -> None:
+    def _ready(self) -> Graph:
         if self.graph is None:
             self.graph = self.build(self.built % self.batches)
             self.built += 1
+        return self.graph
 
     def __call__(self) -> Any:
-        self._ready()  # only outside timed blocks (a warm-up call): before_block built the graph of a timed one
-        graph, self.graph = self.graph, None
+        graph = self._ready()  # builds only outside timed blocks (a warm-up call): before_block built a timed one's
+        self.graph = None
         return _grad_freeing(graph)
 
     def before_block(self, index: int, expected: int) -> None:
