@@ -31,7 +31,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install --quiet $(FBGEMM_PKG)
 	$(PIP) install --quiet --no-deps torchrec==$(TORCHREC_VERSION)
 	$(PIP) install --quiet tensordict torchmetrics==1.0.3 tqdm pyre-extensions iopath
-	# The collect extra's other dependency (torch and torchrec are pinned above): submitit for study sweeps.
+	# The collect extra's other dependency (torch is pinned above, as is torchrec, the torchrec extra's): submitit.
 	$(PIP) install --quiet 'submitit>=1.5'
 	$(PIP) install --quiet -e '.[dev,site]'
 	touch $(STAMP)
@@ -68,7 +68,7 @@ test-fast: install
 # Every golden file regenerated (the generator's pages, the review summary, the collector's records without timings);
 # review the result with `git diff tests/golden/`.
 golden: install
-	CBSITE_REGEN_GOLDEN=1 $(PY) -m pytest -q tests/test_generator_golden.py tests/test_review.py tests/test_golden_collect.py
+	CBSITE_REGEN_GOLDEN=1 $(PY) -m pytest -q tests/test_generator_golden.py tests/test_review.py tests/test_pr_comment.py tests/test_golden_collect.py
 
 # The manual (docs/, mkdocs.manual.yml) into build/manual, strictly: a broken link, a missing page or an
 # undocumented column fails the build. It includes the demo archive's reports through cbsite's MkDocs plugin.

@@ -1,3 +1,3 @@
-from cbsite.cli import main
+from cbsite.cli import run
 
-raise SystemExit(main())
+run()

@@ -87,7 +87,7 @@ def _diff_phase_numpy(phase: str, base: Side, head: Side, bn: Numbers, hn: Numbe
     width_known = ~bn.width_missing[at.b_i] & ~hn.width_missing[at.h_i]
     latency_noise = (at.on_h & at.on_b & ~dlm & (dl != 0) & width_known
                      & (np.abs(dl) <= bn.width[at.b_i] + hn.width[at.h_i]))
-    totals, root_delta = _numpy_totals(bn, hn, d, latency_noise)
+    totals, root_delta = _numpy_totals(bn, hn, d, latency_noise, np.asarray(_counted(pairs, base, head)))
     kind = _numpy_kinds(bn, hn, d, at, moved, latency_noise)
     return totals, _numpy_components(phase, base, head, at, d, kind, latency_noise, root_delta)
 
@@ -130,8 +130,8 @@ def _numpy_peak_own(d: _Deltas, parent: np.ndarray) -> None:
     d.own_missing["peak_memory_bytes"] = dm
 
 
-def _numpy_totals(bn: Numbers, hn: Numbers, d: _Deltas,
-                  latency_noise: np.ndarray) -> tuple[dict[str, Total], dict[str, Any]]:
+def _numpy_totals(bn: Numbers, hn: Numbers, d: _Deltas, latency_noise: np.ndarray,
+                  counted: np.ndarray) -> tuple[dict[str, Total], dict[str, Any]]:
     totals: dict[str, Total] = {}
     root_delta: dict[str, Any] = {}
     for m in DIFF_METRICS:
@@ -145,7 +145,7 @@ def _numpy_totals(bn: Numbers, hn: Numbers, d: _Deltas,
             delta=root_delta[m],
             ratio=h_root / b_root if b_root not in (None, 0) and h_root is not None else None,
             noise=bool(latency_noise[0]) if m == "latency_ms" else False,
-            complete=not d.delta_missing[m].any(),
+            complete=not (d.delta_missing[m] & counted).any(),
         )
     return totals, root_delta
 
@@ -228,6 +228,17 @@ def _with_none(values: np.ndarray, missing: np.ndarray) -> list[Any]:
     return out
 
 
+def _counted(pairs: list[tuple[int, int, int, int]], base: Side, head: Side) -> list[bool]:
+    """Per aligned position: does its missing value leave a total incomplete? Not for a module that no forward
+    called on any side it is on (skipped, call_count 0): it adds nothing to the model's totals."""
+    def never(side: Side) -> list[bool]:
+        calls = side.rows.get_column("call_count").to_list()
+        return [c == 0 and st == "skipped" for c, st in zip(calls, side.status)]
+
+    bn, hn = never(base), never(head)
+    return [not ((h < 0 or hn[h]) and (b < 0 or bn[b])) for h, b, _, _ in pairs]
+
+
 def _diff_phase_reference(phase: str, base: Side, head: Side, pairs: list[tuple[int, int, int, int]],
                           moved: set[int]) -> tuple[dict[str, Total], list[ComponentDelta]]:
     n = len(pairs)
@@ -279,7 +290,7 @@ def _diff_phase_reference(phase: str, base: Side, head: Side, pairs: list[tuple[
             delta=d,
             ratio=h_root / b_root if b_root not in (None, 0) and h_root is not None else None,
             noise=latency_noise[0] if m == "latency_ms" else False,
-            complete=not any(m in gaps for gaps in missing),
+            complete=not any(m in gaps for gaps, c in zip(missing, _counted(pairs, base, head)) if c),
         )
 
     components = []

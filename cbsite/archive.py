@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from cbsite import schema
+from cbsite import runsummary, schema
 from cbsite.errors import CbsiteError
 from cbsite.migration import migrate, schema_version
 
@@ -117,6 +117,14 @@ class Run:
         ranks = self.ranks.to_arrow() if self.ranks is not None else None
         self.path = write_run(root, self.meta, self.rows.to_arrow(), self.artifacts, ops, samples, ranks)
         return self.path
+
+    def __repr__(self) -> str:
+        """A few lines, not the rows: model@version, run id, device, the whole model per phase, the top components."""
+        return runsummary.run_text(self)
+
+    def _repr_html_(self) -> str:
+        """The same summary as a small table, for notebooks."""
+        return runsummary.run_html(self)
 
 
 def _json_cell(value: Any) -> str:
@@ -377,14 +385,15 @@ def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     return _check_meta(meta, folder)
 
 
-def read_run(path: str | os.PathLike[str]) -> Run:
-    """Read one run folder; raise CbsiteError naming the run and the problem when anything of it is broken.
+def read_run(path: str | os.PathLike[str] | RunRef, runs: str | os.PathLike[str] = "runs") -> Run:
+    """Read one run: a folder, a `RunRef`, or a text that `resolve_run` finds in the archive at `runs` (a run id,
+    `model@version`, `model`); raise CbsiteError naming the run and the problem when anything of it is broken.
 
     The rows are checked against `schema.COMPONENTS_SCHEMA` (cast where the values allow it, refused with the
     column named otherwise), must be non-empty, belong to this run and form one tree per phase; non-finite
     floats are read as null.
     """
-    folder = Path(path)
+    folder = _run_folder(path, runs)
     where = shown(folder)
     meta = _load_meta(folder)
     if meta.get("schema_version", 0) > schema.SCHEMA_VERSION:
@@ -409,6 +418,16 @@ def read_run(path: str | os.PathLike[str]) -> Run:
         ranks = _frame(conform(_read_parquet(folder, RANKS_FILE), schema.COMPONENTS_SCHEMA, f"{where}/{RANKS_FILE}"),
                        folder / RANKS_FILE)
     return Run(meta=meta, rows=rows, ops=ops, path=folder, samples=samples, ranks=ranks)
+
+
+def _run_folder(spec: str | os.PathLike[str] | RunRef, runs: str | os.PathLike[str]) -> Path:
+    """The folder `read_run` reads: a path object or a text naming an existing path or holding a path separator
+    is a folder; any other text is resolved in the archive (a run id, model@version, model)."""
+    if isinstance(spec, RunRef):
+        return spec.path
+    if not isinstance(spec, str) or os.path.lexists(spec) or os.sep in spec or (os.altsep or os.sep) in spec:
+        return Path(spec)
+    return resolve_run(spec, runs).path
 
 
 def _read_parquet(folder: Path, name: str) -> pa.Table:

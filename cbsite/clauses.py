@@ -5,8 +5,9 @@ words back.
 
 Which facts are said follows these rules:
 * totals: parameter memory once (it is static), then FLOPs, peak memory and latency of every phase. With latency
-  verdicts (phase -> the whole model's verdict, cbsite/stats.py) a latency total is a change only where its
-  verdict is regressed or improved; otherwise the within-run IQR rule (noise) decides.
+  verdicts (phase -> the whole model's judgement, comparison.judgement) a latency total is a change only where
+  its verdict is regressed or improved; without them it is "not judged (single round)", never judged by the
+  within-run IQR rule.
 * where: FLOPs, parameters and peak memory in the main phase (backward FLOPs grow where forward ones do); latency
   in every phase, since backward often moves for other reasons and by more. With two phases each names its phase.
   A share is given only where it means something: between 0 and 100 %, never for peak memory (a maximum, see
@@ -18,10 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from cbsite import format as cfmt
 from cbsite import throughput
+from cbsite.comparison import NOT_JUDGED
 from cbsite.diffrecord import (
     KINDS,
     NO_SHARE,
@@ -111,7 +113,9 @@ def _totals(rd: RunDiff, main: str, latency: dict[str, str] | None) -> list[Clau
     out = []
     for metric, phase in items:
         t = rd.totals[phase][metric]
-        verdict = (latency or {}).get(phase) if metric == "latency_ms" else None
+        verdict = None
+        if metric == "latency_ms":  # one story: the verdict where latency was judged, "not judged" otherwise
+            verdict = NOT_JUDGED if latency is None else latency.get(phase, "not judged")
         if verdict in ("regressed", "improved") and t.delta is not None:
             status = "changed"
         elif verdict == "unchanged":
@@ -141,10 +145,8 @@ def _wheres(rd: RunDiff, main: str, latency: dict[str, str] | None,
         total = rd.totals[phase][metric]
         if total.delta in (None, 0) or not is_change(metric, total.base, total.head, total.delta):
             continue
-        if metric == "latency_ms":
-            verdict = (latency or {}).get(phase)
-            if verdict not in ("regressed", "improved") if verdict is not None else total.noise:
-                continue
+        if metric == "latency_ms" and (latency or {}).get(phase) not in ("regressed", "improved"):
+            continue  # an unjudged or undecided latency change is no finding to attribute
         counts = latency_counts if metric == "latency_ms" else None
         if (clause := _where(rd, metric, phase, total, named and metric != "param_bytes", counts)) is not None:
             out.append(clause)
@@ -155,12 +157,16 @@ def _where(rd: RunDiff, metric: str, phase: str, total: Total, named: bool,
            counts: Callable[[ComponentDelta], bool] | None) -> Clause | None:
     """Where a total's change is: the largest own change in its direction (a component that moved the other way
     is an offset, not where the growth is), a tie of several, or the parts up and down when they cancel out."""
+    assert total.delta is not None  # `_wheres` passes only totals that changed
     growing = total.delta > 0
-    where = {"metric": metric, "phase": phase, "named_phase": named, "growing": growing, "total": total.delta}
+    where: dict[str, Any] = {"metric": metric, "phase": phase, "named_phase": named, "growing": growing,
+                             "total": total.delta}
     if (cancel := rd.cancelled(metric, phase)) is not None:
         return Clause("where", form="cancelled", amount=cancel.net, up=cancel.up, down=cancel.down,
                       complete=cancel.complete, **where)
-    best = [c for c in rd.top(metric, phase, len(rd.components), counts) if (c.self_delta[metric] > 0) == growing]
+    # `top` returns only components with a known own change, so self_delta is a number here
+    best = [c for c in rd.top(metric, phase, len(rd.components), counts)
+            if (cast(float, c.self_delta[metric]) > 0) == growing]
     if not best:
         return None
     c, own = best[0], best[0].self_delta[metric]

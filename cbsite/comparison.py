@@ -41,6 +41,21 @@ COMPARISON_JSON = "comparison.json"
 COMPARISON_VERSION = 1
 MIN_CLEAN_PAIRS = 3  # fewer clean pairs in a process: its unit uses every pair instead
 NOT_JUDGED_HINT = "collect with `cbsite compare` or `cbsite collect --rounds N` (N >= 2) to judge latency"
+NOT_JUDGED = "not judged (single round)"  # the judgement of latency with no evidence: one round per run
+CHANGE_WORDS = ("regressed", "improved")
+
+
+def judgement(v: stats.Verdict | None, floor: float = stats.FLOOR) -> str:
+    """The one word every report prints for a latency change: the verdict, NOT_JUDGED without one, and "below
+    the N % floor" for an inconclusive change that is real (significant) but smaller than the floor, which a
+    reader would otherwise take for missing evidence."""
+    if v is None:
+        return NOT_JUDGED
+    if (v.verdict == "inconclusive" and v.ratio is not None and v.ratio > 0 and floor > 0
+            and abs(math.log(v.ratio)) < math.log1p(floor) and v.ci_low is not None and v.ci_high is not None
+            and (v.ci_low > 1.0 or v.ci_high < 1.0)):
+        return f"below the {cfmt.pct_spaced(floor, False)} floor"
+    return v.verdict
 
 
 def write_comparison(root: str | os.PathLike[str], record: dict[str, Any], samples: pa.Table | None) -> Path:
@@ -72,7 +87,7 @@ def write_comparison(root: str | os.PathLike[str], record: dict[str, Any], sampl
 def list_comparisons(root: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Every readable comparison record of the archive, oldest first (unreadable ones are skipped)."""
     folder = Path(root) / COMPARISONS_DIR
-    out = []
+    out: list[dict[str, Any]] = []
     if not folder.is_dir():
         return out
     for entry in sorted(folder.iterdir()):
@@ -181,9 +196,10 @@ def _level(record: Mapping[str, Any], key: str, default: float) -> float:
     """A record's alpha or floor, or the default where it is missing or not a usable number (archives are untrusted)."""
     value = record.get(key)
     # A floor of 0 is a comparison's own choice (every change judged by significance alone, cli.NUMBERS).
-    ok = (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-          and (value > 0 or (key == "floor" and value == 0)))
-    return float(value) if ok else default
+    if (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and (value > 0 or (key == "floor" and value == 0))):
+        return float(value)
+    return default
 
 
 def round_log_medians(samples: pl.DataFrame) -> dict[tuple[str, str], list[float]]:
@@ -277,7 +293,10 @@ def evidence_for(root: str | os.PathLike[str] | None, base: Any, head: Any, head
 
     `records`: comparison records already read (`list_comparisons`), so a caller judging many pairs reads
     the archive's records once."""
+    record: Mapping[str, Any] | None
     if records is None:
+        if root is None:
+            raise TypeError("evidence_for needs the archive root or the comparison records read from it")
         record = find_comparison(root, base.run_id, head.run_id)
     else:
         hits = [r for r in records if r.get("base", {}).get("run_id") == base.run_id

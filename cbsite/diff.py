@@ -56,7 +56,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -137,7 +137,8 @@ class RunDiff:
                 for i, c in enumerate(self.for_phase(phase))
                 if c.self_delta[metric] not in (None, 0) and (counts(c) if counts is not None else not c.noise[metric])
             ]
-            rows.sort(key=lambda ic: (-abs(ic[1].self_delta[metric]), -ic[1].depth, ic[0]))
+            # rows hold known own changes only (None was filtered out above)
+            rows.sort(key=lambda ic: (-abs(cast(float, ic[1].self_delta[metric])), -ic[1].depth, ic[0]))
             return [c for _, c in rows]
 
         if counts is not None:
@@ -156,7 +157,7 @@ class RunDiff:
     def _cancelled(self, metric: str, phase: str) -> Cancelled | None:
         net = self.totals[phase][metric].delta
         comps = self.for_phase(phase)
-        parts = [c.self_delta[metric] for c in comps if c.self_delta[metric] is not None]
+        parts = [v for c in comps if (v := c.self_delta[metric]) is not None]
         up = sum(v for v in parts if v > 0)
         down = sum(v for v in parts if v < 0)
         if net is None or up - down == 0 or up - down <= CANCEL * abs(net):
@@ -181,7 +182,7 @@ class RunDiff:
 
         `latency` (phase -> the whole model's latency verdict, `cbsite.stats`), when latency was judged: a
         total is then a change only where its verdict is regressed or improved, unchanged where it is
-        unchanged, and named inconclusive otherwise; without it the within-run IQR rule (noise) decides.
+        unchanged, and named by its judgement otherwise; without it latency is "not judged (single round)".
         `latency_counts` does the same for components (gate.latency_changed): where a latency change is,
         is then said of components whose verdict is a change, as the diff page draws them.
         """

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from cbsite import throughput, traffic
-from cbsite.comparison import NOT_JUDGED_HINT, LatencyEvidence
+from cbsite.comparison import NOT_JUDGED_HINT, LatencyEvidence, judgement
 from cbsite.config import find_config
 from cbsite.diff import RunDiff
 from cbsite.diffrecord import REL_TOL, ComponentDelta
@@ -81,6 +81,7 @@ def parse_rules(texts: Iterable[str], source: str = "--fail-on") -> list[Rule]:
         if problem:
             problems.append(f"{text!r}: {problem}")
         else:
+            assert rule is not None  # `_parse_rule` gives either a rule or a problem
             rules.append(rule)
     if problems:
         raise CbsiteError(
@@ -257,6 +258,7 @@ def _judge_latency(result: GateResult, rd: RunDiff, rule: Rule, phases: Sequence
             if v is None:
                 result.unknown.append(f"{rule.text}: {where} (not timed on both sides)")
             elif v.verdict == "regressed":
+                assert v.ratio is not None  # a judged verdict always has its ratio
                 result.breaches.append(Breach(rule, phase, None if rule.glob is None else c.path, c.base_path,
                                               c.base["latency_ms"], c.head["latency_ms"], v.ratio - 1, v.to_dict()))
             elif v.verdict in ("inconclusive", "not judged"):
@@ -344,9 +346,10 @@ def latency_counts(evidence: LatencyEvidence | None) -> Callable[[ComponentDelta
 
 
 def root_verdicts(evidence: LatencyEvidence | None, rd: RunDiff) -> dict[str, str] | None:
-    """phase -> the whole model's latency verdict, so the summary sentence agrees with the verdicts."""
+    """phase -> the whole model's latency judgement (comparison.judgement: the verdict, or "below the N % floor"),
+    so the summary sentence agrees with the verdicts; None where latency was not judged."""
     if evidence is None:
         return None
     verdicts = evidence.verdicts()
-    return {ph: verdicts[("", ph)].verdict for ph in rd.phases if ("", ph) in verdicts}
+    return {ph: judgement(verdicts[("", ph)], evidence.floor) for ph in rd.phases if ("", ph) in verdicts}
 

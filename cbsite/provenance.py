@@ -73,18 +73,105 @@ def _text(value: Any) -> str | None:
     return json.dumps(value, sort_keys=True, default=str)
 
 
+def _natural(key: str) -> list[Any]:
+    """A sort key that reads digit runs as numbers: `tables[4]` before `tables[10]`, `cat_9` before `cat_10`."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", key)]
+
+
 def setup_changes(base: dict[str, Any], head: dict[str, Any]) -> list[dict[str, Any]]:
-    """The setup keys whose values differ between two runs' metadata, as [{group, key, base, head}], in
-    SETUP_GROUPS order then key order; values are text (JSON for lists), None where a side lacks the key.
-    Timings and load (`_VOLATILE`) are left out: they differ between any two runs."""
+    """The setup keys whose values differ between two runs' metadata, as [{group, key, base, head}]: the study's
+    axes first, then the provider's other options (the knobs a person turned), then the rest in SETUP_GROUPS
+    order and natural key order (`[4]` before `[10]`), then the per-entry detail folded (`_fold`: one row per
+    collection and kind of change, with `entries`). Values are text (JSON for lists), None where a side lacks
+    the key. Timings and load (`_VOLATILE`) are left out: they differ between any two runs."""
     out: list[dict[str, Any]] = []
     for group in SETUP_GROUPS:
         a: dict[str, Any] = {}
         b: dict[str, Any] = {}
         _flatten(base.get(group), group, a)
         _flatten(head.get(group), group, b)
-        for key in sorted(set(a) | set(b)):
+        for key in sorted(set(a) | set(b), key=_natural):
             if _VOLATILE.search(key) or a.get(key) == b.get(key):
                 continue
             out.append({"group": group, "key": key, "base": _text(a.get(key)), "head": _text(b.get(key))})
+    axes = {f"provider.options.{axis}" for meta in (base, head) for axis in _axes(meta)}
+    rows = _fold(out)
+    rank = [0 if r["key"] in axes else 1 if r["key"].startswith("provider.options.") else 3 if r.get("entries") else 2
+            for r in rows]
+    return [r for _, _, r in sorted(zip(rank, range(len(rows)), rows), key=lambda t: (t[0], t[1]))]
+
+
+def _axes(meta: dict[str, Any]) -> list[str]:
+    study = meta.get("study")
+    axes = study.get("axes") if isinstance(study, dict) else None
+    return [str(a) for a in axes] if isinstance(axes, list) else []
+
+
+# An entry of a collection: a list index, or a name with a number in it (`t_cat_0`, `cat_12`); a collection is
+# a place where at least FOLD_MIN such entries changed (per-table detail, per-feature input statistics).
+_ENTRY = re.compile(r"\[\d+\]|[^.\[\]]*\d[^.\[\]]*")
+FOLD_MIN = 3
+
+
+def _collections(rows: list[dict[str, Any]]) -> list[tuple[str, str, str, str] | None]:
+    """Per row, (collection prefix, entry shape, entry, field) of its shallowest collection, or None."""
+    where: list[list[tuple[str, str, str, str]]] = []
+    seen: dict[tuple[str, str], set[str]] = {}
+    for r in rows:
+        spots = []
+        for m in _ENTRY.finditer(r["key"]):
+            if m.start() and r["key"][m.start() - 1] not in ".[" and not m.group().startswith("["):
+                continue  # the digits sit inside a segment that starts earlier
+            spot = (r["key"][:m.start()], re.sub(r"\d+", "#", m.group()), m.group(), r["key"][m.end():])
+            spots.append(spot)
+            seen.setdefault(spot[:2], set()).add(spot[2])
+        where.append(spots)
+    return [next((s for s in spots if len(seen[s[:2]]) >= FOLD_MIN), None) for spots in where]
+
+
+def _values(rows: list[dict[str, Any]], side: str, fields: list[str]) -> str:
+    """One side of a folded row: each field's value where all entries agree (`ranks=[0, 1]`), else how many
+    values it takes."""
+    parts = []
+    for field in fields:
+        values = {r[side] for r in rows if r["field"] == field}
+        name = field.lstrip(".") or "value"
+        parts.append(f"{name}={values.pop()}" if len(values) == 1 else f"{name}: {len(values)} values")
+    return "; ".join(parts)
+
+
+def _fold(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows of a collection's entries folded into one row per (collection, kind of change): entries added,
+    removed or changed, named by the first and last entry (`provider.details.tables[4] … [15]`)."""
+    spots = _collections(rows)
+    entries: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r, spot in zip(rows, spots):
+        if spot is not None:
+            entries.setdefault(spot[:3], []).append({**r, "field": spot[3]})
+    kinds = {e: ("added" if all(x["base"] is None for x in xs) else "removed" if all(x["head"] is None for x in xs)
+                 else "changed") for e, xs in entries.items()}
+    folded: dict[tuple[str, str, str], list[tuple[str, list[dict[str, Any]]]]] = {}
+    for e, xs in entries.items():
+        folded.setdefault((e[0], e[1], kinds[e]), []).append((e[2], xs))
+    out: list[dict[str, Any]] = []
+    done: set[tuple[str, str, str]] = set()
+    for r, spot in zip(rows, spots):
+        if spot is None:
+            out.append(r)
+            continue
+        fold = (spot[0], spot[1], kinds[spot[:3]])
+        if fold in done:
+            continue
+        done.add(fold)
+        members = sorted(folded[fold], key=lambda t: _natural(t[0]))
+        xs = [x for _, ex in members for x in ex]
+        fields = sorted({x["field"] for x in xs}, key=_natural)
+        names = [name for name, _ in members]
+        key = spot[0] + (names[0] if len(names) == 1 else f"{names[0]} … {names[-1]}")
+        listed = ", ".join(f.lstrip(".") for f in fields if f)
+        listed = f" ({listed})" if listed else ""
+        text = {"added": (None, f"{len(names)} added{listed}"), "removed": (f"{len(names)} present{listed}", None),
+                "changed": (_values(xs, "base", fields), _values(xs, "head", fields))}[fold[2]]
+        out.append({"group": r["group"], "key": key, "base": text[0], "head": text[1], "entries": len(names),
+                    "change": fold[2]})
     return out

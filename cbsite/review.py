@@ -17,11 +17,11 @@ from typing import Any
 from cbsite import format as cfmt
 from cbsite import throughput, traffic
 from cbsite.archive import RunRef, list_runs
-from cbsite.comparison import NOT_JUDGED_HINT, LatencyEvidence
+from cbsite.comparison import CHANGE_WORDS, NOT_JUDGED, NOT_JUDGED_HINT, LatencyEvidence, judgement
 from cbsite.diff import RunDiff
-from cbsite.diffrecord import LABELS, ComponentDelta, display_path, short_type
+from cbsite.diffrecord import LABELS, NO_SHARE, ComponentDelta, display_path, short_type
 from cbsite.gate import Breach, GateResult, latency_counts, root_verdicts
-from cbsite.summary import capitalise
+from cbsite.summary import capitalise, total_parts
 
 TOP_N = 5  # contributors per metric in the Markdown summary
 MAX_TABLE_ROWS = 300  # rows of the collapsible full table; a PR comment holds at most 65,536 characters
@@ -115,86 +115,215 @@ def _verdict_cells(v: Any) -> tuple[str, str]:
     return ratio, interval
 
 
+LEAD_ROWS = 3  # rows per table above the PR comment's fold
+GROWTH_METRICS = ("flops", "param_bytes", "peak_memory_bytes")  # the contributors shown above the fold
+
+
 def markdown(rd: RunDiff, gate: GateResult | None = None, *, phase: str | None = None,
              site_url: str | None = None, top: int = TOP_N, latency: LatencyEvidence | None = None) -> str:
-    """GitHub-flavoured Markdown for a PR comment (see docs-notes/review.md for an example)."""
+    """GitHub-flavoured Markdown for a PR comment: about 40 lines a reviewer reads (the gate and its broken
+    rules, the totals in one sentence, the judged latency changes, the top FLOP and memory growth, setup
+    changes), then everything else inside one `<details>` fold."""
     model = rd.head_meta.get("model", "?")
     main = main_phase(rd, phase)
     phases = [phase] if phase else rd.phases
     out = [f"## cbsite: {_title(rd)}", ""]
     if gate is not None and gate.rules:
-        out += [_gate_line(gate), ""]
-    counts = latency_counts(latency)
-    out += [rd.summary(latency=root_verdicts(latency, rd), latency_counts=counts), ""]
-    out += _latency_section(rd, latency, phases, model)
+        out += [_gate_line(gate), ""] + _breaches_table(gate, model, LEAD_ROWS)
+    clauses = rd.clauses(latency=root_verdicts(latency, rd), latency_counts=latency_counts(latency))
+    out += [capitalise(", ".join(total_parts(clauses))) + ".", ""]
+    out += _latency_lead(rd, latency, phases, model)
+    out += _growth_lead(rd, main, model)
+    out += _setup_lines(rd, main)
+    if site_url:
+        out += [f"[Open the diff page]({site_url})", ""]
+    out += ["<details><summary>Details: totals, where every change is, all changed components</summary>", ""]
+    out += _details(rd, gate, latency, main, phases, model, top)
+    out += ["</details>", ""]
+    return "\n".join(out)
 
-    out += ["| metric | phase | base | head | change | ratio |", "|---|---|--:|--:|--:|--:|"]
+
+def _breaches_table(gate: GateResult, model: str, limit: int) -> list[str]:
+    """The broken rules' largest breaches (the full list is in the fold's gate section)."""
+    if not gate.breaches:
+        return []
+    out = ["| broken rule | phase | where | base | head | change |", "|---|---|---|--:|--:|--:|"]
+    for b in gate.breaches[:limit]:
+        out.append(f"| `{b.rule.text}` | {b.phase} | {_where(b, model, code=True)} | {_amount(b.rule.metric, b.base)} | "
+                   f"{_amount(b.rule.metric, b.head)} | {_change(b)} |")
+    if len(gate.breaches) > limit:
+        out.append(f"\nand {len(gate.breaches) - limit} more breaches in the details.")
+    return out + [""]
+
+
+def _latency_lead(rd: RunDiff, latency: LatencyEvidence | None, phases: Sequence[str], model: str) -> list[str]:
+    """The judged latency: per phase the whole model and the largest judged changes, with ratio and interval;
+    unjudged latency is one line that says how to judge it."""
+    if latency is None:
+        return [f"Latency {NOT_JUDGED}: {NOT_JUDGED_HINT}.", ""]
+    verdicts = latency.verdicts()
+    own = {(c.path, c.phase): c.self_delta["latency_ms"] for c in rd.components}
+    out = ["| latency | phase | judgement | ratio | 95 % interval |", "|---|---|---|--:|--:|"]
+    for ph in phases:
+        # The whole model, then the judged changes that are a component's own (not a container repeating its child's).
+        rows = [("", verdicts.get(("", ph)))]
+        rows += [(path, v) for _, path, v in latency_rows(latency, rd, [ph])
+                 if path != "" and v.verdict in CHANGE_WORDS and own.get((path, ph)) not in (None, 0)][:LEAD_ROWS - 1]
+        for path, v in rows:
+            ratio, interval = _verdict_cells(v) if v is not None else ("n/a", "")
+            out.append(f"| {_code(display_path(path, model))} | {ph} | {judgement(v, latency.floor)} | {ratio} | {interval} |")
+    return out + ["", latency_summary(latency, phases), ""]
+
+
+def _growth_lead(rd: RunDiff, main: str, model: str) -> list[str]:
+    """The top contributors of FLOP and memory growth (own changes), shares only where they add up."""
+    rows = []
+    for metric in GROWTH_METRICS:
+        t = rd.totals[main][metric]
+        if not t.delta:
+            continue
+        for c in rd.top(metric, main, LEAD_ROWS):
+            rows.append(f"| {LABELS[metric]} | {_path_cell(c, model)} | {_short(c.module_type)} | {_kind(c, metric)} | "
+                        f"{cfmt.delta(metric, c.self_delta[metric])} | {_share_cell(rd, c, metric, main)} |")
+    if not rows:
+        return []
+    return [f"Where FLOPs and memory changed ({main}, own changes):", "",
+            "| metric | component | type | kind | own change | share |", "|---|---|---|---|--:|--:|"] + rows + [""]
+
+
+def _setup_lines(rd: RunDiff, main: str) -> list[str]:
+    """What differs in how the runs were made or what they hold: warnings, added, removed and moved modules."""
+    counts = rd.counts(main)
+    moves = [f"{counts[k]} {k}" for k in ("added", "removed", "moved") if counts[k]]
+    lines = [f"- {capitalise(w)}." for w in rd.warnings]
+    if moves:
+        lines.append(f"- Modules ({main}): {', '.join(moves)} (listed in the details).")
+    return (["Setup changes:", ""] + lines + [""]) if lines else []
+
+
+def _details(rd: RunDiff, gate: GateResult | None, latency: LatencyEvidence | None, main: str,
+             phases: Sequence[str], model: str, top: int) -> list[str]:
+    """The fold: the summary paragraph, totals, latency verdicts, contributors, modules, traffic, gate, the tree."""
+    counts = latency_counts(latency)
+    out = [rd.summary(latency=root_verdicts(latency, rd), latency_counts=counts), ""]
+    out += _totals_table(rd, latency, phases)
+    out += _latency_section(rd, latency, phases, model)
+    out += _contributors(rd, main, model, top, counts, latency is not None)
+    out += _modules_section(rd, main, model)
+    out += _traffic_section(rd, main, model)
+    if gate is not None and gate.rules:
+        out += _gate_section(gate, model)
+    if steps := throughput.changes(rd.base_meta, rd.head_meta):
+        out += [throughput.sentence(list(steps.values())) + ".", ""]
+    return out + _changed_tree(rd, main, model)
+
+
+def _totals_table(rd: RunDiff, latency: LatencyEvidence | None, phases: Sequence[str]) -> list[str]:
+    judged = root_verdicts(latency, rd) or {}
+    out = ["| metric | phase | base | head | change | ratio | judgement |", "|---|---|--:|--:|--:|--:|---|"]
     for metric in REPORT_METRICS:
         for ph in phases[:1] if metric == "param_bytes" else phases:
             t = rd.totals[ph][metric]
-            change = "within noise" if t.noise else cfmt.change(t.base, t.head)
+            word = total_judgement(metric, ph, judged, latency is not None)
             incomplete = "" if t.complete else " (incomplete)"
             out.append(f"| {LABELS[metric]}{incomplete} | {ph if metric != 'param_bytes' else 'static'} | "
                        f"{_amount(metric, t.base)} | {_amount(metric, t.head)} | {cfmt.delta(metric, t.delta)} | "
-                       f"{change} |")
-    out.append("")
+                       f"{cfmt.change(t.base, t.head)} | {word} |")
+    return out + [""]
 
+
+def total_judgement(metric: str, phase: str, judged: dict[str, str], has_evidence: bool) -> str:
+    """The judgement cell of a total: latency's verdict word (the one story), nothing for exact counts."""
+    if metric != "latency_ms":
+        return ""
+    return judged.get(phase, "not judged") if has_evidence else NOT_JUDGED
+
+
+def _contributors(rd: RunDiff, main: str, model: str, top: int, counts: Any, judged: bool) -> list[str]:
+    """Per metric the components with the largest own change; unjudged latency has none (no finding)."""
     sections = []
     for metric in REPORT_METRICS:
         t = rd.totals[main][metric]
+        if metric == "latency_ms" and not judged:
+            continue
         rows = rd.top(metric, main, top, counts if metric == "latency_ms" else None)
-        if not rows or not t.delta or t.noise:
+        if not rows or not t.delta:
             continue
         lines = [f"**{capitalise(LABELS[metric])}** {cfmt.delta(metric, t.delta)} ({cfmt.change(t.base, t.head)})",
                  "", "| component | type | kind | own change | share |", "|---|---|---|--:|--:|"]
         for c in rows:
-            share = c.share[metric]
-            lines.append(f"| {_path_cell(c, model)} | {_short(c.module_type)} | {c.kind} | "
-                         f"{cfmt.delta(metric, c.self_delta[metric])} | {'' if share is None else cfmt.pct2(share)} |")
+            lines.append(f"| {_path_cell(c, model)} | {_short(c.module_type)} | {_kind(c, metric)} | "
+                         f"{cfmt.delta(metric, c.self_delta[metric])} | {_share_cell(rd, c, metric, main)} |")
         sections.append("\n".join(lines))
-    if sections:
-        out += [f"### Where the change is ({main})", "", "\n\n".join(sections), ""]
+    return [f"### Where the change is ({main})", "", "\n\n".join(sections), ""] if sections else []
 
+
+def _modules_section(rd: RunDiff, main: str, model: str) -> list[str]:
     comps = rd.for_phase(main)
     moved = [c for c in comps if c.kind == "moved"]
     added = [c for c in comps if c.kind == "added"]
     removed = [c for c in comps if c.kind == "removed"]
-    if moved or added or removed:
-        out += ["### Modules", ""]
-        for label, items in (("Added", added), ("Removed", removed)):
-            if items:
-                out.append(f"- **{label}** ({len(items)}): " + _listing(items, model))
-        if moved:
-            out.append(f"- **Moved** ({len(moved)}), matched by structure:")
-            for c in moved[:50]:
-                changes = [f"{LABELS[m]} {cfmt.delta(m, c.delta[m])}" for m in REPORT_METRICS
-                           if c.delta[m] and not c.noise[m]]
-                out.append(f"  - {_code(c.base_path or '', table=False)} → {_code(c.path, table=False)} ({_short(c.module_type)})"
-                           + (": " + ", ".join(changes) if changes else ""))
-            if len(moved) > 50:
-                out.append(f"  - and {len(moved) - 50} more")
-        out.append("")
+    if not (moved or added or removed):
+        return []
+    out = ["### Modules", ""]
+    for label, items in (("Added", added), ("Removed", removed)):
+        if items:
+            out.append(f"- **{label}** ({len(items)}): " + _listing(items, model))
+    if moved:
+        out.append(f"- **Moved** ({len(moved)}), matched by structure:")
+        for c in moved[:50]:
+            changes = [f"{LABELS[m]} {cfmt.delta(m, c.delta[m])}" for m in REPORT_METRICS
+                       if c.delta[m] and not c.noise[m]]
+            out.append(f"  - {_code(c.base_path or '', table=False)} → {_code(c.path, table=False)} ({_short(c.module_type)})"
+                       + (": " + ", ".join(changes) if changes else ""))
+        if len(moved) > 50:
+            out.append(f"  - and {len(moved) - 50} more")
+    return out + [""]
 
-    out += _traffic_section(rd, main, model)
-    if gate is not None and gate.rules:
-        out += _gate_section(gate, model)
 
+def _changed_tree(rd: RunDiff, main: str, model: str) -> list[str]:
+    """Every changed component in pre-order, indented by its changed ancestors only, so a component whose
+    parent is unchanged (and not listed) never reads as the child of the row above."""
+    comps = rd.for_phase(main)
     changed = [c for c in comps if c.kind != "unchanged"]
-    out += [f"<details><summary>All {len(changed)} changed components ({main}; {len(comps) - len(changed)} unchanged)</summary>", ""]
-    if changed:
-        out += ["| component | type | kind | " + " | ".join(LABELS[m] for m in REPORT_METRICS) + " |",
-                "|---|---|---|" + "--:|" * len(REPORT_METRICS)]
-        for c in changed[:MAX_TABLE_ROWS]:
-            cells = [_delta_cell(c, m) for m in REPORT_METRICS]
-            indent = "&nbsp;&nbsp;" * c.depth
-            out.append(f"| {indent}{_path_cell(c, model)} | {_short(c.module_type)} | {c.kind} | " + " | ".join(cells) + " |")
-        if len(changed) > MAX_TABLE_ROWS:
-            out.append(f"\n{len(changed) - MAX_TABLE_ROWS} more rows on the diff page.")
-    out += ["", "</details>", ""]
+    out = [f"All {len(changed)} changed components ({main}; {len(comps) - len(changed)} unchanged):", ""]
+    if not changed:
+        return out
+    out += ["| component | type | kind | " + " | ".join(LABELS[m] for m in REPORT_METRICS) + " |",
+            "|---|---|---|" + "--:|" * len(REPORT_METRICS)]
+    listed = {c.path for c in changed[:MAX_TABLE_ROWS]}
+    for c in changed[:MAX_TABLE_ROWS]:
+        cells = [_delta_cell(c, m) for m in REPORT_METRICS]
+        indent = "&nbsp;&nbsp;" * sum(a in listed for a in _ancestors(c.path))
+        out.append(f"| {indent}{_path_cell(c, model)} | {_short(c.module_type)} | {c.kind} | " + " | ".join(cells) + " |")
+    if len(changed) > MAX_TABLE_ROWS:
+        out.append(f"\n{len(changed) - MAX_TABLE_ROWS} more rows on the diff page.")
+    return out + [""]
 
-    if site_url:
-        out += [f"[Open the diff page]({site_url})", ""]
-    return "\n".join(out)
+
+def _ancestors(path: str) -> list[str]:
+    """The FQNs above `path`: the root "" and each dotted prefix."""
+    if path == "":
+        return []
+    parts = path.split(".")
+    return [""] + [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _kind(c: ComponentDelta, metric: str) -> str:
+    """A component's kind as a table of one metric shows it: increased or decreased follow the sign of the
+    own change beside it, so a kind never contradicts its sign; added, removed and moved stay."""
+    own = c.self_delta[metric]
+    if c.kind in ("increased", "decreased", "unchanged") and own:
+        return "increased" if own > 0 else "decreased"
+    return c.kind
+
+
+def _share_cell(rd: RunDiff, c: ComponentDelta, metric: str, phase: str) -> str:
+    """A share only where it means something: additive metrics, between 0 and 100 %, no cancelling changes."""
+    share = c.share[metric]
+    if share is None or metric in NO_SHARE or not cfmt.share_fits(share) or rd.cancelled(metric, phase) is not None:
+        return ""
+    return cfmt.pct2(share)
 
 
 def _traffic_section(rd: RunDiff, phase: str, model: str) -> list[str]:
@@ -220,8 +349,9 @@ def _latency_section(rd: RunDiff, latency: LatencyEvidence | None, phases: Seque
         out += ["| component | phase | verdict | ratio | 95 % interval | note |", "|---|---|---|--:|--:|---|"]
         for ph, path, v in rows[:MAX_LATENCY_ROWS]:
             ratio, interval = _verdict_cells(v)
-            note = _escape(v.reason) if v.verdict == "inconclusive" else ""
-            out.append(f"| {_code(display_path(path, model))} | {ph} | {v.verdict} | {ratio} | {interval} | {note} |")
+            word = judgement(v, latency.floor) if latency is not None else v.verdict
+            note = _escape(v.reason) if word == "inconclusive" else ""
+            out.append(f"| {_code(display_path(path, model))} | {ph} | {word} | {ratio} | {interval} | {note} |")
         if len(rows) > MAX_LATENCY_ROWS:
             out.append(f"\n{len(rows) - MAX_LATENCY_ROWS} more on the diff page.")
         out.append("")
@@ -243,6 +373,10 @@ def to_json(rd: RunDiff, gate: GateResult | None, *, match_moved: bool, site_url
         "components": [{"path": path, "phase": ph, "verdict": v.to_dict()}
                        for (path, ph), v in sorted(latency.verdicts().items())],
     }
+    # One latency story: the summary and each phase's latency judgement as the Markdown and the terminal say them.
+    judged = root_verdicts(latency, rd) or {}
+    out["summary"] = rd.summary(latency=root_verdicts(latency, rd), latency_counts=latency_counts(latency))
+    out["latency_judgement"] = {ph: total_judgement("latency_ms", ph, judged, latency is not None) for ph in rd.phases}
     out["throughput"] = throughput.diff_record(rd.base_meta, rd.head_meta)
     out["match_moved"] = match_moved
     out["site_url"] = site_url
@@ -277,22 +411,28 @@ def print_table(rd: RunDiff, gate: GateResult | None, console: Any, *, phase: st
         verdict_table = Table("component", "phase", "verdict", "ratio", "95 % interval", "note", title="Latency verdicts")
         for ph, path, v in rows[:MAX_LATENCY_ROWS]:
             ratio, interval = _verdict_cells(v)
-            verdict_table.add_row(escape(display_path(path, model)), ph, v.verdict, ratio, interval,
-                                  escape(v.reason if v.verdict == "inconclusive" else ""))
+            word = judgement(v, latency.floor if latency else 0.0)
+            verdict_table.add_row(escape(display_path(path, model)), ph, word, ratio, interval,
+                                  escape(v.reason if word == "inconclusive" else ""))
         console.print(verdict_table)
-    totals = Table("metric", "phase", "base", "head", "change", "ratio", title=f"{_title(rd).replace('`', '')}")
+    judged = root_verdicts(latency, rd) or {}
+    totals = Table("metric", "phase", "base", "head", "change", "ratio", "judgement", title=f"{_title(rd).replace('`', '')}")
     for metric in REPORT_METRICS:
         for ph in ([phase] if phase else rd.phases)[: 1 if metric == "param_bytes" else None]:
             t = rd.totals[ph][metric]
-            totals.add_row(LABELS[metric], "static" if metric == "param_bytes" else ph, _amount(metric, t.base), _amount(metric, t.head),
-                           cfmt.delta(metric, t.delta), "within noise" if t.noise else cfmt.change(t.base, t.head))
+            name = LABELS[metric] + ("" if t.complete else " (incomplete)")
+            totals.add_row(name, "static" if metric == "param_bytes" else ph, _amount(metric, t.base), _amount(metric, t.head),
+                           cfmt.delta(metric, t.delta), cfmt.change(t.base, t.head),
+                           total_judgement(metric, ph, judged, latency is not None))
     console.print(totals)
     contributors = Table("metric", "component", "type", "kind", "own change", "share", title=f"Where the change is ({main})")
+    counts = latency_counts(latency)
     for metric in REPORT_METRICS:
-        for c in rd.top(metric, main, top):
-            share = c.share[metric]
-            contributors.add_row(LABELS[metric], escape(display_path(c.path, model)), escape(_short(c.module_type)), c.kind,
-                                 cfmt.delta(metric, c.self_delta[metric]), "" if share is None else cfmt.pct2(share))
+        if metric == "latency_ms" and latency is None:
+            continue  # unjudged latency is no finding to attribute
+        for c in rd.top(metric, main, top, counts if metric == "latency_ms" else None):
+            contributors.add_row(LABELS[metric], escape(display_path(c.path, model)), escape(_short(c.module_type)),
+                                 _kind(c, metric), cfmt.delta(metric, c.self_delta[metric]), _share_cell(rd, c, metric, main))
     if contributors.row_count:
         console.print(contributors)
     for c in rd.for_phase(main):

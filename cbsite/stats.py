@@ -71,7 +71,7 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from typing import Any, Hashable, Mapping, Sequence
+from typing import Any, Hashable, Mapping, Sequence, TypeVar
 
 import numpy as np
 import polars as pl
@@ -210,8 +210,8 @@ def _estimate_paired(rows: Sequence[Sequence[float]], alpha: float) -> list[_Est
                 cieq = two.confidence_interval(1.0 - 2.0 * alpha)
             for j, row in enumerate(np.flatnonzero(live)):
                 res[int(row)] = (float(greater.pvalue[j]), float(less.pvalue[j]),
-                            (float(ci95.low[j]), float(ci95.high[j])),
-                            (float(cieq.low[j]), float(cieq.high[j])))
+                                 (float(ci95.low[j]), float(ci95.high[j])),
+                                 (float(cieq.low[j]), float(cieq.high[j])))
         for k, i in enumerate(idx):
             m = float(mean[k])
             est = _Estimate(True, n, mean=m, spread=float(sd[k]), df=float(n - 1))
@@ -261,8 +261,8 @@ def _estimate_unpaired(rows: Sequence[tuple[Sequence[float], Sequence[float]]],
                 cieq = two.confidence_interval(1.0 - 2.0 * alpha)
             for j, row in enumerate(np.flatnonzero(live)):
                 res[int(row)] = (float(greater.pvalue[j]), float(less.pvalue[j]),
-                            (float(ci95.low[j]), float(ci95.high[j])),
-                            (float(cieq.low[j]), float(cieq.high[j])), float(two.df[j]))
+                                 (float(ci95.low[j]), float(ci95.high[j])),
+                                 (float(cieq.low[j]), float(cieq.high[j])), float(two.df[j]))
         for k, i in enumerate(idx):
             est = _Estimate(False, min(nb, nh), mean=float(mean[k]), spread=float(spread[k]))
             if k in res:
@@ -451,8 +451,11 @@ def holm(pvalues: Sequence[float | None]) -> list[float | None]:
     return out
 
 
-def judge_family(units: Mapping[Hashable, Any], *, alpha: float = ALPHA, floor: float = FLOOR,
-                 paired: bool = True) -> dict[Hashable, Verdict]:
+_Key = TypeVar("_Key", bound=Hashable)  # a family's keys come back as they went in
+
+
+def judge_family(units: Mapping[_Key, Any], *, alpha: float = ALPHA, floor: float = FLOOR,
+                 paired: bool = True) -> dict[_Key, Verdict]:
     """Judge many comparisons as one family (a gate rule covering many components), Holm-adjusted.
 
     `units` maps a key (e.g. (path, phase)) to the per-process log ratios (paired=True) or to a

@@ -21,7 +21,7 @@ def paragraph(clauses: Sequence[Clause]) -> str:
     title = _title(first)
     if first.kind == "nothing":
         return f"{title}: no phase in common, nothing compared. " + " ".join(
-            c.text + "." for c in clauses if c.kind == "warning")
+            (c.text or "") + "." for c in clauses if c.kind == "warning")
     model = first.model or "?"
     sentences = [f"{title}: {', '.join(total_parts(clauses))}."]
     where = [clause_text(c, model) for c in clauses if c.kind == "where"]
@@ -32,37 +32,46 @@ def paragraph(clauses: Sequence[Clause]) -> str:
 
 
 def total_parts(clauses: Sequence[Clause]) -> list[str]:
-    """The first sentence's parts in order: each total that changed, then those within noise together, the
-    unchanged ones together, the unknown ones together, and latency without a decision."""
+    """The first sentence's parts in order: each total that changed, then those within noise together, latency
+    without a decision grouped by its judgement ("forward and backward latency not judged (single round)"), the
+    unchanged ones together, the unknown ones together."""
     totals = [c for c in clauses if c.kind == "total"]
     parts = [total_text(c) for c in totals if c.status == "changed"]
     noisy = [total_text(c) for c in totals if c.status == "noise"]
     if noisy:
         parts.append(f"{', '.join(noisy)} within noise")
+    undecided = [c for c in totals if c.status == "undecided"]
+    for verdict in dict.fromkeys(c.verdict for c in undecided):
+        group = [c for c in undecided if c.verdict == verdict]
+        if all(c.metric == group[0].metric for c in group):  # "forward and backward latency not judged (...)"
+            parts.append(f"{' and '.join(str(c.phase) for c in group)} {LABELS[group[0].metric or '']} {verdict}")
+        else:
+            parts.append(f"{', '.join(total_label(c) for c in group)} {verdict}")
     for status, word in (("unchanged", "unchanged"), ("unknown", "unknown")):
         named = [total_label(c) for c in totals if c.status == status]
         if named:
             parts.append(f"{word} {', '.join(named)}")
-    parts += [total_text(c) for c in totals if c.status == "undecided"]
     return parts
 
 
 def total_label(c: Clause) -> str:
     """"parameter memory" (static), else the phase and the metric: "forward latency"."""
+    assert c.metric is not None  # every total clause names its metric
     return LABELS[c.metric] if c.metric == "param_bytes" else f"{c.phase} {LABELS[c.metric]}"
 
 
 def total_text(c: Clause) -> str:
     """A total in words: "2.9× forward FLOPs (+12.6 MFLOP)", "+5% forward latency (+1.2 ms, regressed)",
-    "forward latency (+0.1 ms)" (within noise), "forward latency (inconclusive)"."""
+    "forward latency (+0.1 ms)" (within noise), "forward latency not judged (single round)"."""
     label = total_label(c)
+    assert c.metric is not None  # every total clause names its metric
     if c.status == "changed":
         verdict = f", {c.verdict}" if c.verdict is not None else ""
         return f"{cfmt.change(c.base, c.head)} {label} ({cfmt.delta(c.metric, c.amount)}{verdict})"
     if c.status == "noise":
         return f"{label} ({cfmt.delta(c.metric, c.amount)})"
     if c.status == "undecided":
-        return f"{label} ({c.verdict})"
+        return f"{label} {c.verdict}"
     return label
 
 
@@ -85,6 +94,7 @@ def clause_text(c: Clause, model: str) -> str:
 def where_text(c: Clause, model: str) -> str:
     """Where a total's change is, in one clause that starts with a word, never with a path."""
     metric, own = c.metric, c.amount
+    assert metric is not None and c.phase is not None  # every where clause names its metric and phase
     label = (f"{c.phase} " if c.named_phase else "") + GROWTH_LABELS[metric]
     what = f"{label} {'growth' if c.growing else 'reduction'}"
     if c.form == "cancelled":
@@ -104,6 +114,7 @@ def where_text(c: Clause, model: str) -> str:
     name = display_path(c.path or "", model) + (" (own)" if c.path == "" else "")
     if c.form == "own":
         return f"the largest own {what} is in {name} ({short_type(c.module_type or '')}, {cfmt.delta(metric, own)})"
+    assert c.share is not None  # the forms left (offset, most, largest) are those with a share
     if c.form == "offset":
         return (f"the largest own {what} is in {name} ({cfmt.delta(metric, own)}, more than the whole "
                 f"model's {cfmt.delta(metric, c.total)}: partly offset elsewhere)")

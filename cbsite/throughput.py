@@ -115,7 +115,7 @@ class Change:
 
 def changes(base_meta: Mapping[str, Any], head_meta: Mapping[str, Any]) -> dict[str, Change]:
     """Each mode measured in both runs: its change. Empty when either run has no step record."""
-    out = {}
+    out: dict[str, Change] = {}
     base_step, head_step = step_of(base_meta), step_of(head_meta)
     if base_step is None or head_step is None:
         return out

@@ -41,3 +41,9 @@ def killed_dlrm(kill_rank: int = 1, kill_at: int = 40):
     model.dense_arch = nn.Sequential(model.dense_arch, Killer(kill_rank, kill_at))
     dmp, _ = shard(model, ["table_wise", "row_wise"], [None, None])
     return dmp, provided.inputs[0].args
+
+
+def plain_dlrm():
+    """A tiny DLRM as a user's function returns it, unsharded: --distributed shards it with torchrec's planner."""
+    provided = provide("dlrm", {"size": "tiny", "num_tables": 2}, batches=1, seed=0)
+    return provided.model, provided.inputs[0].args

@@ -42,7 +42,7 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> subpro
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     src = tmp_path_factory.mktemp("src")
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copyfile(ROOT / name, src / name)
     shutil.copytree(ROOT / "cbsite", src / "cbsite", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     out = tmp_path_factory.mktemp("wheel")
@@ -60,6 +60,53 @@ def test_wheel_carries_every_template(wheel):
     assert shipped == _digest(TEMPLATES)
     for needed in ("mkdocs.defaults.yml", "pages/run.md.j2", "pages/_macros.j2", "assets/icicle.js", "publish/redirect.html.j2"):
         assert needed in shipped
+
+
+def _metadata(wheel: Path) -> tuple[str, list[str]]:
+    """The wheel's METADATA text and the names in its dist-info."""
+    with zipfile.ZipFile(wheel) as zf:
+        (meta,) = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        return zf.read(meta).decode(), zf.namelist()
+
+
+def _requires(text: str) -> list[str]:
+    return [line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Requires-Dist:")]
+
+
+def test_wheel_license_metadata_is_an_spdx_expression_with_its_file(wheel):
+    """PEP 639: `License-Expression` (SPDX) and the license text shipped under dist-info/licenses, no legacy field."""
+    text, names = _metadata(wheel)
+    fields = dict(line.split(": ", 1) for line in text.split("\n\n")[0].splitlines() if ": " in line)
+    assert tuple(map(int, fields["Metadata-Version"].split("."))) >= (2, 4)
+    assert fields["License-Expression"] == "BSD-3-Clause"
+    assert fields["License-File"] == "LICENSE"
+    assert "License" not in fields  # the legacy free-text field
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+
+
+def test_collect_extra_leaves_torchrec_to_its_own_extra(wheel):
+    """A plain-PyTorch team installs cbsite[collect] without torchrec or fbgemm; cbsite[torchrec] adds them."""
+    needs = _requires(_metadata(wheel)[0])
+    by_extra: dict[str, list[str]] = {}
+    for need in needs:
+        extra = need.split("extra ==")[-1].strip().strip("'\"") if "extra ==" in need else ""
+        by_extra.setdefault(extra, []).append(need.split(";")[0].strip())
+    assert any(n.startswith("torch>=") for n in by_extra["collect"])
+    assert not [n for n in by_extra["collect"] + by_extra[""] if n.startswith(("torchrec", "fbgemm"))]
+    assert "cbsite[collect]" in by_extra["torchrec"] and any(n.startswith("torchrec>=") for n in by_extra["torchrec"])
+
+
+def test_install_hints_name_the_extra_that_brings_the_package(wheel, monkeypatch):
+    """The missing-dependency hint (exit 4) reads the extras: torchrec -> cbsite[torchrec], torch -> cbsite[collect]."""
+    import importlib.metadata
+
+    from cbsite.cli import _install_target
+
+    needs = _requires(_metadata(wheel)[0])
+    monkeypatch.setattr(importlib.metadata, "requires", lambda name: needs if name == "cbsite" else None)
+    assert _install_target("torchrec") == "'cbsite[torchrec]'"
+    assert _install_target("torch") == "'cbsite[collect]'"
+    assert _install_target("mkdocs") == "'cbsite[site]'"
 
 
 @pytest.mark.slow

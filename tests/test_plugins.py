@@ -126,7 +126,7 @@ class Chatty(nn.Module):
         print("chatty says hi")
         import warnings
 
-        warnings.warn("chatty warns")
+        warnings.warn("chatty warns", stacklevel=1)
         return x + 1
 
 

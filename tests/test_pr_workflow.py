@@ -5,7 +5,10 @@
   index, fbgemm's CPU build (never the CUDA `fbgemm-gpu` on a CPU runner), torchrec with --no-deps and then
   the same hand-listed requirements, submitit, and cbsite with its site extra;
 * every `cbsite` command it runs names a real verb and real options, and the diff and publish steps run
-  against a copy of the demo runs (tests/data/runs) (collect is not run: it would measure a model; its options are checked).
+  against a copy of the demo runs (tests/data/runs) (compare is not run: it would measure a model; its options are
+  checked);
+* it judges latency (`cbsite compare --base-rev` of the PR's base, or collections with rounds), takes the gate rules
+  from the base branch rather than the PR's head, and says the fork-PR and concurrent-publish limits.
 """
 
 from __future__ import annotations
@@ -84,7 +87,7 @@ def test_workflow_has_the_steps_of_a_review():
     on = wf.get("on", wf.get(True))  # YAML 1.1 reads the key `on` as true
     assert "pull_request" in on
     names = [s.get("name", s.get("uses")) for s in _steps()]
-    for needed in ("Install cbsite", "Collect the base", "Collect the head", "Compare and apply the gate", "Gate"):
+    for needed in ("Install cbsite", "Compare the base and the head", "Compare and apply the gate", "Gate"):
         assert needed in names
 
 
@@ -101,7 +104,7 @@ def test_workflow_installs_as_the_makefile_does():
     assert re.match(r"cbsite\[[^\]]*\bsite\b[^\]]*\] @ git\+https://", spec), spec
     text = WORKFLOW.read_text()
     assert not re.search(r"fbgemm-gpu==", text), "the CUDA fbgemm on a CPU runner"
-    assert f"fbgemm-gpu-cpu==$FBGEMM_VERSION" in text
+    assert "fbgemm-gpu-cpu==$FBGEMM_VERSION" in text
 
 
 def _cbsite_commands() -> list[tuple[str, list[str]]]:
@@ -116,7 +119,7 @@ def _cbsite_commands() -> list[tuple[str, list[str]]]:
 
 def test_workflow_cbsite_commands_name_real_options():
     commands = _cbsite_commands()
-    assert {args[0] for _, args in commands} == {"collect", "publish", "diff"}
+    assert {args[0] for _, args in commands} == {"compare", "publish", "diff"}
     for _, args in commands:
         help_text = subprocess.run([*CBSITE, args[0], "--help"], capture_output=True, text=True, check=True, cwd=ROOT).stdout
         for opt in (a for a in args if a.startswith("--")):
@@ -134,8 +137,8 @@ def substitutions(demo_runs, tmp_path) -> dict[str, str]:
 def test_workflow_diff_and_publish_run_on_the_demo_runs(tmp_path, substitutions):
     env = {**os.environ, "CBSITE_BUILD_JOBS": "1"}
     ran = set()
-    for name, args in _cbsite_commands():
-        if args[0] == "collect":
+    for _name, args in _cbsite_commands():
+        if args[0] in ("collect", "compare"):
             continue
         args = [_subst(a, substitutions) for a in args]
         work = tmp_path / "checkout"  # publish writes ../site, beside the checkout
@@ -158,3 +161,54 @@ def _subst(arg: str, values: dict[str, str]) -> str:
     for key in sorted(values, key=len, reverse=True):
         arg = arg.replace(key, values[key])
     return arg
+
+
+BASE_SHA = "$BASE_SHA"
+
+
+def _step(name: str) -> dict:
+    (step,) = [s for s in _steps() if s.get("name") == name]
+    return step
+
+
+def test_workflow_judges_latency_rather_than_single_rounds():
+    """Latency gets a verdict: base and head timed against each other (`compare --base-rev`), or collected in rounds."""
+    judged = []
+    for name, args in _cbsite_commands():
+        if args[0] == "compare":
+            assert args[args.index("--base-rev") + 1] == BASE_SHA, args
+            judged.append(name)
+        if args[0] == "collect":
+            assert "--rounds" in args and int(args[args.index("--rounds") + 1]) >= 2, args
+            judged.append(name)
+    assert judged
+    assert _workflow()["env"]["BASE_SHA"] == "${{ github.event.pull_request.base.sha }}"
+    (checkout,) = [s for s in _steps() if str(s.get("uses", "")).startswith("actions/checkout")]
+    assert checkout["with"]["fetch-depth"] == 0  # the base commit must be there for the worktree
+    assert checkout["with"]["ref"] == "${{ github.event.pull_request.head.sha }}"
+
+
+def test_workflow_gate_rules_come_from_the_base_branch():
+    """The diff that gates runs in a folder holding the base commit's configuration, never the PR head's."""
+    gate_dir = str(_workflow()["env"]["GATE"])
+    assert gate_dir.startswith(("${{ github.workspace }}/../", "${{ runner.temp }}/")), gate_dir  # outside the checkout
+    reads = _commands(_step("Read the gate rules from the base branch")["run"])
+    for config in ("pyproject.toml", "cbsite.toml"):
+        assert any(c.startswith(f'git show "{BASE_SHA}:{config}" > "$GATE/{config}"') for c in reads), reads
+    gate = _commands(_step("Compare and apply the gate")["run"])
+    assert gate[0] == 'cd "$GATE"' and any(c.startswith("cbsite diff ") for c in gate), gate
+    for _, args in _cbsite_commands():
+        assert "--fail-on" not in args  # rules written into the workflow would come from the PR's head
+
+
+def test_workflow_says_the_fork_and_concurrent_publish_limits():
+    text = WORKFLOW.read_text()
+    head = text.split("\nname:")[0]  # the comment block above the workflow
+    assert "Fork PRs" in head and "read-only token" in head and "pull_request_target" in head
+    assert "Concurrent publishes" in head and "rejected" in head
+    fork_guard = "github.event.pull_request.head.repo.full_name == github.repository"
+    for name in ("Post the summary", *[s["name"] for s in _steps() if str(s.get("name", "")).startswith("Publish")]):
+        assert _step(name).get("if") == fork_guard, name
+    publish = _step(next(s["name"] for s in _steps() if str(s.get("name", "")).startswith("Publish")))["run"]
+    assert "for try in 1 2 3" in publish and "git -C ../site push origin gh-pages" in publish
+    assert _workflow()["concurrency"]["group"] == "cbsite-${{ github.event.pull_request.number }}"

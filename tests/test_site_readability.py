@@ -56,7 +56,7 @@ def test_components_json_labels_each_component_by_what_bounds_it(built):
     data = json.loads((_run_dir(site, "toy", "v1") / "components.json").read_text())
     for phase in data["phases"]:
         cols = data[phase]
-        assert cols["bound"] == [bound.classify(m, b, l, g) for m, b, l, g in zip(
+        assert cols["bound"] == [bound.classify(m, b, lat, g) for m, b, lat, g in zip(
             cols["mfu"], cols["bandwidth_util"], cols["latency_ms"], cols["device_time_ms"])]
         assert {"compute", "memory"} <= set(cols["bound"])
     assert data["roofline"] == {"peak_flops": 2e11, "peak_bandwidth": 2e10, "ridge": 10.0}

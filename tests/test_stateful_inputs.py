@@ -13,9 +13,9 @@ from torch import nn
 
 transformers = pytest.importorskip("transformers")
 
-from cbsite import archive
-from cbsite.collector import CollectConfig, profile
-from cbsite.collector.capture import capture, tensors_in
+from cbsite import archive  # noqa: E402  (after the importorskip above)
+from cbsite.collector import CollectConfig, profile  # noqa: E402
+from cbsite.collector.capture import capture, tensors_in  # noqa: E402
 
 PROVIDER = textwrap.dedent("""
     import torch

@@ -144,6 +144,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
+def run() -> None:
+    """The `cbsite` console script. A failing command leaves at once once its output is flushed: after an error,
+    interpreter shutdown with polars' and pyarrow's threads alive aborted 1 time in 20 ("terminate called without an
+    active exception", exit 134 instead of 2; pola-rs/polars#24169, apache/arrow#34314). A success exits normally."""
+    rc = main()
+    if rc:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    sys.exit(rc)
+
+
 def entrypoint(*argv: str) -> None:
     """`cbsite collect ARGV --distributed` for torch.distributed.elastic's launcher (`elastic_launch(config,
     entrypoint)(*argv)`); a non-zero exit raises SystemExit so the launcher records the rank as failed."""

@@ -165,7 +165,10 @@ def show_saved(run: Any, args: argparse.Namespace, path: Any, suffix: str = "") 
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
-    require("torch")  # before the calibration worker starts: a missing torch is one line, not a traceback
+    from cbsite.collector.providers import needs
+
+    # Before the calibration worker starts: a missing torch (or torchrec for dlrm) is one line, not a traceback.
+    require("torch", *needs(args.provider))
     # No torch in either: the worker starts before torch is imported here.
     from cbsite.collector.clean_worker import kept_worker
     from cbsite.collector.cpu_plan import DEFAULT_CPU_THREADS, start_job
@@ -227,7 +230,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     if not selected:
         raise CbsiteError(f"-k {args.k!r} selects none of the {len(sweep.points)} points; see them with --list")
-    require("torch")
+    from cbsite.collector.providers import needs
+
+    require("torch", *needs(args.provider))
     from cbsite.collector.request import CollectRequest, Preprocessing
     from cbsite.collector.executors import run_sweep
 
@@ -243,8 +248,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                        say=lambda line: None if quiet else print(line, flush=True))
     chosen = {p.label for p in selected}
     failed = [e for e in record["points"] if e["label"] in chosen and e["status"] == "failed"]
-    done = [e for e in record["points"] if e["label"] in chosen and e["status"] == "done"]
-    print(f"study {sweep.name}: {len(done)} of {len(selected)} selected points done, {len(failed)} failed "
+    finished = [e for e in record["points"] if e["label"] in chosen and e["status"] == "done"]
+    print(f"study {sweep.name}: {len(finished)} of {len(selected)} selected points done, {len(failed)} failed "
           f"(record: {cstudy.folder(args.runs, sweep.name) / cstudy.STUDY_JSON})")
     return 1 if failed else 0
 
@@ -266,7 +271,8 @@ def add_parsers(sub: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
     d = p.add_argument_group("distributed")
     d.add_argument("--distributed", action="store_true",
                    help="one rank of a sharded model's collection: launch with torchrun --nproc-per-node N -m cbsite "
-                        "collect ... --distributed (manual: Sharded models)")
+                        "collect ... --distributed; without -o sharding=..., torchrec's planner shards the tables "
+                        "(manual: Sharded models)")
     d.add_argument("--dist-timeout", type=float, default=300.0,
                    help="seconds a collective may wait for the other ranks before the job ends")
     p.set_defaults(func=cmd_collect)

@@ -15,21 +15,14 @@ from cbsite.errors import CbsiteError
 
 def cmd_diff(args: argparse.Namespace) -> int:
     """Compare HEAD with BASE; print a table, Markdown or JSON; exit 1 when a gate rule is broken."""
-    from cbsite import review
+    from cbsite.api import judge
     from cbsite.archive import read_run, resolve_run
-    from cbsite.comparison import evidence_for
-    from cbsite.diff import diff_runs
-    from cbsite.gate import check
 
     # Rules are checked before any run is read, so a typo in a rule fails fast (exit 2).
     rules = gate_rules(args)
     base_ref, head_ref = resolve_run(args.base, args.runs), resolve_run(args.head, args.runs)
-    base_run, head_run = read_run(base_ref.path), read_run(head_ref.path)
-    rd = diff_runs(base_run, head_run, match_moved=args.match_moved)
-    phase = review.main_phase(rd, args.phase) if args.phase else None
-    evidence = evidence_for(args.runs, base_run, head_run, {c.path: c.base_path for c in rd.components if c.base_path})
-    gate = check(rd, rules, [phase] if phase else None, latency=evidence) if rules else None
-    return report_diff(args, rd, gate, evidence, phase, base_ref, head_ref)
+    judged = judge(read_run(base_ref.path), read_run(head_ref.path), args.runs, rules, args.phase, args.match_moved)
+    return report_diff(args, judged.diff, judged.gate, judged.evidence, judged.phase, base_ref, head_ref)
 
 
 def report_diff(args: argparse.Namespace, rd: Any, gate: Any, evidence: Any, phase: str | None, base_ref: Any,
@@ -53,12 +46,9 @@ def report_diff(args: argparse.Namespace, rd: Any, gate: Any, evidence: Any, pha
 
 def gate_rules(args: argparse.Namespace) -> list[Any]:
     """--fail-on rules, else those of the configuration file; checked before anything runs (exit 2 on a typo)."""
-    from cbsite.gate import config_rules, parse_rules
+    from cbsite.api import gate_rules as rules_of
 
-    if args.fail_on:
-        return parse_rules(args.fail_on)
-    found = config_rules(Path.cwd())
-    return found[0] if found is not None else []
+    return rules_of(args.fail_on)
 
 
 def check_providers(args: argparse.Namespace) -> None:
@@ -95,7 +85,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     rules = gate_rules(args)
     check_providers(args)
-    require("torch")
+    from cbsite.collector.providers import needs
+
+    require("torch", *needs(args.base), *needs(args.head))
     from cbsite.collector.request import CollectRequest
     from cbsite.collector.session.compare import CompareConfig, compare
     from cbsite.comparison import from_record

@@ -15,7 +15,7 @@ from cbsite.format import counts as counts_text
 
 # The demo: two versions of DLRM that differ the way model revisions do (a wider over arch and a bigger
 # embedding dim), plus DeepFM and nanoGPT, on CPU-friendly sizes.
-DEMO = (
+DEMO: tuple[tuple[str, str, str, dict[str, Any]], ...] = (
     ("dlrm", "dlrm", "v1", {}),
     ("dlrm", "dlrm", "v2", {"embedding_dim": 64, "over_arch_layer_sizes": [256, 128, 1]}),
     ("deepfm", "deepfm", "v1", {}),
@@ -36,7 +36,7 @@ DEMO_PLUGIN_OPTIONS = {"compile": {"max_depth": 2}}
 # inconclusive); deepfm, nanogpt and the study are collected only where the archive lacks them unchanged
 # (`kept_demo_run`). --plugin / --plugin-option replace the plugin choice in both.
 DEMO_QUICK_PLUGINS = ("trace", "ops", "log", "memory")
-DEMO_QUICK_COMPARE = {"processes": 3, "pairs": 4}
+DEMO_QUICK_COMPARE: dict[str, Any] = {"processes": 3, "pairs": 4}
 
 
 def kept_demo_run(runs: Path, provider: str, name: str, version: str, options: dict[str, Any], config: Any) -> Path | None:
@@ -129,7 +129,7 @@ def _study(args: argparse.Namespace, config: Any, say: Any) -> None:
 def cmd_demo(args: argparse.Namespace) -> int:
     import time
 
-    require("torch")
+    require("torch", "torchrec")  # the demo's models are torchrec's DLRM family (and nanoGPT)
     started = time.perf_counter()
     quiet = verbosity(args) < 0
 

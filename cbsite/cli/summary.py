@@ -7,6 +7,7 @@ from typing import Any
 
 from cbsite import format as fmt
 from cbsite.cli.common import console as make_console
+from cbsite.runsummary import top_components
 
 # The collection's stages in the order they run (run.json `breakdown_s`); only `-v` prints them.
 STAGES = ("preserve_model", "setup_and_capture", "calibration_start", "components", "components_timed_blocks",
@@ -66,20 +67,6 @@ def memory_line(mem: Any) -> str | None:
         + (f"; freed heap handed back after {returned['times']} measurement(s), {size(returned.get('bytes'))}"
            if isinstance(returned, dict) and returned.get("times") else "")
         + (f"; out of memory: {len(oom)} component phase(s)" if oom else ""))
-
-
-def top_components(run: Any, top: int) -> list[dict[str, Any]]:
-    """The `top` components (root apart) by forward time per forward of the model, in tree order, one dict per
-    component with its forward and backward figures side by side."""
-    import polars as pl
-
-    rows = run.table()
-    wide = rows.pivot(on="phase", index=["order", "path", "depth", "module_type", "status", "call_count", "param_bytes"],
-                      values=["latency_ms", "flops", "mfu", "bandwidth_util"], aggregate_function="first")
-    fwd_col = "latency_ms_forward" if "latency_ms_forward" in wide.columns else "latency_ms"
-    wide = wide.filter(pl.col("path") != "").sort(pl.col(fwd_col).fill_null(0) * pl.col("call_count").clip(1),
-                                                  descending=True).head(top)
-    return wide.sort("order").to_dicts()
 
 
 def print_run(run: Any, top: int = 15, verbosity: int = 0) -> None:

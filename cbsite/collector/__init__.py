@@ -38,8 +38,10 @@ def profile(
 
     Returns a `Run`: `run.table()` gives the rows as a polars DataFrame, `run.save("runs")` archives it.
     Keyword arguments named model_name, version and config are cbsite's; every other one goes to the model.
+    Progress is shown as `cbsite collect` shows it (a bar in a terminal or a notebook, lines in a log) unless
+    `config` says `progress=False`.
     """
     from cbsite.collector.config import CollectConfig
     from cbsite.collector.profiler import profile_model
 
-    return profile_model(model, [(args, kwargs)], config or CollectConfig(progress=False), model_name=model_name, version=version)
+    return profile_model(model, [(args, kwargs)], config or CollectConfig(), model_name=model_name, version=version)

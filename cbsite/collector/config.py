@@ -25,7 +25,14 @@ def _seconds(value: Any, most: float) -> bool:
 
 @dataclass(frozen=True)
 class CollectConfig:
-    """Everything that shapes a collection; recorded in run.json's `config`."""
+    """Everything that shapes a collection; recorded in run.json's `config`.
+
+    The fields are `cbsite collect`'s options by the same names (`max_depth` is --max-depth), except:
+    `min_run_time` is --budget, `num_threads` --threads, `step=False` --no-step, `count_twins_once=False`
+    --count-every-twin, `memory_limit` --memory-limit in bytes (the CLI also takes "20GB"), `progress=False`
+    --no-progress, `plugins`/`plugin_options` --plugin/--plugin-option, `phases` a tuple (--phases a,b);
+    `warmup`, `calibrate` and `capture_all_at_once` have no option.
+    """
 
     max_depth: int | None = None
     include: tuple[str, ...] = ()

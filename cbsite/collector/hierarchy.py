@@ -96,7 +96,7 @@ def _time_pair(parent: dict[str, Any], child: dict[str, Any],
                statement: Callable[[str, str], tuple[Callable[[], Any], int] | None], block_s: float, num_threads: int,
                rng: random.Random, probe: WaitProbe) -> tuple[dict[int, list[Any]] | None, list[Any]]:
     """One inverted pair's interleaved blocks (None where either side has no statement) and its sides."""
-    sides = []
+    sides: list[Any] = []
     for row in (parent, child):
         found = statement(row["path"], row["phase"])
         if found is None:

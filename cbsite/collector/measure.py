@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection
+from typing import Any, Callable, Collection, cast
 
 import torch
 from torch import nn
@@ -466,6 +466,7 @@ class ComponentMeasurement:
                 counts, peak, peak_s = known.counts, known.peak, None
                 notes.append(known.note())
             else:
+                assert early is not None  # the branch's condition: a twin's figures or the early passes'
                 # Its peak pass ran before forward was timed; it stands as the warm-up as a peak pass does elsewhere: a
                 # component past the allowance streams its working set from memory on every call, so what forward's
                 # timing did to the caches in between changes nothing a warm-up call would.
@@ -486,14 +487,15 @@ class ComponentMeasurement:
         # On shapes where they stand for a real run (counting.count_on_shapes): a graph of fake tensors, which also
         # leaves the real one for the peak pass.
         shaped = None if "backward" in self.count_real else self._backward_on_shapes(differentiate)
-        counts = per_call(shaped or _counted_for_real(lambda: differentiate(graph)), self.calls_per_batch)
+        # cast: `graph` is set on this path (None only for the moment one is let go before the next is built).
+        counts = per_call(shaped or _counted_for_real(lambda: differentiate(cast(Graph, graph))), self.calls_per_batch)
         untimed["counting"] = time.perf_counter() - t1
         if fresh and shaped is None:  # the counting pass used the graph up: another for the peak pass, the first let go first
             graph = None
             graph = self._batch0_graph(held, untimed)
         # The allocator peak of one call, before timing: a graph cycle may hold
         # another batch's graph once timing ends.
-        peak, peak_s = _timed_peak(self.cfg.device, lambda: differentiate(graph))
+        peak, peak_s = _timed_peak(self.cfg.device, lambda: differentiate(cast(Graph, graph)))
         untimed["memory_peaks"] = peak_s
         if fresh:  # used up by the peak pass; a graph the forward phase left serves the first block
             graph = None
@@ -509,6 +511,7 @@ class ComponentMeasurement:
         index, graph = first
         build = lambda i: self._graph(self.batches[i], seed=i)  # noqa: E731
         if self.frees_graphs():
+            assert self.saved_bytes is not None and self.cfg.graph_allowance_bytes is not None  # frees_graphs() says so
             notes.append(
                 f"backward timed as a training step runs it: each call on a graph of its own, freed as it goes; the "
                 f"activations one graph saves ({self.saved_bytes / 2**20:,.0f} MiB) are past the collection's allowance "
@@ -522,6 +525,8 @@ class ComponentMeasurement:
             graphs = [g if g is not None else build(i) for i, g in enumerate(graphs)]
             untimed["backward_graphs"] += time.perf_counter() - t0
             return self.rotation("backward", graphs)
+        # Not freeing: _backward_passes left batch `index`'s graph; not fitting: only with an allowance and graph bytes.
+        assert graph is not None and self.graph_bytes is not None and self.cfg.graph_allowance_bytes is not None
         notes.append(
             f"backward graphs built one batch at a time (rotation batch by batch between blocks): the graphs "
             f"of {len(self.batches)} batches would hold {len(self.batches) * self.graph_bytes / 2**20:,.0f} MiB "

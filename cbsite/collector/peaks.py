@@ -227,8 +227,9 @@ def _end_calibration(device_info: dict[str, Any], warnings: list[str]) -> tuple[
     # The start's best shape only: the end measures drift on the same work, and the peak is already the best over
     # every shape (the other four shapes were two thirds of a calibration's time).
     best = start.get("best_matmul_shape")
+    only_best: dict[str, Any] = {"shapes": [best]} if best else {}
     end = calibrate_cpu(dtype, int(cal.get("num_threads") or device_info.get("num_threads") or torch.get_num_threads()),
-                        repeats=END_CALIBRATION_REPEATS, **({"shapes": [best]} if best else {}))
+                        repeats=END_CALIBRATION_REPEATS, **only_best)
     cal["end"] = {"flops": end["flops"], "bandwidth": end["bandwidth"], **end["detail"]}
     source = device_info.setdefault("peak_source", {"flops": None, "bandwidth": None})
     dtype_name = device_info.get("dtype") or "float32"
@@ -337,7 +338,7 @@ def _component_ceilings(
         sigs = list(unique)
         timings, method = in_clean_worker(time_signatures, sigs, num_threads, SHAPE_REPEATS, SHAPE_MIN_RUN_TIME,
                                           budget_s, [dense_matmul_flops(s) for s in sigs])
-    skipped = {"flops": None, "seconds": None, "error": "not timed (cap)"}
+    skipped: dict[str, Any] = {"flops": None, "seconds": None, "error": "not timed (cap)"}
     for rec in records:
         reference = rec.pop("reference")
         t = timings[unique[reference]] if reference in unique else skipped
@@ -422,7 +423,7 @@ def check_peaks(
         verified = {(r["path"], r["phase"]) for r in records if r.get("count_verified")}
         best = _raiser(records)
         raised = best is not None and best[0] > peak_flops
-        if raised:
+        if raised and best is not None:
             peak_flops, source["flops"] = best[0], best[1]
         if not isinstance(cal, dict):
             cal = device_info["calibration"] = {}
@@ -432,7 +433,7 @@ def check_peaks(
         more = f" and {len(above) - 8} more" if len(above) > 8 else ""
         head = (f"{len(above)} row(s) beat the peak of {_gflops(before)} ({before_source}): {named}{more}; "
                 "re-timed against work whose FLOPs their shapes give (dense matmuls, in a clean worker)")
-        if raised:
+        if raised and best is not None:
             warnings.append(f"{head}: {best[2]} ran at {_gflops(peak_flops)} standalone, "
                             f"so the peak was raised to {_gflops(peak_flops)} and every MFU derived from it")
         else:

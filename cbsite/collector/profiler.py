@@ -198,6 +198,7 @@ def _run(run_record: record.RunRecord, rows: list[dict[str, Any]], rounds: Round
     """The Run: its record, rows, ops and samples; then the reporters post-process it."""
     run_id, origin = run_record.run_id, run_record.origin
     table = pl.from_arrow(archive.rows_to_table(rows))
+    assert isinstance(table, pl.DataFrame)  # a Table gives a DataFrame (a Series comes from an Array)
     run = archive.Run(meta=run_record.to_json(), rows=table, artifacts=plugins.artifacts,
                       ops=ops_frame(plugins.runner.ops, run_id, origin.model, origin.version),
                       samples=samples_frame(rounds.samples, run_id, origin.model, origin.version))

@@ -199,7 +199,9 @@ def summarise(mode_rounds: list[dict[str, Any]], batch_size: int | None) -> dict
         first = mode_rounds[0] if mode_rounds else {"status": "skipped", "error": "not measured"}
         return {"status": first.get("status", "failed"), "error": first.get("error"), "rounds": 0}
     blocks = [b for r in measured for b in r["blocks"]]
-    medians, flagged_rounds, used = [], [], []
+    medians: list[float] = []
+    flagged_rounds: list[int] = []
+    used: list[dict[str, Any]] = []
     for r in measured:
         clean = [b for b in r["blocks"] if not b["contended"]]
         flagged = len(clean) < min(MIN_CLEAN_BLOCKS, len(r["blocks"]))

@@ -145,7 +145,7 @@ def _page_key(*parts: Any) -> str:
 
 def _start_diffs(catalog: Catalog, docs: Path, plan: jobs.Jobs, cache: bcache.BuildCache | None = None,
                  keys: dict[str, str] | None = None) -> tuple[list[_DiffEntry], Callable[[], list[Any]]]:
-    consecutive = set()
+    consecutive: set[tuple[str, str]] = set()
     for m in catalog.models.values():
         newest = [m.newest(v) for v in m.versions]
         consecutive.update((a.run_id, b.run_id) for a, b in zip(newest, newest[1:]))
@@ -484,7 +484,7 @@ def _build_stage(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool,
         text = dump_yaml(cfg)
         (project / "mkdocs.yml").write_text(text)
         plugin = None
-        if can_reuse:
+        if cache is not None and can_reuse:
             gkey = reuse.global_key(text)
             entries = reuse.previous_entries(previous) if previous is not None and record.get("global") == gkey else None
             reused = writer.reusable() if entries is not None else set()
@@ -520,8 +520,8 @@ def _build_stage(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool,
         return found
 
     # Runs are published by a pool of threads: the time goes to file system calls (see sitedir.remove_tree).
-    with concurrent.futures.ThreadPoolExecutor(sitedir.IO_THREADS) as pool:
-        for found in pool.map(publish, catalog.runs()):
+    with concurrent.futures.ThreadPoolExecutor(sitedir.IO_THREADS) as io_pool:
+        for found in io_pool.map(publish, catalog.runs()):
             warnings.extend(found)
     if cache is not None and can_reuse:
         cache.site_pages, cache.site_global = writer.keys, gkey

@@ -46,7 +46,7 @@ def _construct_tagged(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> 
         return Tagged(node.tag, loader.construct_scalar(node), "scalar")
     if isinstance(node, yaml.SequenceNode):
         return Tagged(node.tag, loader.construct_sequence(node, deep=True), "sequence")
-    return Tagged(node.tag, loader.construct_mapping(node, deep=True), "mapping")  # type: ignore[arg-type]
+    return Tagged(node.tag, loader.construct_mapping(node, deep=True), "mapping")
 
 
 _Loader.add_multi_constructor("!", _construct_tagged)

@@ -17,11 +17,11 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
-from cbsite import bound
+from cbsite import bound, comparison
 from cbsite import diff as cdiff
 from cbsite import format as cfmt
 from cbsite.archive import Run
@@ -83,7 +83,7 @@ def _magnitude(c: Clause) -> float:
     return abs(math.log(ratio)) if ratio is not None and ratio > 0 else math.inf
 
 
-def cancelled(rd: cdiff.RunDiff, metric: str, phase: str) -> dict[str, str] | None:
+def cancelled(rd: cdiff.RunDiff, metric: str, phase: str) -> dict[str, Any] | None:
     """When the own changes of `metric` cancel out in `phase` (up and down together more than CANCEL times the net
     change, or a net of zero with parts that moved): the amounts up, down and net as the page writes them, else
     None. Shares of such a net mean nothing ("2000000%"), so none are given for it."""
@@ -98,23 +98,28 @@ def totals_rows(rd: cdiff.RunDiff, judged: Judged | None = None) -> list[dict[st
     """One row per (phase, metric) for the totals table, with the ratio already in words.
 
     With latency evidence, a latency row's direction is its root verdict's (regressed up, improved down,
-    anything else no change) and the row carries that verdict."""
+    anything else no change) and the row carries that verdict; without, no direction. `judgement` is the word
+    every report prints for latency (comparison.judgement), None for the other metrics."""
     rows = []
     for phase, metrics in rd.totals.items():
         for metric in DIFF_METRICS:
             t = metrics[metric]
             direction = 0 if not t.delta or t.noise else (1 if t.delta > 0 else -1)
-            verdict = None
+            verdict, judgement = None, None
             if metric == "latency_ms" and judged is not None and judged.judged:
                 v = judged.get("", phase)
                 verdict = v.to_dict() if v is not None else None
                 direction = {"regressed": 1, "improved": -1}.get(v.verdict if v is not None else "", 0)
+                judgement = comparison.judgement(v, judged.floor) if v is not None else "not judged"
+            elif metric == "latency_ms":  # one story: unjudged latency is no finding (comparison.NOT_JUDGED)
+                direction, judgement = 0, comparison.NOT_JUDGED
             rows.append({
                 "phase": phase, "metric": metric, "label": LABELS[metric],
                 "base": None if t.base is None else cfmt.amount(metric, t.base),
                 "head": None if t.head is None else cfmt.amount(metric, t.head),
                 "delta": cfmt.delta(metric, t.delta), "ratio": cfmt.change(t.base, t.head),
                 "noise": t.noise, "complete": t.complete, "direction": direction, "verdict": verdict,
+                "judgement": judgement,
             })
     return rows
 
@@ -126,7 +131,8 @@ def _changes(rd: cdiff.RunDiff, metric: str, phase: str, judged: Judged | None) 
         return rd.top(metric, phase, len(rd.components))
     rows = [(i, c) for i, c in enumerate(rd.for_phase(phase))
             if c.self_delta[metric] not in (None, 0) and latency_changed(c, judged)]
-    rows.sort(key=lambda ic: (-abs(ic[1].self_delta[metric]), -ic[1].depth, ic[0]))
+    # rows hold known own changes only (None was filtered out above)
+    rows.sort(key=lambda ic: (-abs(cast(float, ic[1].self_delta[metric])), -ic[1].depth, ic[0]))
     return [c for _, c in rows]
 
 
@@ -148,7 +154,7 @@ def top_rows(rd: cdiff.RunDiff, model: str, judged: Judged | None = None) -> dic
         rows = []
         cancel = cancelled(rd, metric, phase)
         for c in _changes(rd, metric, phase, judged)[:TOP_N]:
-            value = c.self_delta[metric]
+            value = cast(float, c.self_delta[metric])  # `_changes` lists known own changes only
             rows.append({
                 "path": display_path(c.path, model), "label": display_path(c.path, model),
                 "module_type": c.module_type, "kind": c.kind, "delta": value, "change": _change_word(c, value),
@@ -158,6 +164,70 @@ def top_rows(rd: cdiff.RunDiff, model: str, judged: Judged | None = None) -> dic
         if rows:
             out[metric] = rows
     return out
+
+
+ANSWER_N = 5  # latency changes per phase the page leads with; the table and the verdicts list the rest
+ANSWER_GROWTH_N = 3  # FLOP and peak-memory changes per phase
+# An ancestor whose own change is less than this part of its change is its children's change again: folded
+# into them (a leaf's own change is its whole change, so it is always kept).
+FOLD = 0.5
+
+
+def _folded(c: ComponentDelta, metric: str) -> bool:
+    own, whole = c.self_delta[metric], c.delta[metric]
+    return own is None or whole is None or abs(own) < FOLD * abs(whole)
+
+
+def answer(rd: cdiff.RunDiff, model: str, judged: Judged | None = None) -> list[dict[str, Any]]:
+    """What the diff page leads with, per phase (backward as well as forward): the latency changes that count
+    (judged ones where the diff has evidence, else those outside noise), largest own change in ms first, with
+    the verdict's ratio and interval and the absolute medians per forward; then the FLOP and peak-memory
+    changes. An ancestor whose change is its children's (`FOLD`) is not listed again."""
+    judged = judged or Judged(None, None)
+    out = []
+    for phase in rd.phases:
+        latency: list[dict[str, Any]] = []
+        for c in _changes(rd, "latency_ms", phase, judged):
+            if len(latency) == ANSWER_N:
+                break
+            if _folded(c, "latency_ms"):
+                continue
+            v = judged.get(c.path, phase) if judged.judged else None
+            latency.append({
+                "label": display_path(c.path, model), "module_type": c.module_type, "kind": c.kind,
+                "own": delta_text("latency_ms", c.self_delta["latency_ms"]),
+                "base": c.base["latency_ms"], "head": c.head["latency_ms"],
+                "verdict": v.verdict if v is not None else (c.kind if c.kind in ("added", "removed") else None),
+                "ratio": v.ratio if v is not None else None,
+                "ci_low": v.ci_low if v is not None else None, "ci_high": v.ci_high if v is not None else None,
+            })
+        growth = {}
+        for metric in ("flops", "peak_memory_bytes"):
+            rows = [c for c in _changes(rd, metric, phase, None) if not _folded(c, metric)][:ANSWER_GROWTH_N]
+            if rows:
+                growth[metric] = [{"label": display_path(c.path, model), "kind": c.kind,
+                                   "own": delta_text(metric, c.self_delta[metric])} for c in rows]
+        out.append({"phase": phase, "latency": latency, "growth": growth})
+    return out
+
+
+def default_colour(rd: cdiff.RunDiff, judged: Judged | None = None) -> str:
+    """The icicle's colouring on open: the metric whose whole-model change is largest (|ln head/base|) among
+    the changes that count (latency only where its verdict, or without evidence its noise rule, says so)."""
+    judged = judged or Judged(None, None)
+    best, metric = 0.0, "flops"
+    for phase, totals in rd.totals.items():
+        root = next((c for c in rd.for_phase(phase) if c.path == ""), None)
+        for m in ("flops", "param_bytes", "peak_memory_bytes", "latency_ms"):
+            t = totals[m]
+            if not t.base or not t.head or t.base <= 0 or t.head <= 0 or t.noise:
+                continue
+            if m == "latency_ms" and (root is None or not latency_changed(root, judged)):
+                continue
+            size = abs(math.log(t.head / t.base))
+            if size > best:
+                best, metric = size, m
+    return "delta_" + metric
 
 
 def ties(tops: dict[str, list[dict[str, Any]]]) -> dict[str, int]:
@@ -318,7 +388,7 @@ def diff_files(rd: cdiff.RunDiff, judged: Judged | None = None, head: Run | None
 
     A phase file's columns, aligned row by row: the path as `parent`/`name` (`encode_paths`), `base_path`
     (null where the component kept its path), `module_type`, `depth`, `kind`, `missing`, latency `base` and
-    `head` per forward, `delta` of each metric, `share` of those the table shows, `noise`, `latency` (only
+    `head` per forward, `delta` and `own` (self_delta) of each metric, `share` of those the table shows, `noise`, `latency` (only
     when the diff has evidence: the verdict columns of latencydata) and `run`: the head run's own values of
     the phase that the icicle draws (`_run_columns`; none without `head`; `page`: the head run's page data, when
     at hand)."""
@@ -344,6 +414,8 @@ def diff_files(rd: cdiff.RunDiff, judged: Judged | None = None, head: Run | None
             cols[key] = {m: compact_column([d[m] for d in dicts]) for m in SIDE_METRICS}
         deltas = [c.delta for c in comps]
         cols["delta"] = {m: _whole(compact_column(_floats([d[m] for d in deltas]), DIGITS)) for m in DIFF_METRICS}
+        # The icicle colours a node by its own change, so a regressed leaf shows where its ancestors' sums hide it.
+        cols["own"] = {m: _whole(compact_column(_floats([c.self_delta[m] for c in comps]), DIGITS)) for m in DIFF_METRICS}
         cols["share"] = {m: compact_column(_shares(rd, phase, m, judged), DIGITS) for m in SHARE_METRICS}
         noise = [c.noise for c in comps]
         cols["noise"] = {m: [d[m] for d in noise] for m in DIFF_METRICS}

@@ -56,6 +56,8 @@ def diff_job(job: tuple[Path, Path, Path, str, dict[str, Any] | None]) -> dict[s
         "chart_metrics": list(specs), "counts": {p: rd.counts(p) for p in rd.phases},
         "latency": latencydata.latency_context(judged, rd, model),
         "setup": provenance.setup_changes(base.meta, head.meta),
+        "answer": diffdata.answer(rd, model, judged), "colour": diffdata.default_colour(rd, judged),
+        "run_warnings": {"base": list(base.meta.get("warnings") or []), "head": list(head.meta.get("warnings") or [])},
         "traffic": traffic.rows(rd.traffic, model),  # sharded runs: collective bytes per component; [] otherwise
     }
 
@@ -108,7 +110,8 @@ class Pool:
     on one core, or where the pool cannot start) and stopped with `stack`."""
 
     def __init__(self, stack: contextlib.ExitStack) -> None:
-        self.stack, self.pool, self.failed = stack, None, _workers() <= 1
+        self.stack, self.failed = stack, _workers() <= 1
+        self.pool: concurrent.futures.ProcessPoolExecutor | None = None
 
     def get(self) -> concurrent.futures.ProcessPoolExecutor | None:
         if self.pool is None and not self.failed:

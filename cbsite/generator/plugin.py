@@ -25,7 +25,7 @@ import logging
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from mkdocs.config import config_options as c
 from mkdocs.config.base import Config
@@ -95,7 +95,7 @@ class CbsitePlugin(BasePlugin[CbsitePluginConfig]):
     def _open_cache(self, config: Any, runs: Path, prefix: str) -> BuildCache | None:
         """The build cache: the user's cache directory by default (skipped with a note where it cannot serve), a
         folder relative to mkdocs.yml when named (an error where it cannot), none with `cache: false`."""
-        option = self.config.cache
+        option = cast("str | bool", self.config.cache)  # mkdocs checked it against c.Type((str, bool))
         if option is False or option == "":
             return None
         config_file = Path(config.config_file_path or "mkdocs.yml").resolve()

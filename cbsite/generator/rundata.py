@@ -56,7 +56,7 @@ def compact_column(values: list[Any], digits: int = 4) -> list[Any]:
             return list(values)
         return [_compact(v) if isinstance(v, list) else v for v in values]
     floats = values if len(types) == 1 else [v for v in values if type(v) is float]
-    rounded = list(map(float, (f"%.{digits}g " * len(floats) % tuple(floats)).split()))
+    rounded: list[Any] = list(map(float, (f"%.{digits}g " * len(floats) % tuple(floats)).split()))
     if not all(map(_isfinite, rounded)):
         rounded = [r if _isfinite(r) else None for r in rounded]
     if len(floats) == len(values):
@@ -265,7 +265,8 @@ def own_time(comps: dict[str, Any], phase: str, calls: list[int]) -> dict[int, f
     children smaller than the children under it (an under-measured child would inflate its parent's own time);
     elsewhere independent timings disagree and a difference of them is no one's own time."""
     n, parent, cols = len(comps["path"]), comps["parent"], comps[phase]
-    size, kids_sum, kids = [0.0] * n, [0.0] * n, [[] for _ in range(n)]
+    size, kids_sum = [0.0] * n, [0.0] * n
+    kids: list[list[int]] = [[] for _ in range(n)]
     for i in range(n - 1, -1, -1):  # pre-order: children after their parent
         v = cols["latency_ms"][i]
         size[i] = v * calls[i] if v is not None and v >= 0 else kids_sum[i]

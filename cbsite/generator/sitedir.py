@@ -145,7 +145,7 @@ def remove_tree(folder: Path) -> None:
         return
     jobs, level = [], [folder]
     for _ in range(4):  # down to the run folders (runs/<model>/<version>/<run_id>), not further
-        nxt = []
+        nxt: list[Path] = []
         for d in level:
             try:
                 nxt.extend(e for e in d.iterdir() if e.is_dir() and not e.is_symlink())

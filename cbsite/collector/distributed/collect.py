@@ -42,7 +42,7 @@ from cbsite.collector.distributed.collectives import CollectiveMode, Traffic
 from cbsite.collector.distributed.discovery import Captured, Piece, Resolved, capture_pieces, pieces, promote_grad_buffers
 from cbsite.collector.distributed.group import Group
 from cbsite.collector.distributed.lockstep import Agreement, LockstepResult, measure
-from cbsite.collector.distributed.sharding import same_on_every_rank
+from cbsite.collector.distributed.sharding import planned, same_on_every_rank, with_default_plan
 from cbsite.collector.measure import ComponentMeasurement, NothingToDifferentiate, PhaseResult
 from cbsite.collector.plan import PlanConfig, component_tree, selected
 from cbsite.collector.profiler import profile_model
@@ -58,9 +58,10 @@ def _unwrap(model: nn.Module) -> nn.Module:
 
     if not isinstance(model, DistributedModelParallel):
         raise CbsiteError(
-            f"--distributed profiles a sharded model, and the provider gave a {type(model).__name__}: give the built-in "
-            "providers -o sharding=table_wise (or row_wise, column_wise, table_row_wise, data_parallel, planner, or a "
-            "list per table), or return torchrec's DistributedModelParallel from your module:function"
+            f"--distributed profiles a sharded model, and the provider gave a {type(model).__name__} with no torchrec "
+            "EmbeddingBagCollection to shard: give the built-in providers -o sharding=table_wise (or row_wise, "
+            "column_wise, table_row_wise, data_parallel, planner, or a list per table; unset: planner), or return "
+            "a model with torchrec tables or torchrec's DistributedModelParallel from your module:function"
         )
     return model.module
 
@@ -194,12 +195,15 @@ def _is_comm_failure(exc: BaseException) -> bool:
 
 def _collect(request: CollectRequest, group: Group, stage: Stage) -> archive.Run | None:
     started = time.perf_counter()
+    request = replace(request, options=with_default_plan(request.provider, request.options))
     config = replace(request.config, device=group.device)
     agree = Agreement()
     with stage.at("comparing the ranks' options"):
         same_on_every_rank("collection options", _options_entry(request))
     with stage.at("building the sharded model"):
         prepared = prepare(replace(request, config=config))
+        model, provider = planned(prepared.model, prepared.provider)
+        prepared = replace(prepared, model=model, provider=provider)
     inner = _unwrap(prepared.model)
     dtype = DTYPES[config.dtype]
     if dtype != torch.float32:

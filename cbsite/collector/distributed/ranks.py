@@ -82,9 +82,9 @@ def rank_rows(run: archive.Run, found: list[Piece], comm_modules: set[str], comm
     piece_paths = {p.path for p in found}
     for r in rows:
         if r["path"] in piece_paths:
-            outcome = lockstep.get((r["path"], r["phase"])) or local.get((r["path"], r["phase"]))
-            blocks = outcome.result.timing.blocks if isinstance(outcome, LockstepResult) else (
-                outcome.timing.blocks if isinstance(outcome, PhaseResult) else [])
+            timed = lockstep.get((r["path"], r["phase"])) or local.get((r["path"], r["phase"]))
+            blocks = timed.result.timing.blocks if isinstance(timed, LockstepResult) else (
+                timed.timing.blocks if isinstance(timed, PhaseResult) else [])
             samples += rounds.block_samples(r["path"], r["phase"], blocks, run_id)
     _renumber(rows)
     return rows, samples
@@ -200,7 +200,7 @@ def merged_run(run0: archive.Run, gathered: list[Any] | None, group: Group, sche
     hierarchy_record = hierarchy.check_ranks(per_rank, remeasured)
     keyed = [{(r["path"], r["phase"]): r for r in rows} for rows in per_rank]
     merged, chosen_samples = [], []
-    samples_by = [{} for _ in gathered]
+    samples_by: list[dict[tuple[str, str], list[dict[str, Any]]]] = [{} for _ in gathered]
     for r, (_, samples, _, _) in enumerate(gathered):
         for s in samples:
             samples_by[r].setdefault((s["path"], s["phase"]), []).append(s)
@@ -239,8 +239,9 @@ def merged_run(run0: archive.Run, gathered: list[Any] | None, group: Group, sche
     meta["samples"] = {"file": archive.SAMPLES_FILE, "rows": len(chosen_samples)} if chosen_samples else None
     # The job's step is the slowest rank's (they run in lockstep, so they differ by their waiting only).
     steps = [rec.pop("step", None) for rec in records]
-    timed = [st for st in steps if st and (st.get("train") or {}).get("ms")]
-    meta["step"] = max(timed, key=lambda st: st["train"]["ms"]) if timed else next((st for st in steps if st), None)
+    timed_steps = [st for st in steps if st and (st.get("train") or {}).get("ms")]
+    meta["step"] = (max(timed_steps, key=lambda st: st["train"]["ms"]) if timed_steps
+                    else next((st for st in steps if st), None))
     for rec, st in zip(records, steps):
         rec["step_train_ms"] = ((st or {}).get("train") or {}).get("ms")
     traces = _write_traces(run0, [g[3] for g in gathered])
@@ -260,12 +261,12 @@ def merged_run(run0: archive.Run, gathered: list[Any] | None, group: Group, sche
     rows_table = pl.from_arrow(archive.rows_to_table(merged))
     ranks_table = pl.from_arrow(archive.rows_to_table(everyone))
     assert isinstance(rows_table, pl.DataFrame) and isinstance(ranks_table, pl.DataFrame)
-    merged = archive.Run(meta=meta, rows=rows_table, artifacts=run0.artifacts, ops=run0.ops,
-                         samples=samples_frame(chosen_samples, run_id, model, version), ranks=ranks_table)
+    run = archive.Run(meta=meta, rows=rows_table, artifacts=run0.artifacts, ops=run0.ops,
+                      samples=samples_frame(chosen_samples, run_id, model, version), ranks=ranks_table)
     # profile_model's staging folder of artifacts is removed when its Run is collected: the merged run, which
     # shares the folder, keeps that Run alive until it is collected itself (a finalizer holds its arguments).
-    weakref.finalize(merged, _keep, run0)
-    return merged
+    weakref.finalize(run, _keep, run0)
+    return run
 
 
 def _keep(*_: Any) -> None:

@@ -4,7 +4,10 @@
 
 * `sharding`: one sharding type for every table (`table_wise`, `row_wise`, `column_wise`,
   `table_row_wise`, `data_parallel`; dashes work too), a list with one type per table, or `planner`
-  (torchrec's `EmbeddingShardingPlanner` decides, from its cost model of this topology);
+  (torchrec's `EmbeddingShardingPlanner` decides, from its cost model of this topology). Unset in a
+  distributed collection (`--distributed`), it is `planner`: `with_default_plan` fills it in before the
+  provider runs, so run.json's provider options say so and the plan it chose is printed and recorded (a
+  user's function that returns the plain model is sharded by the planner too: `planned`);
 * `compute_kernel`: `fused` or `dense` (one, or one per table); unset, torchrec picks per sharding type
   (`data_parallel` needs `dense`).
 
@@ -17,6 +20,7 @@ training. Sharding needs the process group (torchrun and `cbsite collect --distr
 from __future__ import annotations
 
 import hashlib
+import sys
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -95,6 +99,47 @@ def same_on_every_rank(what: str, entry: dict[str, Any]) -> None:
                       "(the same -o values, model and cbsite command on every node)")
 
 
+# The built-in providers that shard their tables (they take the `sharding` option).
+SHARDING_PROVIDERS = ("dlrm", "deepfm", "dlrm-synthetic")
+
+
+def with_default_plan(provider: str, options: dict[str, Any]) -> dict[str, Any]:
+    """A distributed collection's provider options: torchrec's planner where a built-in is given no `sharding`
+    (an unsharded model cannot be collected with --distributed); other providers' options are theirs."""
+    if provider in SHARDING_PROVIDERS and options.get("sharding") is None and options.get("placement") is None:
+        return {**options, "sharding": PLANNER}
+    return options
+
+
+def planned(model: nn.Module, provider: dict[str, Any]) -> tuple[nn.Module, dict[str, Any]]:
+    """A distributed collection's model and run.json `provider` entry: a `DistributedModelParallel` as given; any other
+    model with an `EmbeddingBagCollection` (a user's function that returns the plain model) sharded by torchrec's
+    planner, its plan recorded in `provider.details.sharding`; anything else as given (the collection refuses it)."""
+    from torchrec.distributed.model_parallel import DistributedModelParallel
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+
+    if isinstance(model, DistributedModelParallel):
+        return model, provider
+    if not any(isinstance(m, EmbeddingBagCollection) for m in model.modules()):
+        return model, provider
+    dmp, described = shard(model, None, [None])
+    return dmp, {**provider, "details": {**(provider.get("details") or {}), "sharding": described}}
+
+
+def plan_summary(described: dict[str, Any]) -> str:
+    """One line of a described plan (see `describe_plan`), e.g. `table_wise x2 (ranks 0, 1), row_wise x1 (ranks 0, 1)`:
+    tables per sharding type and the ranks holding them."""
+    counts: dict[str, int] = {}
+    ranks: dict[str, set[int]] = {}
+    for tables in described.values():
+        for entry in tables.values():
+            kind = entry["sharding_type"]
+            counts[kind] = counts.get(kind, 0) + 1
+            ranks.setdefault(kind, set()).update(entry["ranks"])
+    return ", ".join(f"{kind} x{n} (rank{'s' * (len(ranks[kind]) != 1)} {', '.join(map(str, sorted(ranks[kind])))})"
+                     for kind, n in counts.items())
+
+
 def rank_seed(seed: int, rank: int) -> int:
     """The seed of rank `rank`'s example batches: each rank of data-parallel training reads its own data.
 
@@ -165,7 +210,11 @@ def shard(model: nn.Module, types: Sequence[str] | None, kernels: Sequence[str |
                                                          device_type=device.type)
         plan = ShardingPlan(plans)
     dmp = DistributedModelParallel(module=model, device=device, plan=plan, sharders=get_default_sharders())
-    return dmp, describe_plan(plan)
+    described = describe_plan(plan)
+    if types is None and dist.get_rank() == 0:  # one line per job: which plan the planner chose
+        print(f"cbsite: torchrec's planner chose, for {world} ranks: {plan_summary(described)}", file=sys.stderr,
+              flush=True)
+    return dmp, described
 
 
 def describe_plan(plan: Any) -> dict[str, Any]:

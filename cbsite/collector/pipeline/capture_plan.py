@@ -178,7 +178,7 @@ class GroupedCaptures:
         did not capture them all. The rider is let go either way: only the first group after the root may use it."""
         rider, self.rider = self.rider, None
         cap = rider.captured if rider is not None else None
-        if cap is None or not set(wanted) <= set(rider.paths):
+        if rider is None or cap is None or not set(wanted) <= set(rider.paths):
             return None
         cap.calls = {p: cap.calls[p] for p in wanted}  # members the group does not take are let go
         self.rode = self.whole_forward_ran = True
@@ -228,6 +228,7 @@ def planned_captures(model: nn.Module, batches: Sequence[Batch], grad: bool, dev
     census = _captured(model, *batches[0], grad, 0, keep_bytes=keep_bytes, stop_past_keep=not everything)
     stopped = not census.complete
     if stopped:
+        assert keep_bytes is not None  # only a capture with an allowance stops short
         census = (census_on_shapes(model, *batches[0], grad, keep_bytes)
                   or _captured(model, *batches[0], grad, 0, keep_bytes=0))
     mem_plan = memory.plan(census.input_bytes, model_bytes, census.saved_bytes.get("", 0), len(batches),

@@ -7,6 +7,7 @@ beyond --max-depth: that is the fallback), and its additive metrics are estimate
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -79,15 +80,17 @@ class Plugged:
 
     def context(self, module: nn.Module, phase: str, outcome: Outcome, measurement: ComponentMeasurement | None,
                 batches: list[list[Any]], timing: TimingConfig) -> PhaseContext:
-        replay = None
+        replay: Callable[[], Any] | None = None
+        replay_with: Callable[[nn.Module], Callable[[], Any]] | None = None
         if measurement is not None and outcome.status == "measured":
             replay = measurement.replay(phase)
+            replay_with = functools.partial(measurement.replay, phase)
         calls = batches[0] if batches and batches[0] else []
         return PhaseContext(
             path=self.comp.path, slug=slug(self.comp.path), phase=phase, module=module,
             module_type=self.comp.module_type, is_leaf=self.comp.is_leaf, depth=self.comp.depth,
             status=outcome.status, error=outcome.error, traceback=outcome.traceback, result=outcome.result,
-            replay=replay, replay_with=(lambda m, ph=phase: measurement.replay(ph, m)) if replay else None,
+            replay=replay, replay_with=replay_with,
             calls_per_replay=len(calls) or 1, calls=list(calls), timing=timing, device=self.device,
             dtype=self.dtype, artifacts_root=self.artifacts, label=label(self.comp.path, phase),
         )
@@ -106,22 +109,22 @@ class Measured:
     returns: memory.HeapReturns
     capture_s: float  # the stage's own captures: re-captures for the re-measurement belong to that stage
 
-    def results(self) -> Iterator[Outcome]:
-        return (o for per in self.outcomes.values() for o in per.values() if o.result)
+    def results(self) -> Iterator[PhaseResult]:
+        return (o.result for per in self.outcomes.values() for o in per.values() if o.result)
 
     @property
     def timed_s(self) -> float:
-        return sum(o.result.timing.timed_s for o in self.results())
+        return sum(r.timing.timed_s for r in self.results())
 
     @property
     def quiet_s(self) -> float:
-        return sum(o.result.timing.quiet_wait_s for o in self.results())
+        return sum(r.timing.quiet_wait_s for r in self.results())
 
     def passes_s(self) -> dict[str, float]:
         """The untimed passes of every measured phase (counting, peaks, graphs)."""
         passes: dict[str, float] = {}
-        for o in self.results():
-            for key, seconds in o.result.untimed_s.items():
+        for r in self.results():
+            for key, seconds in r.untimed_s.items():
                 passes[key] = passes.get(key, 0.0) + seconds
         return passes
 
@@ -143,8 +146,8 @@ class Measured:
 
     def counting(self) -> tuple[int, int]:
         """Measured phases counted on shapes, and on a real run (counting.count_on_shapes); a twin's as its twin's."""
-        return (sum(1 for o in self.results() if o.result.counts.on_shapes),
-                sum(1 for o in self.results() if not o.result.counts.on_shapes))
+        return (sum(1 for r in self.results() if r.counts.on_shapes),
+                sum(1 for r in self.results() if not r.counts.on_shapes))
 
     @property
     def failed_measurements(self) -> int:
@@ -187,7 +190,8 @@ def measure_components(model: nn.Module, batches: Sequence[Batch], config: Colle
             progress.update(task, advance=1)
             # A parent that failed or cannot be called alone is estimated from its children: they
             # are measured even beyond --max-depth. A parent skipped by a filter is not.
-            parent_fell_back = any(o.status in ("failed", "estimated") for o in outcomes.get(comp.parent, {}).values())
+            parent_outcomes = outcomes.get(comp.parent, {}) if comp.parent is not None else {}
+            parent_fell_back = any(o.status in ("failed", "estimated") for o in parent_outcomes.values())
             within = config.max_depth is None or comp.depth <= config.max_depth
             if comp.path != "" and (comp.parent not in in_run or not (within or parent_fell_back)):
                 continue
@@ -287,6 +291,7 @@ def measure_component(
         elif forward_failed is not None:
             outcomes[phase] = Outcome("failed", error=forward_failed.error, input_shapes=shapes, traceback=forward_failed.traceback)
         else:
+            assert measurement is not None  # a failed construction gave every phase its outcome above
             patch = RowPatch()
             watch = plugged.runner.watching(_bare_context(plugged, module, phase, cfg), patch) if plugged else contextlib.nullcontext()
             source = twins.source(sig) if twins is not None else None

@@ -48,8 +48,9 @@ class Stages:
 
 def progress_bar(enabled: bool, total: int):
     """A live bar on a terminal; where stderr is a file or a pipe (a CI log, nohup), a plain line at most
-    every LINE_EVERY_S seconds, so a long collection still says where it is."""
-    if enabled and not sys.stderr.isatty():
+    every LINE_EVERY_S seconds, so a long collection still says where it is. A notebook's stderr is no terminal
+    but rich draws its bar there where ipywidgets is installed."""
+    if enabled and not sys.stderr.isatty() and not _notebook_bar():
         return LineProgress()
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -62,6 +63,15 @@ def progress_bar(enabled: bool, total: int):
         disable=not enabled,
         transient=False,
     )
+
+
+def _notebook_bar() -> bool:
+    """True in a Jupyter kernel that can show rich's live bar (it needs ipywidgets; without it, lines)."""
+    from importlib.util import find_spec
+
+    from rich.console import Console
+
+    return Console().is_jupyter and find_spec("ipywidgets") is not None
 
 
 class LineProgress:

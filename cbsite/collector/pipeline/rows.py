@@ -106,7 +106,9 @@ def samples_frame(samples: list[dict[str, Any]], run_id: str, model_name: str, v
     import pyarrow as pa
 
     rows = [{**s, "run_id": run_id, "model": model_name, "version": version} for s in samples]
-    return pl.from_arrow(pa.Table.from_pylist(rows, schema=schema.SAMPLES_SCHEMA))
+    frame = pl.from_arrow(pa.Table.from_pylist(rows, schema=schema.SAMPLES_SCHEMA))
+    assert isinstance(frame, pl.DataFrame)  # a Table gives a DataFrame (a Series comes from an Array)
+    return frame
 
 
 def ops_frame(ops: list[dict[str, Any]], run_id: str, model_name: str, version: str) -> pl.DataFrame | None:
@@ -115,4 +117,6 @@ def ops_frame(ops: list[dict[str, Any]], run_id: str, model_name: str, version: 
     import pyarrow as pa
 
     rows = [{**op, "run_id": run_id, "model": model_name, "version": version} for op in ops]
-    return pl.from_arrow(pa.Table.from_pylist(rows, schema=schema.OPS_SCHEMA))
+    frame = pl.from_arrow(pa.Table.from_pylist(rows, schema=schema.OPS_SCHEMA))
+    assert isinstance(frame, pl.DataFrame)  # a Table gives a DataFrame (a Series comes from an Array)
+    return frame

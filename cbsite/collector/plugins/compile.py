@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, ContextManager
+from typing import Any, ContextManager, cast
 
 import torch
 
@@ -72,7 +72,9 @@ class CompilePlugin(Profiler):
             breaks = self._graph_breaks(ctx)
             torch._dynamo.reset()
             mode = None if self.opts["mode"] == "default" else self.opts["mode"]
-            self.compiled[ctx.path] = (torch.compile(ctx.module, backend=self.opts["backend"], mode=mode), breaks)
+            # cast: a module compiles to an OptimizedModule, itself an nn.Module (the stubs say a callable).
+            compiled_module = cast(torch.nn.Module, torch.compile(ctx.module, backend=self.opts["backend"], mode=mode))
+            self.compiled[ctx.path] = (compiled_module, breaks)
         compiled, breaks = self.compiled[ctx.path]
         with _cache(self.opts["cache"]):
             started = time.perf_counter()

@@ -124,10 +124,10 @@ def cpu_snapshot(prof: Any) -> dict[str, Any]:
             live[ptr] = event
             trace.append(event)
         elif size < 0:
-            event = live.pop(ptr, None)
-            if event is None:
+            allocated = live.pop(ptr, None)
+            if allocated is None:
                 freed_before.add(ptr)
-            frames = event["frames"] if event else _stack_of(node)
+            frames = allocated["frames"] if allocated else _stack_of(node)
             for action in ("free_requested", "free_completed"):
                 trace.append({"action": action, "addr": ptr, "size": -size, "stream": 0, "frames": frames,
                               "time_us": node.start_time_ns // 1000})

@@ -26,6 +26,7 @@ other devices reorder reductions. Non-finite values must appear in the same plac
 from __future__ import annotations
 
 import copy
+from typing import cast
 
 import torch
 
@@ -96,7 +97,8 @@ class NumericsPlugin(Profiler):
         if against == "cuda":
             return copy.deepcopy(ctx.module).to("cuda"), ctx.dtype, torch.device("cuda")
         torch._dynamo.reset()
-        return torch.compile(ctx.module), ctx.dtype, ctx.device
+        # cast: a module compiles to an OptimizedModule, itself an nn.Module (the stubs say a callable).
+        return cast(torch.nn.Module, torch.compile(ctx.module)), ctx.dtype, ctx.device
 
     def _outputs(self, module: torch.nn.Module, ctx: PhaseContext, dtype: torch.dtype, device: torch.device) -> list[torch.Tensor]:
         outs = []

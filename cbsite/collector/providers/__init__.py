@@ -72,6 +72,19 @@ PROVIDERS: dict[str, BuiltinProvider] = {
     "nanogpt": _lazy("nanogpt"),
 }
 
+# The optional packages a built-in imports (the `torchrec` extra), checked by the CLI before any work starts so a
+# missing one is a one-line install hint rather than the provider's import error.
+NEEDS: dict[str, tuple[str, ...]] = {
+    "dlrm": ("torchrec",),
+    "deepfm": ("torchrec",),
+    "dlrm-synthetic": ("torchrec",),
+}
+
+
+def needs(spec: str) -> tuple[str, ...]:
+    """The modules provider `spec` needs besides torch: those of a built-in; none known for any other."""
+    return NEEDS.get(spec, ())
+
 
 def provide(
     spec: str, options: dict[str, Any] | None = None, *, batches: int = 1, seed: int = 0

@@ -252,7 +252,9 @@ def _samples_frame(raw: list[dict[str, Any]], base_run: Run, head_run: Run) -> p
     ids = {"base": base_run, "head": head_run}
     rows = [{**s, "run_id": ids[s["arm"]].run_id, "model": ids[s["arm"]].model, "version": ids[s["arm"]].version}
             for s in raw]
-    return pl.from_arrow(pa.Table.from_pylist(rows, schema=schema.SAMPLES_SCHEMA))
+    frame = pl.from_arrow(pa.Table.from_pylist(rows, schema=schema.SAMPLES_SCHEMA))
+    assert isinstance(frame, pl.DataFrame)  # a Table gives a DataFrame (a Series comes from an Array)
+    return frame
 
 
 def _apply_session(run: Run, arm_samples: list[dict[str, Any]], flagged: dict[tuple[str, str], list[str]],
@@ -282,7 +284,9 @@ def _apply_session(run: Run, arm_samples: list[dict[str, Any]], flagged: dict[tu
         run.meta.setdefault("warnings", []).append(
             f"{len(above)} row(s) above 100 % MFU once the comparison's rounds set their latency: "
             + ", ".join(f"{r['path'] or '<root>'} {r['phase']} {r['mfu']:.0%}" for r in above[:8]))
-    run.rows = pl.from_arrow(archive.rows_to_table(rows))
+    table = pl.from_arrow(archive.rows_to_table(rows))
+    assert isinstance(table, pl.DataFrame)  # a Table gives a DataFrame (a Series comes from an Array)
+    run.rows = table
     from cbsite.collector.pipeline.rows import samples_frame
 
     run.samples = samples_frame(merged, run.run_id, run.model, run.version)

@@ -53,6 +53,7 @@ def _load_arm(spec: ArmSpec) -> tuple[Any, list[tuple[tuple[Any, ...], dict[str,
         return payload["model"], payload["batches"]
     from cbsite.collector.request import prepare
 
+    assert spec.request is not None  # an arm is rebuilt from a payload or from a request (ArmSpec)
     prepared = prepare(spec.request)
     return prepared.model, prepared.batches
 

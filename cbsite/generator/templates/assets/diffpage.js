@@ -18,7 +18,7 @@
   }
 
   var CHANGE = { regressed: 1, improved: -1 };
-  var PAGE_ROWS = 15;  // the table's rows per page: the page opens short (issue 14), the pager shows the rest
+  var PAGE_ROWS = 10;  // the table's rows per page: the page opens short below the answer, the pager shows the rest
   var NOT_JUDGED = "latency not judged: single-round runs (collect with cbsite compare or cbsite collect --rounds N)";
 
   /* Latency as the page judges it (latencydata.py): with evidence, a change only where the verdict is
@@ -203,17 +203,33 @@
       var extra = {};
       Object.keys(METRICS).forEach(function (m) {
         var spec = METRICS[m];
-        extra["delta_" + m] = { label: "\u0394 " + spec.label, kind: "diverging", extra: true, fmt: function (v) { return F.signed(v, spec.fmt); },
+        // A node's own change (its change minus its children's): a container whose children changed stays white.
+        extra["delta_" + m] = { label: "own \u0394 " + spec.label, kind: "diverging", extra: true, fmt: function (v) { return F.signed(v, spec.fmt); },
           value: function (i, phase) {
             if (!diff[phase]) return null;
             var k = at[phase][i];
             if (k < 0) return null;
-            if (m === "latency_ms") return latencyAt(diff, phase, k).value;  // only a verdict's change is drawn
-            return diff[phase].noise[m][k] ? 0 : diff[phase].delta[m][k];  // noise is not a change
+            if (m === "latency_ms") return latencyAt(diff, phase, k).value === 0 ? 0 : diff[phase].own[m][k];
+            return diff[phase].noise[m][k] ? 0 : diff[phase].own[m][k];  // noise is not a change
           } };
       });
-      extra.delta_latency_ms.legend = diff.judged ?
-        "latency drawn only where its verdict is regressed or improved (unchanged and inconclusive: white; not timed on both sides: grey)" :
+      // Judged latency is drawn as the log of its verdict's ratio (a 2.5x regression of a 20 us node shows as
+      // strongly as one of a 2 ms node); white where the verdict is not a change.
+      if (diff.judged) {
+        extra.delta_latency_ms = { label: "latency ratio (log)", kind: "diverging", extra: true,
+          fmt: function (v) { return F.isNum(v) ? F.ratio(Math.exp(v)) : F.DASH; },
+          value: function (i, phase) {
+            if (!diff[phase]) return null;
+            var k = at[phase][i];
+            if (k < 0) return null;
+            var lat = latencyAt(diff, phase, k), r = diff[phase].latency.ratio[k];
+            if (lat.verdict === null) return null;
+            return lat.changed && r > 0 ? Math.log(r) : 0;
+          } };
+      }
+      if (diff.judged) Object.keys(extra).forEach(function (k) { extra[k].legend = "dark outline: latency regressed (judged)"; });
+      extra.delta_latency_ms.legend = diff.judged ? "dark outline: latency regressed (judged); " +
+        "the verdict's ratio head/base, drawn only where it is regressed or improved (unchanged and inconclusive: white; not timed on both sides: grey)" :
         "latency not judged (single-round runs): raw change, within-run IQR noise drawn as none";
       // The tooltip of a node: its latency verdict, ratio and interval in the phase shown.
       var tip = function (i, phase) {
@@ -230,6 +246,13 @@
         return rows;
       };
       var icicle = window.CbsiteRunPage.mountIcicle(head, "cbsite", extra, root.getAttribute("data-colour") || "delta_flops", tip);
+      // Nodes whose latency regressed (a judged verdict) are outlined, whatever the colouring.
+      var phaseSel = document.getElementById("cbsite-phase");
+      icicle.opts.mark = function (i) {
+        var phase = phaseSel.value || diff.phases[0], k = diff[phase] ? at[phase][i] : -1;
+        return k >= 0 && diff.judged && diff[phase].latency.verdict[k] === "regressed" ? "regressed" : "";
+      };
+      icicle.render();
       // The icicle's phase selector: a phase not loaded yet is fetched, then drawn (mountIcicle redraws at once,
       // with no values, and again here once they are in).
       var sel = document.getElementById("cbsite-phase");

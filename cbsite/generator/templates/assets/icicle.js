@@ -251,7 +251,7 @@
   }
 
   /* opts: { parent, label(i), status(i), width(i) -> value, colour(i) -> value, colourKind,
-             tooltip(i, info) -> array of [name, text], onZoom(i) } */
+             tooltip(i, info) -> array of [name, text], onZoom(i), mark(i) -> extra class of node i (optional) } */
   function Icicle(container, opts) {
     this.container = container;
     this.opts = opts;
@@ -372,7 +372,7 @@
       else if (w < 0.5) continue;  // narrower than a pixel: drawn as part of its parent
       var row = top + L.depth[k];
       var g = draw(k, x, w, row, "status-" + st + (k === this.zoom ? " zoom-root" : "") +
-                   (L.overflow[k] ? " overflow" : ""), st === "skipped" ? F.skipped : sc.colour(colours[k]));
+                   (L.overflow[k] ? " overflow" : "") + (o.mark ? " " + (o.mark(k) || "") : ""), st === "skipped" ? F.skipped : sc.colour(colours[k]));
       (function (k, g) {
         var go = function () {
           // Clicking the zoomed node backs out one level; any other node zooms in.
