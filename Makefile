@@ -54,7 +54,7 @@ demo-full: install
 	$(VENV)/bin/cbsite demo --full $(DEMO_ARGS)
 
 test: install browser lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 # The linter and the type checker, configured in pyproject.toml ([tool.ruff], [tool.mypy]); `make test` runs them first.
 lint: install

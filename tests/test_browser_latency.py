@@ -74,7 +74,8 @@ def test_icicle_by_latency_change_draws_only_verdicts_and_its_tooltip_is_whole(s
     assert fills["enc"] == "#cccccc"  # an estimated container is not timed in a session: no value
     r, g, b = (int(x) for x in fills["enc.a"][4:-1].split(","))
     assert r > 150 and g < 80 and b < 80  # regressed: red
-    assert "verdict is regressed or improved" in page.inner_text("#cbsite-legend")
+    legend = page.inner_text("#cbsite-legend")
+    assert "verdict's ratio" in legend and "only where it is regressed or improved" in legend
 
     index = page.evaluate("window.cbsiteDiff.head.path.indexOf('enc.a')")
     node = page.locator(f"#cbsite-icicle g.cbsite-node[data-index='{index}']").first

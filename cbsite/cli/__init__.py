@@ -89,7 +89,15 @@ def third_party_output(level: int) -> Iterator[None]:
     """Below -v, torch's log warnings (also in the worker processes, through TORCH_LOGS) and other packages' Python
     warnings are left out; cbsite's own warnings and every error stay."""
     if level > 0:
-        yield
+        # -v: torch's fake-tensor failure logs too, which cbsite's own fake passes otherwise keep off the terminal
+        # (counting.quiet_fake_tensors reads cbsite's logger level).
+        ours = logging.getLogger("cbsite")
+        previous = ours.level
+        ours.setLevel(logging.DEBUG)
+        try:
+            yield
+        finally:
+            ours.setLevel(previous)
         return
     set_env = "TORCH_LOGS" not in os.environ
     if set_env:
