@@ -67,8 +67,9 @@ SUSPECT_FACTOR = 1.25
 FLOPS_SUSPECT_NOTE = "FLOPs suspect"
 REFERENCE_N = (32, 1024)  # a reference matmul's side: 1024^3 is the calibration's largest square, 2.1 GFLOP a call
 BANDWIDTH_NOTE = (
-    "bandwidth utilisation above 100 %: the working set stays in cache, and the bandwidth peak is a DRAM copy "
-    "(a roofline estimate, not an error)"
+    "bandwidth utilisation above 100 %: suspect; bytes moved is an estimate (every op's inputs and outputs, no "
+    "cache), so reads served from a cache, or bytes counted on every rank of a sharded run, exceed the DRAM copy "
+    "peak; the latency stands"
 )
 
 # A measured row's (path, phase) -> its counting pass (the calls it recorded), or None.
@@ -210,6 +211,21 @@ def _named(rows: list[dict[str, Any]], mfu_format: str, shown: int = 12) -> str:
     """The first rows by label and MFU, and how many more there are, for a run warning."""
     named = ", ".join(f"{_label(r)} {mfu_format.format(r['mfu'])}" for r in rows[:shown])
     return named + (f" and {len(rows) - shown} more" if len(rows) > shown else "")
+
+
+def _over_bandwidth(rows: Sequence[dict[str, Any]], peak_bw: float | None) -> list[str]:
+    """Rows above the bandwidth peak: each gets BANDWIDTH_NOTE, and the run one warning naming them (as MFU has)."""
+    over = [row for row in rows if row.get("bandwidth_util") is not None and row["bandwidth_util"] > 1]
+    for row in over:
+        _add_note(row, BANDWIDTH_NOTE)
+    if not over:
+        return []
+    shown = ", ".join(f"{_label(r)} {r['bandwidth_util']:.0%}" for r in over[:12])
+    more = f" and {len(over) - 12} more" if len(over) > 12 else ""
+    peak = f" of {peak_bw / 1e9:.3g} GB/s" if peak_bw else ""
+    return [f"{len(over)} row(s) move more than the peak bandwidth{peak}: {shown}{more}; bytes moved is an estimate "
+            "(every op's inputs and outputs, no cache), so reads served from a cache, or bytes counted on every rank "
+            "of a sharded run, exceed the peak: their bandwidth and bound are suspect, their latency stands"]
 
 
 def _add_note(row: dict[str, Any], note: str) -> None:
@@ -471,9 +487,7 @@ def check_peaks(
             f"MFU above 100 % remains for {len(noisy)} row(s) after re-calibration: {_named(noisy, '{:.0%}')}; "
             "read their MFU as suspect (the site marks it)"
         )
-    for row in rows:
-        if row.get("bandwidth_util") is not None and row["bandwidth_util"] > 1:
-            _add_note(row, BANDWIDTH_NOTE)
+    warnings.extend(_over_bandwidth(rows, peak_bw))
 
     if peak_flops:
         device_info["peak_flops"] = {dtype_name: peak_flops}
