@@ -101,22 +101,21 @@ def measured_rows(model: nn.Module, batches: Sequence[Batch], config: CollectCon
 
 def samples_frame(samples: list[dict[str, Any]], run_id: str, model_name: str, version: str) -> pl.DataFrame | None:
     """samples.parquet's rows with the run's identity, typed by schema.SAMPLES_SCHEMA."""
-    if not samples:
-        return None
-    import pyarrow as pa
-
-    rows = [{**s, "run_id": run_id, "model": model_name, "version": version} for s in samples]
-    frame = pl.from_arrow(pa.Table.from_pylist(rows, schema=schema.SAMPLES_SCHEMA))
-    assert isinstance(frame, pl.DataFrame)  # a Table gives a DataFrame (a Series comes from an Array)
-    return frame
+    return _identified(samples, schema.SAMPLES_SCHEMA, run_id, model_name, version)
 
 
 def ops_frame(ops: list[dict[str, Any]], run_id: str, model_name: str, version: str) -> pl.DataFrame | None:
-    if not ops:
+    """ops.parquet's rows with the run's identity, typed by schema.OPS_SCHEMA."""
+    return _identified(ops, schema.OPS_SCHEMA, run_id, model_name, version)
+
+
+def _identified(items: list[dict[str, Any]], table_schema: Any, run_id: str, model_name: str,
+                version: str) -> pl.DataFrame | None:
+    if not items:
         return None
     import pyarrow as pa
 
-    rows = [{**op, "run_id": run_id, "model": model_name, "version": version} for op in ops]
-    frame = pl.from_arrow(pa.Table.from_pylist(rows, schema=schema.OPS_SCHEMA))
+    rows = [{**item, "run_id": run_id, "model": model_name, "version": version} for item in items]
+    frame = pl.from_arrow(pa.Table.from_pylist(rows, schema=table_schema))
     assert isinstance(frame, pl.DataFrame)  # a Table gives a DataFrame (a Series comes from an Array)
     return frame
