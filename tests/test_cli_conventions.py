@@ -1,5 +1,5 @@
 """The command line follows the conventions of pytest, mkdocs and hyperfine: --version, one description per command,
-help with defaults for every option, grouped options, -q/-v, JSON from ls/show, export onto stdout, a hint to diff
+help with defaults for every option, grouped options, -q/-v before or after the command, JSON from ls/show, export onto stdout, a hint to diff
 where compare is given runs, and an exit status of its own for a missing dependency."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from cbsite.cli import MISSING_DEPENDENCY, USAGE_ERROR, build_parser, main
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _commands() -> dict[str, argparse.ArgumentParser]:
-    parser = build_parser()
+def _commands(parser: argparse.ArgumentParser | None = None) -> dict[str, argparse.ArgumentParser]:
+    parser = parser or build_parser()
     (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     return dict(action.choices)
 
@@ -91,11 +91,44 @@ def test_collect_options_are_grouped():
 
 
 def test_shared_options_come_from_one_parent_parser():
-    commands = _commands()
-    runs = {name: next(a for a in sub._actions if a.dest == "runs") for name, sub in commands.items() if name != "serve"}
+    parser = build_parser()
+    commands = _commands(parser)
+    no_archive = ("serve", "completion")
+    runs = {name: next(a for a in sub._actions if a.dest == "runs") for name, sub in commands.items() if name not in no_archive}
     verbose = {name: next(a for a in sub._actions if a.dest == "verbose") for name, sub in commands.items()}
+    verbose["cbsite"] = next(a for a in parser._actions if a.dest == "verbose")
     assert len({id(a) for a in runs.values()}) == 1, "one --runs action, shared"
-    assert len({id(a) for a in verbose.values()}) == 1, "one -v action, shared"
+    assert len({id(a) for a in verbose.values()}) == 1, "one -v action, shared, before the command too"
+
+
+@pytest.mark.parametrize("argv", [["-v", "ls"], ["ls", "-v"], ["--verbose", "collect", "dlrm", "--max-depth", "1"]])
+def test_verbose_is_read_before_or_after_the_command(argv):
+    from cbsite.cli.common import verbosity
+
+    assert verbosity(build_parser().parse_args(argv)) > 0
+    assert verbosity(build_parser().parse_args(["-q", *argv])) == 0  # -q and -v in either place: they cancel
+
+
+@pytest.mark.parametrize("argv", [["-q", "ls"], ["ls", "-q"], ["-q", "show", "x@v1"], []])
+def test_quiet_is_read_before_or_after_the_command_and_neither_is_normal(argv):
+    from cbsite.cli.common import verbosity
+
+    args = build_parser().parse_args(argv or ["ls"])
+    assert verbosity(args) == (-1 if argv else 0)
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_stage_times_show_with_verbose_before_or_after_the_command(tmp_path, capsys, where):
+    from tests.helpers.runfactory import make_run
+
+    run = make_run({"": {"tower": {"tower.mlp": None}}}, model="twotower")
+    run.meta["breakdown_s"] = {"components": 1.5, "step": 0.25}  # where a collection's time went (run.json)
+    run.save(tmp_path / "runs")
+    show = ["show", "twotower@v1", "--runs", str(tmp_path / "runs"), "--top", "1"]
+    assert main(["-v", *show] if where == "before" else [*show, "-v"]) == 0
+    assert "time: " in capsys.readouterr().out
+    assert main(["-q", *show] if where == "before" else [*show, "-q"]) == 0
+    assert "time: " not in capsys.readouterr().out
 
 
 def test_ls_and_show_print_json(demo_runs, capsys):
@@ -212,8 +245,9 @@ def test_build_is_incremental_by_default_and_quiet_unless_verbose(tmp_path, monk
     assert main(base) == 0
     assert main([*base, "--no-cache", "-v"]) == 0
     assert main([*base, "--cache", str(tmp_path / "mine")]) == 0
-    assert [c["cache"] for c in calls] == [default_cache_dir(out), None, tmp_path / "mine"]
-    assert [c["quiet"] for c in calls] == [True, False, True]  # mkdocs' INFO lines only with -v
+    assert main(["-v", *base]) == 0
+    assert [c["cache"] for c in calls] == [default_cache_dir(out), None, tmp_path / "mine", default_cache_dir(out)]
+    assert [c["quiet"] for c in calls] == [True, False, True, False]  # mkdocs' INFO lines only with -v, before or after
     assert f"cbsite serve {out}" in capsys.readouterr().out  # how to open the site
     with pytest.raises(SystemExit):
         main([*base, "--no-cache", "--cache", str(tmp_path / "mine")])

@@ -14,7 +14,7 @@ import threading
 import warnings
 from typing import Any, Iterator, Sequence
 
-from cbsite.cli import collect, common, compare, demo, runs, site
+from cbsite.cli import collect, common, compare, completion, demo, runs, site
 from cbsite.errors import CbsiteError
 
 USAGE_ERROR = 2
@@ -34,19 +34,21 @@ def _terminate(signum: int, frame: Any) -> None:
 def build_parser() -> argparse.ArgumentParser:
     from cbsite import __version__
 
+    verbose, archive = common.verbosity_parent(), common.runs_parent()
+    # -q/-v before the command (`cbsite -v collect ...`) or after it: the same parent, so the same actions.
     parser = argparse.ArgumentParser(
-        prog="cbsite", formatter_class=common.HelpFormatter,
+        prog="cbsite", formatter_class=common.HelpFormatter, parents=[verbose],
         description="Component-level profiles of PyTorch models, and a versioned offline site of the results.",
         epilog="`cbsite COMMAND --help` shows a command's options; exit codes: 0 done, 1 a gate rule broken, "
                "2 a usage error, 3 an internal error, 4 a missing dependency.")
     parser.add_argument("--version", action="version", version=f"cbsite {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, title="commands", metavar="COMMAND")
-    verbose, archive = common.verbosity_parent(), common.runs_parent()
     collect.add_parsers(sub, [verbose, archive])
     compare.add_parsers(sub, [verbose, archive])
     runs.add_parsers(sub, [verbose, archive])
     site.add_parsers(sub, [verbose], archive)
     demo.add_parsers(sub, [verbose, archive])
+    completion.add_parsers(sub, [verbose])
     return parser
 
 
@@ -116,7 +118,10 @@ def third_party_output(level: int) -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if argv is None:  # the console script: a shell's TAB is answered here, and the process ends
+        completion.complete(parser)
+    args = parser.parse_args(argv)
     # Only the main thread may set handlers (main() called from a worker thread keeps the default).
     installed = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminate) if installed else None

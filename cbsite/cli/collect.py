@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from cbsite.cli.common import add_command, note_stale, parse_options, parse_value, require, staging_in, verbosity
-from cbsite.cli.summary import print_run
+from cbsite.cli.completion import completes, plugin_names, provider_names
+from cbsite.cli.runview import print_run
 from cbsite.errors import CbsiteError
 
 PROVIDER_HELP = "dlrm | deepfm | dlrm-synthetic | nanogpt | package.module:function"
@@ -44,9 +45,10 @@ def add_collect_args(groups: Groups) -> Groups:
     s.add_argument("--count-every-twin", action="store_true",
                    help="count FLOPs, bytes and peak memory of every component, also of twins (identical modules on "
                         "inputs of the same shapes, e.g. GPT-2's 12 blocks), which by default take the first one's counts")
-    s.add_argument("--plugin", action="append", default=[],
-                   help="profiler/preprocessor/reporter plugin by name, e.g. trace, ops, log, compile; repeatable "
-                        "(replaces the list of [tool.cbsite] in pyproject.toml or cbsite.toml)")
+    completes(s.add_argument("--plugin", action="append", default=[],
+                             help="profiler/preprocessor/reporter plugin by name, e.g. trace, ops, log, compile; "
+                                  "repeatable (replaces the list of [tool.cbsite] in pyproject.toml or cbsite.toml)"),
+              plugin_names)
     s.add_argument("--plugin-option", action="append", default=[], metavar="PLUGIN.KEY=VALUE",
                    help="plugin option, e.g. compile.mode=max-autotune; repeatable")
     t = groups.timing
@@ -261,7 +263,7 @@ def add_parsers(sub: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
                     "not errors), 2 a usage error, 4 a missing dependency (docs: exit codes).", parents)
     groups = collect_groups(p)
     g = groups.model
-    g.add_argument("provider", help=PROVIDER_HELP)
+    completes(g.add_argument("provider", help=PROVIDER_HELP), provider_names)
     g.add_argument("--version", default="v0", help="version name of the run, or 'auto' for the git short hash (+ -dirty)")
     g.add_argument("--model", default=None, help="model name in the archive (default: the provider's)")
     add_run_identity(g)
@@ -284,7 +286,7 @@ def add_parsers(sub: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
                     "Exit status: 0 all selected points done, 1 some failed, 2 a usage error.", parents)
     groups = collect_groups(p)
     g = groups.model
-    g.add_argument("provider", help=PROVIDER_HELP)
+    completes(g.add_argument("provider", help=PROVIDER_HELP), provider_names)
     add_run_identity(g)
     s = p.add_argument_group("study")
     s.add_argument("--grid", action="append", default=[], required=True, metavar="KEY=V1,V2,...",

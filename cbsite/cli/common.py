@@ -39,12 +39,14 @@ def add_command(sub: Any, name: str, summary: str, description: str | None = Non
 
 
 def verbosity_parent() -> argparse.ArgumentParser:
-    """-q/-v on every command: -v adds third-party warnings, mkdocs' INFO lines and the collection's stage times."""
+    """-q/-v on `cbsite` itself and on every command: -v adds third-party warnings, mkdocs' INFO lines and the
+    collection's stage times. No default is stored (SUPPRESS): a subcommand copies its namespace over the top-level
+    one, and a stored 0 would erase a -v given before the command; `verbosity` reads an absent count as 0."""
     parent = argparse.ArgumentParser(add_help=False)
     group = parent.add_argument_group("verbosity")
-    group.add_argument("-q", "--quiet", action="count", default=0,
+    group.add_argument("-q", "--quiet", action="count", default=argparse.SUPPRESS,
                        help="less output: no progress and no summary tables, results and errors only")
-    group.add_argument("-v", "--verbose", action="count", default=0,
+    group.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
                        help="more output: third-party warnings (torch, mkdocs INFO) and the stage times of a collection")
     return parent
 

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 
 from cbsite.cli.collect import PROVIDER_HELP, add_collect_args, add_labels, collect_config, collect_groups
 from cbsite.cli.common import add_command, console, parse_options, require, staging_in, verbosity
+from cbsite.cli.completion import completes, provider_names, run_names
 from cbsite.errors import CbsiteError
 
 
@@ -162,8 +163,9 @@ def add_parsers(sub: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
     p = add_command(sub, "diff", "compare two archived runs, component by component; gate with --fail-on",
                     "Compare HEAD with BASE. Exit status: 0 passed (or no rules), 1 a --fail-on rule is broken, "
                     "2 a usage error (bad rule, unknown run).", parents)
-    p.add_argument("base", help="the older run: run id, model@version (its newest run), model or run folder")
-    p.add_argument("head", help="the newer run, in the same forms")
+    completes(p.add_argument("base", help="the older run: run id, model@version (its newest run), model or run folder"),
+              run_names)
+    completes(p.add_argument("head", help="the newer run, in the same forms"), run_names)
     g = _add_report_args(p)
     g.add_argument("--phase", choices=("forward", "backward"), default=None,
                    help="compare and gate one phase only (default: every phase both runs have)")
@@ -183,8 +185,9 @@ def add_parsers(sub: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
                     parents)
     groups = collect_groups(p)
     m = groups.model
-    m.add_argument("base", help=f"base provider: {PROVIDER_HELP}")
-    m.add_argument("head", help="head provider, in the same forms (often the same one with other options)")
+    completes(m.add_argument("base", help=f"base provider: {PROVIDER_HELP}"), provider_names)
+    completes(m.add_argument("head", help="head provider, in the same forms (often the same one with other options)"),
+              provider_names)
     m.add_argument("-B", "--base-option", action="append", default=[], metavar="KEY=VALUE",
                    help="base provider option; repeatable")
     m.add_argument("-H", "--head-option", action="append", default=[], metavar="KEY=VALUE",

@@ -11,7 +11,8 @@ from typing import Any, Sequence
 
 from cbsite import format as fmt
 from cbsite.cli.common import add_command, console, note_stale, verbosity
-from cbsite.cli.summary import print_run, run_json, wall_time
+from cbsite.cli.completion import completes, run_names
+from cbsite.cli.runview import print_run, run_json, wall_time
 from cbsite.errors import CbsiteError
 
 
@@ -141,7 +142,7 @@ def add_parsers(sub: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=cmd_ls)
 
     p = add_command(sub, "show", "print one run: its summary and the components that cost the most", parents=parents)
-    p.add_argument("run", help=RUN_HELP)
+    completes(p.add_argument("run", help=RUN_HELP), run_names)
     p.add_argument("--top", type=int, default=25, help="components shown in the table")
     p.add_argument("--format", choices=("table", "json"), default="table",
                    help="table (terminal) or json (run.json and the top components' figures)")
@@ -150,7 +151,7 @@ def add_parsers(sub: Any, parents: Sequence[argparse.ArgumentParser]) -> None:
     p = add_command(sub, "export", "write one run as csv, parquet or json",
                     "Write one run's rows (and, for json, its run.json) as csv, parquet or json, into a file or onto "
                     "stdout with --out -.", parents)
-    p.add_argument("run", help=RUN_HELP)
+    completes(p.add_argument("run", help=RUN_HELP), run_names)
     p.add_argument("--format", choices=("csv", "parquet", "json"), default="csv", help="file format")
     p.add_argument("--out", type=Path, default=None,
                    help="file to write, or - for stdout (default: MODEL-VERSION-RUNID.FORMAT here)")

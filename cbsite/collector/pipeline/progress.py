@@ -49,9 +49,11 @@ class Stages:
 def progress_bar(enabled: bool, total: int):
     """A live bar on a terminal; where stderr is a file or a pipe (a CI log, nohup), a plain line at most
     every LINE_EVERY_S seconds, so a long collection still says where it is. A notebook's stderr is no terminal
-    but rich draws its bar there where ipywidgets is installed."""
+    but rich draws its bar there where ipywidgets is installed; without it, one line redrawn in place."""
     if enabled and not sys.stderr.isatty() and not _notebook_bar():
-        return LineProgress()
+        from cbsite.collector.pipeline.notebook_progress import NotebookLine, in_notebook
+
+        return NotebookLine() if in_notebook() else LineProgress()
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     return Progress(

@@ -7,7 +7,6 @@ from typing import Any
 
 from cbsite import format as fmt
 from cbsite.cli.common import console as make_console
-from cbsite.runsummary import top_components
 
 # The collection's stages in the order they run (run.json `breakdown_s`); only `-v` prints them.
 STAGES = ("preserve_model", "setup_and_capture", "calibration_start", "components", "components_timed_blocks",
@@ -74,6 +73,7 @@ def print_run(run: Any, top: int = 15, verbosity: int = 0) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from cbsite.runsummary import top_components  # polars: not on the import path of the parser (completion)
     from cbsite.throughput import step_lines
 
     meta = run.meta
@@ -102,5 +102,7 @@ def print_run(run: Any, top: int = 15, verbosity: int = 0) -> None:
 
 def run_json(run: Any, top: int) -> dict[str, Any]:
     """`show --format json`: the run's metadata and its top components with their raw figures."""
+    from cbsite.runsummary import top_components
+
     return fmt.json_safe({"run": run.meta, "path": str(run.path) if run.path else None,
                           "top_components": top_components(run, top)})
