@@ -53,8 +53,12 @@ demo: install
 demo-full: install
 	$(VENV)/bin/cbsite demo --full $(DEMO_ARGS)
 
+# Two parts: every test but those marked serial on one worker per core (pytest-xdist), then the serial ones alone
+# (paired verdicts on real timings must not run beside another test). Both parts list their slowest tests.
+TEST_WORKERS ?= $(shell python3 -c "import os; print(min(4, len(os.sched_getaffinity(0))))")
 test: install browser lint
-	$(PY) -m pytest -q --durations=25
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not serial" --durations=15
+	$(PY) -m pytest -q -m serial --durations=10
 
 # The linter and the type checker, configured in pyproject.toml ([tool.ruff], [tool.mypy]); `make test` runs them first.
 lint: install
@@ -63,7 +67,7 @@ lint: install
 
 # The inner loop: everything but the tests marked slow (over ~20 s each) and the real-browser ones.
 test-fast: install
-	$(PY) -m pytest -q -m "not slow and not browser"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow and not browser and not serial"
 
 # Every golden file regenerated (the generator's pages, the review summary, the collector's records without timings);
 # review the result with `git diff tests/golden/`.

@@ -17,6 +17,11 @@ so the label is read from the row's own ratios:
 
 Bytes moved is an estimate (the inputs and outputs of every op, no cache), so "memory" means "bound by the
 estimated traffic"; a cache-resident working set can show a bandwidth utilisation above 100 %.
+
+Sharded runs have one more label, **communication**: a component whose row's `kind` is "communication" (it issues
+collectives, itself or in its subtree) spends part of its time waiting for the other ranks, which no roofline
+describes, so it gets that label and never a roofline bound (`with_kind`). The site's lists, badges, bound mix,
+icicle and tables all read the label from here.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 BOUNDS = ("compute", "memory", "overhead")
+COMMUNICATION = "communication"  # a sharded run's `kind` of a component that issues collectives
 OVERHEAD_SHARE = 0.1
 DEVICE_IDLE = 0.5
 
@@ -65,3 +71,9 @@ def ridge(meta: Mapping[str, Any]) -> float | None:
     """The device's ridge point in FLOP per byte: where the compute and memory roofs meet."""
     f, b = peaks(meta)
     return f / b if f and b else None
+
+
+def with_kind(labels: Sequence[str | None], kinds: Sequence[Any]) -> list[str | None]:
+    """The labels of a sharded run's rows: "communication" where the row's kind says it communicates, the row's
+    own label (a roofline bound, or none) elsewhere."""
+    return [COMMUNICATION if k == COMMUNICATION else b for b, k in zip(labels, kinds)]

@@ -15,6 +15,7 @@ import pytest
 
 from cbsite import archive
 from cbsite import gate as cgate
+from tests.helpers.browser import draw_every
 from tests.helpers.readability import CONTRASTS, LABELS, NUMBERS, check_labels, unreadable
 
 VIEWPORT = {"width": 1400, "height": 1000}
@@ -193,15 +194,11 @@ def test_study_page_labels_whole_words_and_configuration_as_key_values(demo_runs
     text = page.inner_text("#cbsite-study")
     assert '"grid"' not in text and "{" not in text and page.locator("#cbsite-study pre").count() == 0
     # Chart axes: no exponent notation, linear or log.
-    n = page.locator("[data-cbsite-study-chart]").count()
-    page.wait_for_function(f"document.querySelectorAll('[data-cbsite-study-chart] svg .mark-line').length >= {n}", timeout=30000)
+    draw_every(page, "[data-cbsite-study-chart]", "svg .mark-line")  # charts are drawn as they near the viewport
     labels = _axis_labels(page, "[data-cbsite-study-chart]")
     assert labels and [t for t in labels if EXPONENT.search(t)] == []
-    before = page.locator("[data-cbsite-study-chart] svg").first.inner_html()
     page.check("#cbsite-study-log")
-    page.wait_for_function("(b) => { const s = document.querySelector('[data-cbsite-study-chart] svg'); return s && s.innerHTML !== b; }",
-                           arg=before, timeout=30000)
-    page.wait_for_function(f"document.querySelectorAll('[data-cbsite-study-chart] svg .mark-line').length >= {n}", timeout=30000)
+    draw_every(page, "[data-cbsite-study-chart]", "[data-cbsite-scale='log']")
     logs = _axis_labels(page, "[data-cbsite-study-chart]")
     assert [t for t in logs if EXPONENT.search(t)] == []
     assert page.errors == []
@@ -389,21 +386,23 @@ def test_diff_icicle_has_no_white_boxes_in_dark_mode(site, page):
 def test_dark_charts_grid_under_the_data_plain_intensity_ticks_and_line_legends(site, page):
     """Dark scheme: the roofline's grid (Vega's dark theme) was brighter than its #555 roofs, its
     x ticks read "10m" and "200m", and the trend charts' legends drew the p25-p75 band's near-invisible swatches.
-    Now the grid is dimmer than the roofs and ridge, FLOP per byte reads "0.01", "0.2", and the legends are the
-    lines' (opaque swatches)."""
+    Now the grid is dimmer than the roofs and ridge (as drawn: colour and opacity over the page's background),
+    FLOP per byte reads "0.01", "0.2", and the legends are the lines' (opaque swatches)."""
     server, built = site
     _run_page(page, server, built, "dlrm")
     page.evaluate("document.body.setAttribute('data-md-color-scheme', 'slate')")
-    page.wait_for_function("document.querySelector('.cbsite-roofline svg') && document.querySelector('.cbsite-roofline svg').style.backgroundColor === 'transparent'", timeout=20000)
-    page.wait_for_timeout(300)
+    # roofline.js draws again in the dark scheme: the compute points in the lighter blue.
+    page.wait_for_function("document.querySelector('.cbsite-roofline svg [fill=\"#4a9bd9\"]') !== null", timeout=20000)
     lum = """(c) => { const v = c.match(/\\d+(\\.\\d+)?/g).slice(0, 3).map(Number);
         return (0.2126 * v[0] + 0.7152 * v[1] + 0.0722 * v[2]) / 255; }"""
     seen = page.evaluate("""(lum) => { lum = eval(lum); const s = document.querySelector('.cbsite-roofline svg');
-        const grid = Array.from(s.querySelectorAll('.role-axis-grid line')).map(l => lum(getComputedStyle(l).stroke));
-        const roofs = Array.from(s.querySelectorAll('.mark-line path, .mark-rule line'))
-          .filter(l => !l.closest('.role-axis, .role-axis-grid, .role-axis-tick, .role-axis-domain')).map(l => lum(getComputedStyle(l).stroke));
-        const x = Array.from(s.querySelectorAll('.role-axis')).filter(a => a.getAttribute('aria-label') && a.getAttribute('aria-label').startsWith('X-axis'))
-          .flatMap(a => Array.from(a.querySelectorAll('.role-axis-label text')).map(t => t.textContent));
+        let bg = 'rgb(0, 0, 0)';
+        for (let e = s; e; e = e.parentElement) { const c = getComputedStyle(e).backgroundColor; if (!/rgba\\(.*, 0\\)|transparent/.test(c)) { bg = c; break; } }
+        const drawn = (l) => { const st = getComputedStyle(l), a = parseFloat(st.strokeOpacity) * parseFloat(st.opacity);
+          return a * lum(st.stroke) + (1 - a) * lum(bg); };
+        const grid = Array.from(s.querySelectorAll('.cbsite-roof-grid line')).map(drawn);
+        const roofs = Array.from(s.querySelectorAll('.cbsite-roof, .cbsite-ridge')).map(drawn);
+        const x = Array.from(s.querySelectorAll('.cbsite-roof-x text')).map(t => t.textContent);
         return [grid, roofs, x]; }""", lum)
     grid, roofs, xticks = seen
     assert grid and roofs and max(grid) < min(roofs), (grid, roofs)
@@ -446,20 +445,19 @@ def test_study_charts_follow_the_dark_scheme(site, page):
     page.goto(server.url + "studies/demo-dense-sparse/")
     n = page.locator("[data-cbsite-study-chart]").count()
     assert n >= 10
-    ready = "(n) => document.querySelectorAll('[data-cbsite-study-chart] svg .mark-line').length >= n"
-    page.wait_for_function(ready, arg=n, timeout=30000)
+    draw_every(page, "[data-cbsite-study-chart]", "svg .mark-line")  # charts are drawn as they near the viewport
     looks = """() => Array.from(document.querySelectorAll('[data-cbsite-study-chart] svg')).map(s => {
         const v = getComputedStyle(s.querySelector('.role-title-text, .role-axis-label text')).fill.match(/\\d+/g).map(Number);
         return [s.style.backgroundColor, (0.2126 * v[0] + 0.7152 * v[1] + 0.0722 * v[2]) / 255]; })"""
     light = page.evaluate(looks)
     assert len(light) == n and all(bg == "white" and ink < 0.5 for bg, ink in light), light
     page.evaluate("document.body.setAttribute('data-md-color-scheme', 'slate')")
-    page.wait_for_function("() => Array.from(document.querySelectorAll('[data-cbsite-study-chart] svg')).every(s => s.style.backgroundColor === 'transparent')", timeout=30000)
-    page.wait_for_function(ready, arg=n, timeout=30000)
+    draw_every(page, "[data-cbsite-study-chart]", "[data-cbsite-scheme='dark']")  # each redrawn as it comes near
     dark = page.evaluate(looks)
     assert len(dark) == n and all(bg == "transparent" and ink > 0.6 for bg, ink in dark), dark
     page.evaluate("document.body.setAttribute('data-md-color-scheme', 'default')")
-    page.wait_for_function("() => Array.from(document.querySelectorAll('[data-cbsite-study-chart] svg')).every(s => s.style.backgroundColor === 'white')", timeout=30000)
+    draw_every(page, "[data-cbsite-study-chart]", "[data-cbsite-scheme='light']")
+    assert all(bg == "white" for bg, _ in page.evaluate(looks))
     assert page.errors == []
 
 
@@ -566,8 +564,7 @@ def test_study_examples_per_second_says_what_each_series_measures(demo_runs, sit
     with its value in examples/s, the training step's the run's own step figure."""
     server, _ = site
     page.goto(server.url + "studies/demo-dense-sparse/")
-    n = page.locator("[data-cbsite-study-chart]").count()
-    page.wait_for_function("(n) => document.querySelectorAll('[data-cbsite-study-chart] svg .mark-line').length >= n", arg=n, timeout=30000)
+    draw_every(page, "[data-cbsite-study-chart]", "svg .mark-line")  # charts are drawn as they near the viewport
     charts = page.evaluate(EPS_CHARTS)
     axes = ["dense_features", "sparse_features"]
     assert sorted(c["key"] for c in charts) == sorted(f"{a}|{m}" for a in axes for m in ("examples_per_s", "step_examples_per_s"))
@@ -627,24 +624,14 @@ def _tooltips(page, key: str, series: str) -> list[dict[str, str]]:
     return out
 
 
-# The roofline as drawn: the plot area (the axes' domain lines), each axis's domain (from its accessible name), every
-# point's box (legend symbols left out), the ridge's rule and the roofs' line.
+# The roofline as drawn (roofline.js): the plot area, each axis's domain, every point's box, the ridge's rule and
+# the roofs' line.
 ROOFLINE = """() => { const s = document.querySelector('.cbsite-roofline svg'), box = e => { const b = e.getBoundingClientRect();
     return { left: b.left, right: b.right, top: b.top, bottom: b.bottom, x: (b.left + b.right) / 2, y: (b.top + b.bottom) / 2 }; };
-  const axis = (name) => s.querySelector(`.role-axis[aria-label^="${name}"]`);
-  const x = axis('X-axis'), y = axis('Y-axis'), plot = { left: box(x.querySelector('.role-axis-domain line')).left,
-    right: box(x.querySelector('.role-axis-domain line')).right, top: box(y.querySelector('.role-axis-domain line')).top,
-    bottom: box(y.querySelector('.role-axis-domain line')).bottom };
-  const mark = (sel) => Array.from(s.querySelectorAll(sel)).filter(e => !e.closest('.role-axis, .role-legend'));
-  return { plot: plot, x: x.getAttribute('aria-label'), y: y.getAttribute('aria-label'),
-    points: mark('.mark-symbol path').map(box), ridge: mark('.mark-rule line').map(box), roof: mark('.mark-line path').map(box) }; }"""
-
-
-def _domain(label: str) -> tuple[float, float]:
-    """An axis's domain from its accessible name ("... values from 0.05 to 100", "... from 500M to 500G")."""
-    unit = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
-    lo, hi = re.search(r"values from (\S+) to (\S+)$", label).groups()
-    return tuple(float(v[:-1]) * unit[v[-1]] if v[-1] in unit else float(v) for v in (lo, hi))
+  const dom = (sel) => s.querySelector(sel).getAttribute('data-domain').split(' ').map(Number);
+  return { plot: box(s.querySelector('.cbsite-roof-plot')), x: dom('.cbsite-roof-x'), y: dom('.cbsite-roof-y'),
+    points: Array.from(s.querySelectorAll('.cbsite-roof-point')).map(box), ridge: Array.from(s.querySelectorAll('.cbsite-ridge')).map(box),
+    roof: Array.from(s.querySelectorAll('.cbsite-roof')).map(box) }; }"""
 
 
 @pytest.mark.parametrize("model", ["dlrm", "nanogpt", "deepfm", "dlrm-sharded"])
@@ -657,13 +644,13 @@ def test_roofline_axes_follow_the_data(site, page, model):
     server, built = site
     _run_page(page, server, built, model)
     page.locator(".cbsite-roofline").scroll_into_view_if_needed()
-    page.wait_for_selector(".cbsite-roofline svg .mark-symbol path", timeout=20000)
+    page.wait_for_selector(".cbsite-roofline svg .cbsite-roof-point", timeout=20000)
     r = page.evaluate(ROOFLINE)
     plot, points = r["plot"], r["points"]
     width, height = plot["right"] - plot["left"], plot["bottom"] - plot["top"]
     assert width > 800 and height > 250, plot
-    spec = json.loads((sorted((built / "runs" / model).glob("*/*"))[-1] / "roofline.json").read_text())["roofline"]
-    assert len(points) == len(spec["layer"][-1]["data"]["values"]) > 5
+    drawn = json.loads((sorted((built / "runs" / model).glob("*/*"))[-1] / "roofline.json").read_text())["roofline"]
+    assert len(points) == len(drawn["points"]["path"]) > 5
     inside = lambda b, pad=0.5: (plot["left"] - pad <= b["left"] and b["right"] <= plot["right"] + pad  # noqa: E731
                                  and plot["top"] - pad <= b["top"] and b["bottom"] <= plot["bottom"] + pad)
     assert [p for p in points if not inside(p)] == [], plot  # no point cut by an edge or drawn outside the axes
@@ -671,7 +658,7 @@ def test_roofline_axes_follow_the_data(site, page, model):
     assert len(r["ridge"]) == 1 and plot["left"] + 20 < r["ridge"][0]["x"] < plot["right"] - 20, (r["ridge"], plot)
     assert len(r["roof"]) == 1 and inside(r["roof"][0], pad=2) and r["roof"][0]["right"] >= plot["right"] - 2, r["roof"]
     # Half a decade (to under 0.85 of one) between the data and each edge: no empty decades, in either direction.
-    (x0, x1), (y0, y1) = _domain(r["x"]), _domain(r["y"])
+    (x0, x1), (y0, y1) = r["x"], r["y"]
     per_x, per_y = width / math.log10(x1 / x0), height / math.log10(y1 / y0)
     left = min([p["x"] for p in points] + [r["ridge"][0]["x"]])
     right = max([p["x"] for p in points] + [r["ridge"][0]["x"]])

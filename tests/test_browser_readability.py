@@ -120,7 +120,7 @@ def test_utilisations_are_on_absolute_scales_with_their_own_ramps(site, page):
         t = window.CbsiteIcicle.scale([0.21, 0.9], 'unit', 'purple'); return s.colour(0.21) === t.colour(0.21); }""")
     assert same
     # The legend explains outlines and hatching.
-    for words in ("hatched", "dashed outline", "red outline", "orange outline", "no value"):
+    for words in ("hatched", "dashed outline", "red outline", "black and white outline", "no value"):
         assert words in page.inner_text("#cbsite-legend")
 
 
@@ -136,12 +136,13 @@ def test_icicle_colours_by_bound_and_the_roofline_opens_a_component(site, page):
         return [n, bad]; }""")
     assert check[0] > 10 and check[1] == []
     assert {"compute", "memory", "overhead"} <= set(page.inner_text("#cbsite-legend").split())
-    page.wait_for_selector(".cbsite-roofline svg", timeout=20000)
-    points = page.locator(".cbsite-roofline .mark-symbol path")
+    page.wait_for_selector(".cbsite-roofline svg .cbsite-roof-point", timeout=20000)
+    points = page.locator(".cbsite-roofline .cbsite-roof-point")
     assert points.count() > 5
     points.first.click(force=True)  # points may overlap: whichever is on top opens
     page.wait_for_function("location.hash.startsWith('#component=')", timeout=5000)
-    path = page.evaluate("decodeURIComponent(location.hash.slice('#component='.length))")
+    # The address names the component first (the page may add its zoom after an `&`).
+    path = page.evaluate("decodeURIComponent(location.hash.split('&')[0].slice('#component='.length))")
     page.wait_for_function("!document.getElementById('cbsite-details').hidden", timeout=5000)
     assert page.inner_text("#cbsite-details h3") == path
     assert page.locator("#cbsite-table tr.cbsite-linked").count() == 1

@@ -60,6 +60,8 @@ RUN_DROPPED = (
     # the memory limit follows the memory available at the start, the cache size the CPU; peaks are the process's RSS
     "memory.limit_bytes", "memory.cache_bytes", "memory.peak_rss_bytes", "memory.peak_rss_bytes_after_stage",
     "memory.peak_set_by", "memory.peak_raised_most_by", "memory.heap_returned",
+    # the re-measurement's captures follow which pairs came out inverted, a timing
+    "memory.remeasure_captures",
     # the whole-model step's timings (its batch, config and optimizer are kept)
     "step.*.blocks", "step.*.contended_blocks", "step.*.examples_per_s", "step.*.examples_per_s_p25",
     "step.*.examples_per_s_p75", "step.*.iterations", "step.*.ms", "step.*.p25_ms", "step.*.p75_ms",

@@ -98,6 +98,7 @@ PROVIDER = "tests.session_models:mlp"
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # a paired verdict on real timings
 def test_compare_on_a_planted_pair_says_one_verdict_everywhere(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from cbsite.archive import read_run, resolve_run
     from cbsite.generator import diffdata, latencydata

@@ -21,19 +21,19 @@ ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = ROOT / "cbsite" / "generator" / "templates"
 
 
-def _project(tmp_path: Path, nav: bool, runs: Path) -> Path:
+def _project(tmp_path: Path, nav: bool, runs: Path, font: bool = False) -> Path:
     proj = tmp_path / "team-docs"
     (proj / "docs").mkdir(parents=True)
     (proj / "docs" / "index.md").write_text("# Team docs\n\nOur [performance reports](perf/index.md).\n")
     (proj / "docs" / "guide.md").write_text("# Guide\n\nHow we work.\n")
     shutil.copytree(runs, proj / "runs")
     nav_yaml = "nav:\n  - Home: index.md\n  - Guide: guide.md\n" if nav else ""
+    # font: false keeps the team's pages offline; without it Material's default (Roboto from Google Fonts) applies.
     (proj / "mkdocs.yml").write_text(textwrap.dedent("""\
         site_name: Team docs
         theme:
           name: material
-          font: false
-          palette:
+        {font}  palette:
             primary: teal
           features:
             - navigation.instant
@@ -45,7 +45,7 @@ def _project(tmp_path: Path, nav: bool, runs: Path) -> Path:
               runs: runs
               prefix: perf
               cache: .cbsite-cache
-        """) + nav_yaml)
+        """).format(font="" if font else "  font: false\n") + nav_yaml)
     return proj
 
 
@@ -60,8 +60,9 @@ def _build(proj: Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("nav", [True, False], ids=["explicit-nav", "automatic-nav"])
 def test_plugin_adds_the_archive_under_a_prefix(demo_runs, tmp_path, nav):
-    proj = _project(tmp_path, nav, demo_runs)
-    _build(proj)
+    # The explicit-nav project also keeps Material's default fonts (Google Fonts); the other has font: false.
+    proj = _project(tmp_path, nav, demo_runs, font=nav)
+    proc = _build(proj)
     site = proj / "site"
     refs = archive.list_runs(proj / "runs")
     assert refs
@@ -98,6 +99,23 @@ def test_plugin_adds_the_archive_under_a_prefix(demo_runs, tmp_path, nav):
     assert ("Performance" if nav else "Perf") in nav_html
     assert "perf/models/dlrm/" in nav_html
     assert "perf/runs/" not in nav_html and "perf/diffs/" not in nav_html
+    # The team's "Home" once: the archive's home is listed by its own title, in the explicit nav as in the automatic.
+    labels = [re.sub(r"\s+", " ", t).strip() for t in re.findall(r'<span class="md-ellipsis">(.*?)</span>', nav_html, re.S)]
+    assert labels.count("Home" if nav else "Team docs") == 1, labels
+    assert "Component benchmarks" in labels and "Guide" in labels
+    # Run and diff pages keep the team's left nav (cbsite's own site hides it there): shown, with the team's pages.
+    for page in (pages[2], pages[3]):
+        text = page.read_text()
+        sidebar = re.search(r'<div class="md-sidebar md-sidebar--primary"[^>]*>', text)
+        assert sidebar and "hidden" not in sidebar.group(0), page
+        assert re.search(r'<a href="[./]*guide/"[^>]*>\s*<span class="md-ellipsis">\s*Guide', text), page
+    # Material's default fonts come from Google: the build log says so once, and how to keep the pages offline.
+    fonts_note = "loads its fonts from Google Fonts"
+    assert proc.stderr.count(fonts_note) == (1 if nav else 0), proc.stderr[-2000:]
+    if nav:
+        assert "fonts.googleapis.com" in home and "theme: {font: false}" in proc.stderr
+    else:
+        assert "fonts.googleapis.com" not in home
 
     # The build cache (cache: .cbsite-cache) holds the runs' and diffs' data for the next build.
     assert len(list((proj / ".cbsite-cache" / "runs").iterdir())) == len(refs)

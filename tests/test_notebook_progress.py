@@ -13,7 +13,7 @@ import re
 import pytest
 
 from cbsite.collector.pipeline import progress
-from cbsite.collector.pipeline.notebook_progress import NotebookLine
+from cbsite.collector.pipeline.line_progress import NotebookLine
 
 torch = pytest.importorskip("torch")
 

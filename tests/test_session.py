@@ -23,6 +23,9 @@ from cbsite.collector.timing.blocks import Block, summarise
 from cbsite.diff import diff_runs
 from tests.session_models import mlp
 
+# Paired verdicts and warm-up rules on real timings: run alone (`make test`'s serial part), never beside other tests.
+pytestmark = pytest.mark.serial
+
 PROVIDER = "tests.session_models:mlp"
 PLANTED = "layers.1.0"
 

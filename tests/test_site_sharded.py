@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from cbsite import archive, review
@@ -137,3 +138,65 @@ def test_pr_summary_lists_the_communication_changes(sharded):
     line = next(x for x in section.splitlines() if x.startswith(f"| `{OUTPUT_DIST}` |"))
     assert "131 kB → 262 kB (2.0×)" in line and "262 kB → 393 kB (+50%)" in line
     assert "`*output_dist:comm_bytes_sent>+10%` | ❌ broken (1)" in md
+
+
+@pytest.mark.parametrize("plan", PLANS)
+def test_one_taxonomy_communication_or_a_bound(built, plan):
+    """A communicating component (kind "communication") is labelled "communication" and never gets a roofline
+    bound, in the all-ranks columns and in every rank's; a computing one keeps its bound. The page's lists and bound
+    mix say the same, and each rank has its own lists (the rank selector shows them)."""
+    from cbsite import bound
+
+    folder = _page(built, plan)
+    d = json.loads((folder / "components.json").read_text())
+    views = [d[p] for p in d["phases"]] + [v[p] for v in d["sharded"]["views"].values() for p in v]
+    for cols in views:
+        assert any(k == "communication" for k in cols["kind"])
+        for i, (kind, label) in enumerate(zip(cols["kind"], cols["bound"])):
+            if kind == "communication":
+                assert label == "communication", (d["path"][i], label)
+            else:
+                assert label in (*bound.BOUNDS, "suspect", None), (d["path"][i], label)
+        assert any(b in bound.BOUNDS for b in cols["bound"])  # the computing rows keep a roofline bound
+    html = (folder / "index.html").read_text().replace("<wbr>", "")
+    facts = html[html.index('id="facts"'):html.index('id="summary"')]
+    for path, kind in zip(d["path"], d["forward"]["kind"]):
+        item = f"<code>{path}</code>"
+        if path and item in facts and kind == "communication":
+            line = facts[facts.index(item):].split("</li>", 1)[0]
+            assert 'bound-communication">communication<' in line and "bound-memory" not in line and "bound-overhead" not in line
+    assert 'class="cbsite-bound bound-communication">communication</span>' in facts.split("</p>", 1)[0]  # the bound mix
+    # Each rank's lists: that rank's slowest components, with the same labels.
+    rank_facts = d["sharded"]["facts"]
+    assert sorted(rank_facts) == d["sharded"]["ranks"]
+    for rank, facts_of in rank_facts.items():
+        for phase, items in facts_of["slowest"].items():
+            cols = d["sharded"]["views"][rank][phase]
+            for item in items:
+                if not item["own"]:
+                    i = d["path"].index(item["path"])
+                    assert item["bound"] == cols["bound"][i]
+                    assert item["latency"] == pytest.approx(cols["latency_ms"][i] * max(d["call_count"][i] or 1, 1))
+    assert rank_facts["0"]["slowest"] != rank_facts["1"]["slowest"]
+
+
+def test_sharded_diff_labels_communication_on_both_paths(sharded, tmp_path):
+    """The diff page's head columns say "communication" for communicating rows, as the run page does, whether the
+    build hands them the head run's page data or computes them again (diffdata._run_columns): the same bytes."""
+    from cbsite.generator import diffdata, latencydata, runpagedata, templating
+
+    base, head = _run(sharded, "table-wise"), _run(sharded, "row-wise")
+    rd = cdiff.diff_runs(base, head)
+    judged = latencydata.judge(None, base, head, rd)
+    computed = diffdata.diff_files(rd, judged, head)
+    taken = diffdata.diff_files(rd, judged, head, runpagedata.run_data(head, [])[1])
+    for name in computed:
+        a, b = tmp_path / f"a-{name}", tmp_path / f"b-{name}"
+        templating.dump_json(computed[name], a)
+        templating.dump_json(taken[name], b)
+        assert a.read_bytes() == b.read_bytes(), name
+    rows = head.rows.filter(pl.col("phase") == "forward")
+    communicating = set(rows.filter(pl.col("kind") == "communication").get_column("path").to_list())
+    labels = dict(zip((c.path for c in rd.for_phase("forward")), computed["diff.forward.json"]["run"]["bound"]))
+    assert communicating and all(labels[p] == "communication" for p in communicating if p in labels)
+    assert all(labels[p] != "communication" for p in labels if p not in communicating)

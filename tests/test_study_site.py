@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import polars as pl
 import pytest
 
+from cbsite import schema
 from cbsite import study as cstudy
 from cbsite.generator import build_site
 from tests.helpers.runfactory import make_run, write_archive
@@ -17,22 +19,46 @@ TYPES = {"sparse_arch": "torchrec.models.dlrm.SparseArch", "dense_arch": "torchr
          "over_arch": "torchrec.models.dlrm.OverArch", "sparse_arch.ebc": "torchrec.EmbeddingBagCollection"}
 
 
+# The archive's repeats: the dense_features=64 points collected with 4 rounds (every component's round medians
+# these factors of its latency: the median of the medians is the latency), one point run twice (the older run's
+# DenseArch 1.5x slower), the others measured once.
+ROUND_FACTORS = (0.9, 1.0, 1.0, 1.2)
+TWICE = "dense_features-512.sparse_features-4"
+SINGLE = "dense_features-4096.sparse_features-4"
+
+
+def _round_samples(run, factors) -> pl.DataFrame:
+    """Blocks of len(factors) rounds per measured (path, phase): 6 clean blocks a round at factor x its latency."""
+    rows = []
+    for r in run.rows.filter(pl.col("status") == "measured").iter_rows(named=True):
+        for rnd, factor in enumerate(factors):
+            rows += [{"run_id": run.run_id, "model": run.model, "version": run.version, "session_id": run.run_id,
+                      "path": r["path"], "key": r["path"], "phase": r["phase"], "process": rnd, "round": rnd, "pair": b,
+                      "arm": "run", "position": 0, "seconds_per_call": r["latency_ms"] / 1e3 * factor * (1 + 0.001 * (b - 2)),
+                      "calls": 10, "start_s": 1.7e9 + rnd, "wait_s": 0.0, "contended": False} for b in range(5)]
+    return pl.from_arrow(pl.DataFrame(rows).to_arrow().cast(schema.SAMPLES_SCHEMA))
+
+
 def _study_archive(root: Path) -> None:
     study = cstudy.Study.from_grid("dlrm-grid", "dlrm-synthetic", ["dense_features=64,512,4096", "sparse_features=4,32"],
                                    base_options={"size": "tiny"})
     runs = []
     for p in study.points:
-        scale = p.options["dense_features"] / 64 * (1 + p.options["sparse_features"] / 32)
-        metrics = {path: {"module_type": t} for path, t in TYPES.items()}
-        metrics["dense_arch"].update(latency_ms=0.01 * scale, flops=1000 * scale)
-        metrics["sparse_arch.ebc"].update(latency_ms=0.02 * p.options["sparse_features"])
-        run = make_run(SPEC, model=study.model, version=p.label, metrics=metrics, tags=study.tags(p),
-                       config={"batch_size": 8})
-        run.meta["study"] = study.run_meta(p)
-        run.meta["step"] = {"batch_size": 8, "train": {"status": "measured", "examples_per_s": 8000 / scale},
-                            "eval": {"status": "measured", "examples_per_s": 30000 / scale}}
-        if p.label != "dense_features-4096.sparse_features-32":  # one point failed: no run
-            runs.append(run)
+        for older in ((True, False) if p.label == TWICE else (False,)):
+            scale = p.options["dense_features"] / 64 * (1 + p.options["sparse_features"] / 32)
+            metrics = {path: {"module_type": t} for path, t in TYPES.items()}
+            metrics["dense_arch"].update(latency_ms=0.01 * scale * (1.5 if older else 1), flops=1000 * scale)
+            metrics["sparse_arch.ebc"].update(latency_ms=0.02 * p.options["sparse_features"])
+            run = make_run(SPEC, model=study.model, version=p.label, metrics=metrics, tags=study.tags(p),
+                           config={"batch_size": 8})
+            run.meta["study"] = study.run_meta(p)
+            run.meta["step"] = {"batch_size": 8, "train": {"status": "measured", "examples_per_s": 8000 / scale},
+                                "eval": {"status": "measured", "examples_per_s": 30000 / scale}}
+            if p.options["dense_features"] == 64:
+                run.samples = _round_samples(run, ROUND_FACTORS)
+                run.meta["rounds"] = len(ROUND_FACTORS)
+            if p.label != "dense_features-4096.sparse_features-32":  # one point failed: no run
+                runs.append(run)
     write_archive(root, runs)
     record = cstudy.new_record(study, study.points, {r.version: {"run_id": r.run_id, "path": "x"} for r in runs},
                                {"executor": "local"})
@@ -61,7 +87,7 @@ def test_study_page_has_charts_per_axis_points_and_configuration(built):
     series = {r["series"] for r in spec["linear"]["data"]["values"]}
     assert {"model", "SparseArch", "DenseArch", "OverArch"} <= series
     assert {r["held"] for r in spec["linear"]["data"]["values"]} == {"sparse_features=4", "sparse_features=32"}
-    assert spec["log"]["spec"]["encoding"]["y"]["scale"]["type"] == "log"
+    assert spec["log"]["spec"]["layer"][0]["encoding"]["y"]["scale"]["type"] == "log"
     assert spec["linear"]["facet"]["sort"] == ["sparse_features=4", "sparse_features=32"]  # the grid's order, not text order
     # Examples/s: the whole model's step timing apart from the forward alone of the model and its parts, each series
     # saying what it measures (its tooltip too).
@@ -72,8 +98,8 @@ def test_study_page_has_charts_per_axis_points_and_configuration(built):
     forward = specs["sparse_features|examples_per_s"]["linear"]["data"]["values"]
     assert {r["series"] for r in forward} == {"model: forward", "SparseArch: forward", "DenseArch: forward", "OverArch: forward"}
     assert all("forward of" in r["measures"] for r in forward) and all("step timing" in r["measures"] for r in step)
-    tips = [t.get("title", t["field"]) for t in specs["sparse_features|examples_per_s"]["linear"]["spec"]["encoding"]["tooltip"]]
-    assert tips == ["point", "series", "measures", "examples/s"], tips
+    tips = [t.get("title", t["field"]) for t in specs["sparse_features|examples_per_s"]["linear"]["spec"]["layer"][0]["encoding"]["tooltip"]]
+    assert tips == ["point", "series", "measures", "examples/s", "spread"], tips
     # The table links every done point's run and says why the failed one has none.
     assert page.count('href="../../runs/dlrm-grid/') == 5
     assert "MemoryError: planted" in page and "failed" in page
@@ -83,6 +109,42 @@ def test_study_page_has_charts_per_axis_points_and_configuration(built):
     assert "&#34;grid&#34;" not in page.replace("&quot;", "&#34;") and "<pre>" not in page
     nav = (built / "index.html").read_text()
     assert "studies/dlrm-grid/" in nav
+
+
+def test_study_charts_draw_the_spread_of_rounds_and_runs(built):
+    """A point with rounds carries the min-max of its rounds' figures, one run twice that of its runs; the chart
+    draws them as rule bars and its tooltip gives the interval and the number of repeats; a point measured once
+    has none, and the page says how many such points there are."""
+    from cbsite.generator import studydata
+
+    specs = json.loads((built / "studies" / "dlrm-grid" / "charts.json").read_text())
+    spec = specs["sparse_features|latency_forward_ms"]["linear"]
+    rows = {(r["label"], r["series"]): r for r in spec["data"]["values"]}
+    # Rounds: the model (an estimated root, summed again per round) spans the lowest to the highest factor.
+    model = rows[("dense_features-64.sparse_features-4", "model")]
+    assert (model["lo"], model["hi"]) == pytest.approx((min(ROUND_FACTORS) * model["value"], max(ROUND_FACTORS) * model["value"]))
+    assert model["interval"].endswith("min\u2013max of 4 rounds") and " ms" in model["interval"]
+    assert model["lo"] <= model["value"] <= model["hi"]
+    # Runs: the point run twice spans its two runs' DenseArch latency (the older 1.5x); the newest stands for it.
+    dense = rows[(TWICE, "DenseArch")]
+    assert (dense["lo"], dense["hi"]) == pytest.approx((dense["value"], 1.5 * dense["value"]))
+    assert dense["interval"].endswith("of 2 runs")
+    # Once: no bar, and the tooltip says so.
+    single = rows[(SINGLE, "model")]
+    assert "lo" not in single and single["interval"] == studydata.NO_SPREAD
+    # Drawn: a rule layer from lo to hi over the lines, in the series' colours; the tooltip's last line is the spread.
+    layers = spec["spec"]["layer"]
+    assert [layer["mark"]["type"] for layer in layers] == ["line", "rule"]
+    assert (layers[1]["encoding"]["y"]["field"], layers[1]["encoding"]["y2"]["field"]) == ("lo", "hi")
+    assert layers[1]["encoding"]["color"]["scale"] == layers[0]["encoding"]["color"]["scale"]
+    assert layers[0]["encoding"]["tooltip"][-1] == {"field": "interval", "type": "nominal", "title": "spread"}
+    # Rounds re-time, they do not re-measure memory or count parameters: no spread there from rounds.
+    memory = specs["sparse_features|peak_memory_bytes"]["linear"]["data"]["values"]
+    assert not [r for r in memory if "lo" in r and r["label"] != TWICE]
+    assert not any("lo" in r for r in specs["sparse_features|param_bytes"]["linear"]["data"]["values"])
+    page = (built / "studies" / "dlrm-grid" / "index.html").read_text()
+    assert "its runs where the point was run more than once (1), else its rounds, <code>--rounds N</code> (2); " \
+           "2 of 5 points measured once have no bar." in page
 
 
 def test_study_charts_sum_component_classes():
@@ -105,7 +167,7 @@ def test_study_charts_sum_component_classes():
 def test_study_page_draws_its_charts_in_a_browser(built):
     from playwright.sync_api import sync_playwright
 
-    from tests.helpers.browser import CHROMIUM, Server
+    from tests.helpers.browser import CHROMIUM, Server, draw_every
 
     server = Server(built)
     try:
@@ -121,8 +183,20 @@ def test_study_page_draws_its_charts_in_a_browser(built):
             charts = page.locator("[data-cbsite-study-chart]")
             n = charts.count()
             assert n >= 10
-            page.wait_for_function(f"document.querySelectorAll('[data-cbsite-study-chart] svg .mark-line').length >= {n}",
-                                   timeout=30000)
+            draw_every(page, "[data-cbsite-study-chart]", "svg .mark-line")  # each drawn as it nears the viewport
+            # The spread of the points with rounds or several runs: rule bars, drawn with a visible height.
+            chart = page.locator('[data-cbsite-study-chart="sparse_features|latency_forward_ms"]')
+            chart.scroll_into_view_if_needed()  # charts are drawn as they near the viewport
+            selector = '[data-cbsite-study-chart="sparse_features|latency_forward_ms"] svg .mark-rule.role-mark line'
+            page.wait_for_function("(s) => document.querySelectorAll(s).length >= 3", arg=selector, timeout=30000)
+            bars = page.locator(selector)
+            # A vertical line has no width, so playwright never calls it visible: its box is checked instead, a bar
+            # of some height inside the window, stroked (2 px wide) in its series' colour.
+            boxes = [bars.nth(i).bounding_box() for i in range(bars.count())]
+            tallest = max(boxes, key=lambda b: b["height"] if b else 0)
+            assert tallest and tallest["height"] > 2, boxes
+            assert 0 <= tallest["y"] and tallest["y"] + tallest["height"] <= page.viewport_size["height"], tallest
+            assert bars.first.get_attribute("stroke-width") == "2" and (bars.first.get_attribute("stroke") or "").startswith("#")
             before = page.locator("[data-cbsite-study-chart] svg").first.inner_html()
             page.check("#cbsite-study-log")
             page.wait_for_function(

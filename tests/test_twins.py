@@ -153,6 +153,7 @@ class Chain(nn.Module):
         return x
 
 
+@pytest.mark.serial  # the warm-up rule reads real call times
 def test_a_twin_timed_just_after_a_long_twin_takes_no_warm_up_call():
     """A twin runs no counting or peak pass. Its warm-up call is skipped where the twin timed just before it ran a
     statement past the budget (the same code on the same shapes); a short one still gets its one call."""

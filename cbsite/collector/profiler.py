@@ -138,7 +138,7 @@ def _profile(model: nn.Module, batches: Sequence[Batch], config: CollectConfig, 
         (*load_before, *record.load_warnings(num_threads, "after"), *peak_warnings,
          *record.memory_warnings(measured.out_of_memory(), limit)),
         step, record.Rounds(rounds.noise, len(rounds.samples), rounds.session), hierarchy_record,
-        _memory_record(planned, measured, stages, limit, device),
+        _memory_record(planned, measured, remeasured, stages, limit, device),
     )
     return _run(run_record, rows, rounds, plugins)
 
@@ -160,12 +160,15 @@ def _calibration_start(device: torch.device, config: CollectConfig) -> dict[str,
                            peak_bandwidth=config.peak_bandwidth, calibrate=config.calibrate)
 
 
-def _memory_record(planned: Planned, measured: Measured, stages: Stages, limit: memory.MemoryLimit | None,
+def _memory_record(planned: Planned, measured: Measured, remeasured: Remeasured, stages: Stages,
+                   limit: memory.MemoryLimit | None,
                    device: torch.device) -> record.Memory:
     captures, census = planned.captures, planned.census
     return record.Memory(
         limit=limit.record() if limit else {}, plan=planned.memory.record(),
-        capture_groups=captures.groups, capture_forwards=captures.forwards + captures.census_forwards,
+        capture_groups=captures.groups - remeasured.capture_groups,
+        capture_forwards=captures.forwards + captures.census_forwards - remeasured.capture_forwards,
+        remeasure_captures={"groups": remeasured.capture_groups, "forwards": remeasured.capture_forwards},
         capture_rode_root=captures.rode, census="on shapes" if census.on_shapes else "real",
         largest_capture_bytes=captures.most_bytes, capture_anchors=captures.anchors.record(),
         peak_rss_bytes=memory.peak_rss_bytes() if stages.memory else None,

@@ -32,7 +32,7 @@ from cbsite.archive import Run
 from cbsite.diffrecord import LABELS
 from cbsite.errors import CbsiteError
 from cbsite.generator import cache as bcache
-from cbsite.generator import charts, jobs, rundata, sitedir, studydata, templating
+from cbsite.generator import charts, historydata, jobs, precompress, regressionsdata, rundata, sitedir, studydata, templating
 from cbsite.generator.catalog import Catalog, load_catalog
 from cbsite.generator.config import SiteConfig, dump_yaml, load_site_config, project_config
 
@@ -246,6 +246,10 @@ def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
                             lambda job: jobs.run_job(job, by_path[str(job[0])]))
         entries, diff_results = _start_diffs(catalog, docs, plan, cache, keys)
         plan.start()  # the workers compute; this process waits for them
+        # Meanwhile this process writes each model's component history (read from the archive, not the pages' data).
+        for name, entry in catalog.models.items():
+            historydata.write(_history(cache, name, [entry.newest(v) for v in entry.versions]),
+                              docs / templating.model_url(name) / historydata.FOLDER)
         fresh = dict(zip((run.run_id for run in todo), computed()))
         for run in catalog.runs():  # in the catalog's order, whichever process computed what
             value = hits.get(run.run_id) or fresh[run.run_id]
@@ -286,13 +290,16 @@ def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
                     chart_titles=dict(charts.TREND_METRICS + charts.STEP_METRICS), diffs=diffs_of.get(name, []),
                     steps={r.run_id: {m: throughput.mode_of(r.meta, m) for m in throughput.MODES} for r in model_runs},
                     comparisons=comparisons_of.get(name, []))
+        writer.page(url + historydata.FOLDER + "/", "pages/history.md.j2", model=entry)
+    regressions = regressionsdata.index(diffs)
+    writer.page("regressions/", "pages/regressions.md.j2", **regressions)
     newest = sorted(catalog.runs(), key=lambda r: r.run_id, reverse=True)[:MAX_NEWEST]
     latest_change = {}
     for e in diffs:  # the last consecutive diff of each model is "what changed most" on the home page
         if e.base.model == e.head.model and e.url.startswith("diffs/" + e.head.model + "/"):
             latest_change[e.head.model] = e
     writer.page("", "pages/home.md.j2", catalog=catalog, newest=newest, latest_change=latest_change,
-                totals=totals, warnings=warnings)
+                totals=totals, warnings=warnings, regressions=regressions)
     studies = studydata.render(studydata.find_studies(catalog.runs()), docs, writer, templating.dump_json)
     nav: list[Any] = [{"Home": "index.md"}]
     if catalog.models:
@@ -300,6 +307,15 @@ def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
     if studies:
         nav.append({"Studies": studies})
     return writer.pages, nav
+
+
+def _history(cache: bcache.BuildCache | None, model: str, newest: list[Run]) -> dict[str, str]:
+    """The model's history files (historydata.py), kept in the cache by the keys of the runs they are read from:
+    any of them changed, added or gone computes them again."""
+    if cache is None:
+        return historydata.model_history(model, newest)
+    inputs = [model, [[r.version, r.run_id, cache.key_of(r)] for r in newest]]
+    return cache.memo("history", inputs, lambda: historydata.model_history(model, newest))
 
 
 def _trend_specs(cache: bcache.BuildCache | None, versions: list[str], runs: list[Run], newest_ids: set[str],
@@ -523,6 +539,8 @@ def _build_stage(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool,
     with concurrent.futures.ThreadPoolExecutor(sitedir.IO_THREADS) as io_pool:
         for found in io_pool.map(publish, catalog.runs()):
             warnings.extend(found)
+    # For static hosts that serve a file's .gz (and `cbsite serve`): unchanged files take the previous site's copy.
+    precompress.write_beside(out, previous)
     if cache is not None and can_reuse:
         cache.site_pages, cache.site_global = writer.keys, gkey
     return BuildResult(site=out, project=project_dir, warnings=warnings, pages=n_pages, runs=len(catalog.runs()))

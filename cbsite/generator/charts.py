@@ -10,13 +10,13 @@ import functools
 import json
 import math
 from typing import Any, Sequence
-from urllib.parse import quote
 
 import altair as alt
 import vl_convert
 
 from cbsite import throughput
 from cbsite.archive import Run
+from cbsite.generator import templating
 
 TREND_METRICS = (
     ("latency_ms", "Latency per forward (ms)"),
@@ -92,7 +92,7 @@ def trend_specs(versions: Sequence[str], runs: Sequence[Run], newest_ids: set[st
                     continue
                 record = {
                     "version": run.version, "run_id": run.run_id, "phase": phase if metric != "param_bytes" else "static",
-                    "metric": metric, "value": value, "newest": run.run_id in newest_ids,
+                    "metric": metric, "value": value, "newest": run.run_id in newest_ids, "href": _run_href(run),
                 }
                 if metric == "latency_ms" and values.get("latency_p25_ms") is not None and values.get("latency_p75_ms") is not None:
                     record["lo"], record["hi"] = values["latency_p25_ms"], values["latency_p75_ms"]
@@ -125,7 +125,8 @@ def step_trend_specs(versions: Sequence[str], runs: Sequence[Run], newest_ids: s
             record = throughput.mode_of(run.meta, mode)
             if record is None:
                 continue
-            common = {"version": run.version, "run_id": run.run_id, "phase": label, "newest": run.run_id in newest_ids}
+            common = {"version": run.version, "run_id": run.run_id, "phase": label, "newest": run.run_id in newest_ids,
+                      "href": _run_href(run)}
             if _number(record.get("ms")):
                 row = {**common, "metric": "step_ms", "value": record["ms"]}
                 if _number(record.get("p25_ms")) and _number(record.get("p75_ms")):
@@ -135,6 +136,11 @@ def step_trend_specs(versions: Sequence[str], runs: Sequence[Run], newest_ids: s
                 rows["examples_per_s"].append({**common, "metric": "examples_per_s", "value": record["examples_per_s"]})
     return {metric: _trend_chart(rows[metric], versions, title, AXIS_FORMAT["latency_ms"] if metric == "step_ms" else "~s", "mode")
             for metric, title in STEP_METRICS if rows[metric]}
+
+
+def _run_href(run: Run) -> str:
+    """The run's page from the model page, whose trends.json these charts are: a click on a point opens it."""
+    return "../../" + templating.run_url(run)
 
 
 def _number(value: Any) -> bool:
@@ -152,8 +158,9 @@ def _trend_chart(rows: list[dict[str, Any]], versions: Sequence[str], title: str
         color=alt.Color("phase:N", title=series),
     )
     line = base.transform_filter("datum.newest").mark_line(point=True)
-    points = base.mark_point(opacity=0.5, size=30).encode(
+    points = base.mark_point(opacity=0.5, size=30, cursor="pointer").encode(
         color=alt.Color("phase:N", title=series, legend=None),  # the legend is the line layer's
+        href=alt.Href("href:N"),
         tooltip=[alt.Tooltip("version:N"), alt.Tooltip("run_id:N", title="run"),
                  alt.Tooltip("phase:N", title=series) if series != "phase" else alt.Tooltip("phase:N"),
                  alt.Tooltip("value:Q", format=".4~s")]
@@ -203,101 +210,3 @@ def contributors_spec(rows: list[dict[str, Any]], title: str, axis_format: str =
     spec["encoding"]["y"]["sort"] = [r["label"] for r in rows]
     spec["height"] = max(60, 22 * len(rows))
     return spec
-
-
-# --- the roofline of a run ------------------------------------------------------------------------
-
-BOUND_COLOURS = {"compute": "#1f6fb4", "memory": "#d9730d", "overhead": "#7f7f7f"}  # also in runpage.js
-SUSPECT_COLOUR = "#7b3294"  # a point above a peak (rundata.site_bounds); in the legend only where drawn
-MAX_ROOFLINE_POINTS = 1500  # the slowest leaves per forward; a 10,000-component run keeps a small chart
-
-
-def _roofline_chart() -> dict[str, Any]:
-    """Arithmetic intensity vs achieved FLOP/s on log axes: the roofs, the ridge and one point per leaf and
-    phase coloured by what bounds it (cbsite/bound.py); a click on a point opens that component."""
-    log = alt.Scale(type="log")
-    roof = alt.Chart(alt.Data(values=[])).mark_line(color="#555555", strokeDash=[4, 3]).encode(
-        x=alt.X("ai:Q", scale=log), y=alt.Y("flops_s:Q", scale=log))
-    ridge = alt.Chart(alt.Data(values=[])).mark_rule(color="#555555", strokeDash=[2, 2]).encode(
-        x=alt.X("ai:Q", scale=log), tooltip=[alt.Tooltip("label:N", title="ridge")])
-    points = alt.Chart(alt.Data(values=[])).mark_point(filled=True, size=60, opacity=0.85, cursor="pointer").encode(
-        # Plain decimals for FLOP per byte ("0.01", "0.2", "20"): SI prefixes read "10m" and "200m" here.
-        x=alt.X("ai:Q", title="arithmetic intensity (FLOP per byte moved)", scale=alt.Scale(type="log"),
-                axis=alt.Axis(format="~r")),
-        y=alt.Y("flops_s:Q", title="achieved FLOP/s (per call)", scale=alt.Scale(type="log"), axis=alt.Axis(format="~s")),
-        color=alt.Color("bound:N", title="bound by", scale=alt.Scale(domain=list(BOUND_COLOURS), range=list(BOUND_COLOURS.values()))),
-        shape=alt.Shape("phase:N", title="phase"),
-        href=alt.Href("href:N"),
-        tooltip=[alt.Tooltip("path:N", title="component"), alt.Tooltip("phase:N"), alt.Tooltip("bound:N", title="bound by"),
-                 alt.Tooltip("ai:Q", title="FLOP/byte", format=".3~s"), alt.Tooltip("flops_s:Q", title="FLOP/s", format=".3~s"),
-                 alt.Tooltip("mfu:Q", title="MFU", format=".1%"), alt.Tooltip("bw:Q", title="bandwidth utilisation", format=".1%")],
-    )
-    chart = alt.layer(roof, ridge, points).properties(width="container", height=320, title="Roofline")
-    return _finish(chart)
-
-
-@functools.lru_cache(maxsize=1)
-def _roofline_template() -> str:
-    return json.dumps(_roofline_chart())
-
-
-def roofline_spec(comps: dict[str, Any]) -> dict[str, Any] | None:
-    """The roofline chart of a run from its components.json data; None when nothing can be placed on it."""
-    roof = comps.get("roofline") or {}
-    peak, bw = roof.get("peak_flops"), roof.get("peak_bandwidth")
-    rows = []
-    for phase in comps["phases"]:
-        cols = comps[phase]
-        for i, path in enumerate(comps["path"]):
-            ai, tflops, lat = cols["arithmetic_intensity"][i], cols["tflops_per_s"][i], cols["latency_ms"][i]
-            if not comps["is_leaf"][i] or not ai or not tflops or not lat or ai <= 0 or tflops <= 0:
-                continue
-            rows.append({"path": path or comps["model"], "phase": phase, "bound": cols["bound"][i], "ai": ai,
-                         "flops_s": float("%.4g" % (tflops * 1e12)), "mfu": cols["mfu"][i], "bw": cols["bandwidth_util"][i],
-                         "href": "#component=" + quote(path, safe=""),
-                         "_cost": lat * max(comps["call_count"][i] or 0, 1)})
-    if not rows:
-        return None
-    rows.sort(key=lambda r: (-r["_cost"], r["path"], r["phase"]))
-    rows = rows[:MAX_ROOFLINE_POINTS]
-    for r in rows:
-        del r["_cost"]
-    spec = json.loads(_roofline_template())
-    ais, ys = [r["ai"] for r in rows], [r["flops_s"] for r in rows]
-    if peak and bw:
-        ridge = peak / bw
-        x = _log_domain(min(min(ais), ridge), max(max(ais), ridge))
-        y = _log_domain(min(ys), max(max(ys), peak))
-        # The bandwidth roof starts where it enters the plot: at the x domain's left end, or higher up where it
-        # crosses the y domain's floor; it ends at the right end, flat at peak FLOP/s from the ridge on.
-        start = max(x[0], y[0] / bw)
-        spec["layer"][0]["data"] = {"values": [{"ai": start, "flops_s": start * bw}, {"ai": ridge, "flops_s": peak},
-                                               {"ai": x[1], "flops_s": peak}]}
-        spec["layer"][1]["data"] = {"values": [{"ai": ridge, "label": f"{ridge:.3g} FLOP/byte: peak {peak:.3g} FLOP/s, {bw:.3g} B/s"}]}
-    else:  # no peaks recorded: points only
-        x, y = _log_domain(min(ais), max(ais)), _log_domain(min(ys), max(ys))
-        spec["layer"] = spec["layer"][2:]
-    for layer in spec["layer"]:  # one domain for every layer: the data's, never Vega's whole decades
-        for channel, domain in (("x", x), ("y", y)):
-            if channel in layer["encoding"]:
-                layer["encoding"][channel]["scale"].update(domain=list(domain), nice=False)
-    spec["layer"][-1]["data"] = {"values": rows}
-    if any(r["bound"] == "suspect" for r in rows):
-        scale = spec["layer"][-1]["encoding"]["color"]["scale"]
-        scale["domain"], scale["range"] = [*scale["domain"], "suspect"], [*scale["range"], SUSPECT_COLOUR]
-    return spec
-
-
-_STEPS = (1.0, 2.0, 5.0, 10.0)
-
-
-def _log_domain(lo: float, hi: float, margin: float = 0.5) -> tuple[float, float]:
-    """A log axis's domain for data from lo to hi: half a decade more on each side, widened to the next 1, 2 or 5
-    times a power of ten (0.05, 100), so every point and the roofs' corner lie well inside and the data fill the
-    plot. Vega's own "nice" rounds to whole decades: 0.01 to 1000 for points from 0.2 to 25."""
-    lo, hi = lo / 10 ** margin, hi * 10 ** margin
-    e = math.floor(math.log10(lo))
-    low = max(s for s in _STEPS if s * 10 ** e <= lo * (1 + 1e-9)) * 10 ** e
-    e = math.floor(math.log10(hi))
-    high = min(s for s in _STEPS if s * 10 ** e >= hi * (1 - 1e-9)) * 10 ** e
-    return float("%.6g" % low), float("%.6g" % high)

@@ -21,7 +21,7 @@ from typing import Any, cast
 
 import polars as pl
 
-from cbsite import bound, comparison
+from cbsite import comparison
 from cbsite import diff as cdiff
 from cbsite import format as cfmt
 from cbsite.archive import Run
@@ -35,7 +35,7 @@ from cbsite.diffrecord import (
 )
 from cbsite.generator import charts, latencydata
 from cbsite.generator.latencydata import Judged, latency_changed, latency_columns
-from cbsite.generator.rundata import compact_column
+from cbsite.generator.rundata import compact_column, site_bounds
 from cbsite.summary import capitalise, clause_text, paragraph, total_parts, total_text
 
 TOP_N = 10
@@ -369,13 +369,16 @@ def _run_columns(head: Run, phase: str, comps: list[ComponentDelta],
         return cols
     wanted = ["path", "call_count", "param_bytes", "device_time_ms", *RUN_COLUMNS]
     rows = head.rows.filter(pl.col("phase") == phase).sort("order")
+    if "kind" in rows.columns:  # a sharded run: its communicating rows are labelled so, as on its run page
+        wanted.append("kind")
     raw = {c: rows.get_column(c).to_list() if c in rows.columns else [None] * rows.height for c in wanted}
     at = {p: i for i, p in enumerate(raw["path"])}  # a path's last row wins, as in rundata.components_json
     where = [at.get(c.path, -1) if c.kind != "removed" else -1 for c in comps]
-    cols = {c: compact_column([raw[c][k] if k >= 0 else None for k in where])
-            for c in ("call_count", "param_bytes", "device_time_ms", *RUN_COLUMNS)}
-    cols["bound"] = bound.classify_columns(cols["mfu"], cols["bandwidth_util"], cols["latency_ms"],
-                                           cols.pop("device_time_ms"))
+    cols = {c: compact_column([raw[c][k] if k >= 0 else None for k in where]) for c in wanted[1:]}
+    # The run page's labels (suspect above a peak, communication), so both paths to these columns agree.
+    cols["bound"] = site_bounds(cols)
+    cols.pop("device_time_ms")
+    cols.pop("kind", None)
     return cols
 
 

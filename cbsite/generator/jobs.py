@@ -24,7 +24,7 @@ from cbsite import diff as cdiff
 from cbsite.archive import Run
 from cbsite.errors import CbsiteError
 from cbsite.generator import cache as bcache
-from cbsite.generator import charts, diffdata, latencydata, rundata, runpagedata, templating
+from cbsite.generator import diffdata, latencydata, regressionsdata, roofline, rundata, runpagedata, templating
 
 
 def diff_job(job: tuple[Path, Path, Path, str, dict[str, Any] | None]) -> dict[str, Any]:
@@ -59,6 +59,7 @@ def diff_job(job: tuple[Path, Path, Path, str, dict[str, Any] | None]) -> dict[s
         "answer": diffdata.answer(rd, model, judged), "colour": diffdata.default_colour(rd, judged),
         "run_warnings": {"base": list(base.meta.get("warnings") or []), "head": list(head.meta.get("warnings") or [])},
         "traffic": traffic.rows(rd.traffic, model),  # sharded runs: collective bytes per component; [] otherwise
+        "regressions": regressionsdata.diff_regressions(judged, rd, model),  # the archive's regressions index
     }
 
 
@@ -215,9 +216,9 @@ def run_files(run: Run, folder: Path, warnings: list[str]) -> rundata.RunData:
         while len(_PAGES) > _KEEP_RECENT:
             _PAGES.popitem(last=False)
     rundata.write_run_files(run, folder, comps, ops, templating.dump_json)
-    roofline = charts.roofline_spec(comps)
-    if roofline is not None:
-        templating.dump_json({"roofline": roofline}, folder / "roofline.json")
+    drawn = roofline.roofline_data(comps)
+    if drawn is not None:
+        templating.dump_json({"roofline": drawn}, folder / "roofline.json")
         rd.roofline = True
     return rd
 

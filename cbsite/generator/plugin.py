@@ -17,6 +17,11 @@ work under any prefix. Home, model and study pages get a nav entry (appended to 
 marked not-in-nav. The team's theme, palette, features, markdown extensions and search settings are left as
 they are: cbsite's stylesheet and site-wide script are added to cbsite's own pages only (on_post_page), and
 the run artifacts (traces, snapshots, logs) are copied after the build, as `cbsite build` copies them.
+
+Inside a team's site the team's nav stays in charge: the archive's home is listed by its page title, never as a
+second "Home", and run and diff pages keep the left nav (their `hide: navigation` suits cbsite's own site
+only). The theme's fonts are the team's too: where Material would load them from Google Fonts, the build log
+says so once (INFO, so `mkdocs build --strict` still passes) with the setting that keeps the pages offline.
 """
 
 from __future__ import annotations
@@ -89,7 +94,8 @@ class CbsitePlugin(BasePlugin[CbsitePluginConfig]):
         for w in self._warnings:  # as `cbsite build`: a broken run is skipped and named, never a failed docs build
             log.info("cbsite: %s", w)
         if config.nav is not None:  # an explicit nav: one section for the archive, at the end
-            config.nav.append({self.config.nav_title: _prefixed(nav, prefix)})
+            config.nav.append({self.config.nav_title: _section(nav, prefix)})
+        _note_fonts(config)
         return config
 
     def _open_cache(self, config: Any, runs: Path, prefix: str) -> BuildCache | None:
@@ -124,6 +130,14 @@ class CbsitePlugin(BasePlugin[CbsitePluginConfig]):
             files.append(File(uri, str(self._tmp), config.site_dir, config.use_directory_urls, inclusion=inclusion))
         return files
 
+    # -- pages: the team's left nav on every page, cbsite's stylesheet and script on cbsite's pages only --------
+    def on_page_markdown(self, markdown: str, *, page: Any, config: Any, files: Files) -> str:
+        hide = page.meta.get("hide")
+        if page.file.src_uri.startswith(self._prefix + "/") and isinstance(hide, list) and "navigation" in hide:
+            # Run and diff pages hide the nav to be wide in cbsite's own site; in a team's site it is the way back.
+            page.meta["hide"] = [h for h in hide if h != "navigation"]
+        return markdown
+
     # -- pages: cbsite's stylesheet and site-wide script on cbsite's pages only -------------------------------
     def on_post_page(self, output: str, *, page: Any, config: Any) -> str:
         if not page.file.src_uri.startswith(self._prefix + "/"):
@@ -152,6 +166,27 @@ class CbsitePlugin(BasePlugin[CbsitePluginConfig]):
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+
+
+GOOGLE_FONTS_NOTE = (
+    "cbsite: theme.font is not false, so every page (cbsite's included) loads its fonts from Google Fonts "
+    "(fonts.googleapis.com); set `theme: {font: false}` in mkdocs.yml for pages that work offline with system fonts"
+)
+
+
+def _note_fonts(config: Any) -> None:
+    """Say once per build that Material will fetch fonts from Google: the team's theme is theirs to change, but
+    the request should not go out unannounced from pages that are otherwise offline."""
+    theme = config.theme
+    if getattr(theme, "name", None) == "material" and theme.get("font", False) is not False:
+        log.info(GOOGLE_FONTS_NOTE)
+
+
+def _section(nav: list[Any], prefix: str) -> list[Any]:
+    """The archive's nav section: the generator's nav under `prefix/`, its home entry listed by the page's own
+    title (the team's nav has its own "Home")."""
+    return [f"{prefix}/{item['Home']}" if isinstance(item, dict) and list(item) == ["Home"] else _prefixed(item, prefix)
+            for item in nav]
 
 
 def _prefixed(nav: Any, prefix: str) -> Any:

@@ -1,10 +1,13 @@
 """Sharded runs (torchrun, README "Sharded models"): what the run page adds for them.
 
 components.parquet holds each component's slowest rank (`rank`, `imbalance`); ranks.parquet every rank's rows.
-The page's rank selector switches the table, the icicle, the Totals (the root's row) and the details panel between
-the slowest-rank view (the default) and one rank's rows, so components.json gains, per phase, the communication
-columns (`kind`, traffic, collectives) and, under `sharded.ranks`, each rank's columns. The summary (world size, backend, plan, imbalance) goes to the
-template through `summary`. Data only: numbers are formatted by the page (format.js / the template's filters).
+The page's rank selector switches the table, the icicle, the Totals (the root's row), the lists of "Where the time
+goes" and the details panel between the slowest-rank view (the default) and one rank's rows, so components.json
+gains, per phase, the communication columns (`kind`, traffic, collectives), under `sharded.views` each rank's
+columns and under `sharded.facts` each rank's slowest components and bound mix (rundata.key_facts of that rank's
+view). A row whose kind is "communication" is labelled so, never with a roofline bound (cbsite/bound.py). The
+summary (world size, backend, plan, imbalance) goes to the template through `summary`. Data only: numbers are
+formatted by the page (format.js / the template's filters).
 """
 
 from __future__ import annotations
@@ -56,6 +59,19 @@ def _plan(dist: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+FACT_KEYS = ("slowest", "bounds", "leaf_share")  # what "Where the time goes" shows per phase
+
+
+def _rank_facts(comps: dict[str, Any], views: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The slowest components, the leaves' bound mix and share of one rank: rundata.key_facts of the page's columns
+    with that rank's view over them, as the page's rank selector lays it (the rest stays the slowest rank's)."""
+    view = dict(comps)
+    for phase in comps["phases"]:
+        view[phase] = {**comps[phase], **views.get(phase, {})}
+    facts = rundata.key_facts(view)
+    return {k: facts[k] for k in FACT_KEYS}
+
+
 def add(run: Run, comps: dict[str, Any]) -> dict[str, Any] | None:
     """Put a sharded run's rank data into `comps` (components.json); return the summary, None for other runs."""
     dist = run.meta.get("distributed")
@@ -68,6 +84,7 @@ def add(run: Run, comps: dict[str, Any]) -> dict[str, Any] | None:
         by_phase.setdefault(row["phase"], []).append(row)
     for phase in comps["phases"]:
         comps[phase].update(_columns(by_phase.get(phase, []), index, n, COMM_COLUMNS))
+        comps[phase]["bound"] = rundata.site_bounds(comps[phase])  # now with the kinds
     ranks: dict[str, dict[str, Any]] = {}
     if run.ranks is not None and not run.ranks.is_empty():
         grouped: dict[tuple[int, str], list[dict[str, Any]]] = {}
@@ -78,7 +95,8 @@ def add(run: Run, comps: dict[str, Any]) -> dict[str, Any] | None:
                 ranks.setdefault(str(rank), {})[phase] = _columns(rows, index, n, RANK_COLUMNS + COMM_COLUMNS)
     world = dist.get("world_size")
     comps["sharded"] = {"world_size": world, "backend": dist.get("backend"),
-                        "ranks": sorted(ranks, key=int), "views": ranks}
+                        "ranks": sorted(ranks, key=int), "views": ranks,
+                        "facts": {rank: _rank_facts(comps, views) for rank, views in ranks.items()}}
     root_imbalance = {}
     worst: dict[str, list[dict[str, Any]]] = {}
     for phase in comps["phases"]:

@@ -91,11 +91,13 @@ SUSPECT = "suspect"  # the bound of a row that beats a peak
 def site_bounds(cols: dict[str, list[Any]]) -> list[str | None]:
     """What bounds each row's time (cbsite/bound.py: compute, memory or overhead), or "suspect" where its MFU or
     its bandwidth utilisation is above 100 %: a row that beats a peak is a counting or timing suspect (bytes
-    served from a cache, counted once per rank; a peak the run could not confirm), never the best of a roof."""
+    served from a cache, counted once per rank; a peak the run could not confirm), never the best of a roof.
+    A sharded run's communicating rows (a `kind` column, rankdata.py) are "communication" (bound.with_kind)."""
     over = [any(isinstance(v, (int, float)) and v > 1 for v in pair)
             for pair in zip(cols["mfu"], cols["bandwidth_util"])]
     labels = bound.classify_columns(cols["mfu"], cols["bandwidth_util"], cols["latency_ms"], cols["device_time_ms"])
-    return [SUSPECT if o else b for o, b in zip(over, labels)]
+    out = [SUSPECT if o else b for o, b in zip(over, labels)]
+    return bound.with_kind(out, cols["kind"]) if "kind" in cols else out
 
 
 def search_terms(path: str) -> list[str]:
@@ -319,7 +321,7 @@ def key_facts(comps: dict[str, Any]) -> dict[str, Any]:
                 key = cols["bound"][i] or "no label"
                 by[key] = by.get(key, 0.0) + t
             out["bounds"][phase] = [{"bound": b, "share": by[b] / leaf_time}
-                                    for b in (*bound.BOUNDS, SUSPECT, "no label") if by.get(b)]
+                                    for b in (*bound.BOUNDS, SUSPECT, bound.COMMUNICATION, "no label") if by.get(b)]
         # Rows that read more bytes per second than the device's peak: named in the page's warnings.
         over = sorted((-v, i) for i, v in enumerate(cols["bandwidth_util"]) if isinstance(v, (int, float)) and v > 1)
         if over:

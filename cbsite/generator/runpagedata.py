@@ -7,7 +7,7 @@ from typing import Any
 
 from cbsite import artifacts, schema
 from cbsite.archive import Run
-from cbsite.generator import rankdata, rundata
+from cbsite.generator import bytype, rankdata, rundata
 
 
 def run_data(run: Run, warnings: list[str]) -> tuple[rundata.RunData, dict[str, Any], dict[str, Any] | None]:
@@ -16,6 +16,8 @@ def run_data(run: Run, warnings: list[str]) -> tuple[rundata.RunData, dict[str, 
     warnings.extend(f"run {run.run_id}: {p}" for p in publishable[1])
     comps = rundata.components_json(run, warnings, publishable)
     ops = rundata.ops_json(run)
+    # A sharded (torchrun) run's rank data and summary (None otherwise), first: its rows' `kind` sets their bound.
+    sharded = rankdata.add(run, comps)
     rd = rundata.RunData(
         run=run, totals=rundata.totals(run), top=rundata.hottest(run), phases=comps["phases"], has_ops=ops is not None,
         counts={
@@ -24,7 +26,7 @@ def run_data(run: Run, warnings: list[str]) -> tuple[rundata.RunData, dict[str, 
         },
         facts=rundata.key_facts(comps), paths=comps["path"],
     )
-    sharded = rankdata.add(run, comps)  # a sharded (torchrun) run's rank data and summary; None otherwise
+    rd.facts["by_type"] = bytype.by_type(comps)  # the page's time by module type (self time: nothing twice)
     if sharded is not None:
         rd.facts["sharded"] = sharded
     return rd, comps, ops

@@ -18,6 +18,12 @@ Examples per second are two charts, never one: the whole model's training step a
 training or serving loop gets), and the forward alone of the model and of each component class (like with
 like: the parts' throughput is forward-only, the training step's is forward + backward + update); each
 series there says what it measures ("model: training step", "DenseArch: forward"), and so does the tooltip.
+
+A point measured more than once carries its spread, drawn as a bar through the point and written in the tooltip
+with the number of repeats: the min-max of its runs' figures where the point was run several times, else of its
+run's rounds (`--rounds N`: each round's figures from that round's median per component, as the run's own
+figures come from the median of those medians). Parameter bytes are static and have none; the step timing's
+examples/s vary only between runs. A single-round point has no bar, and the page says how many there are.
 """
 
 from __future__ import annotations
@@ -32,7 +38,9 @@ from typing import Any, Sequence
 import altair as alt
 import polars as pl
 
+from cbsite import format as fmt
 from cbsite import study as cstudy
+from cbsite import tree
 from cbsite.archive import Run
 from cbsite.generator.charts import MS_FORMAT, PERCENT_FORMAT, _finish, value_axis
 
@@ -59,6 +67,17 @@ MEASURES = {
 # name order (as each chart drew them before: blue, orange, red, teal, ...).
 PALETTE = ["#4c78a8", "#f58518", "#e45756", "#72b7b2", "#eeca3b", "#9d755d", "#ff9da6", "#bab0ac"]
 MODEL_COLOUR, EVAL_COLOUR = "#54a24b", "#b279a2"
+# The collector's rule for a round's median (collector/session/rounds.py): its uncontended blocks, or all of its
+# blocks when fewer than this many are clean; the run's latency is the median of these round medians.
+MIN_CLEAN_BLOCKS = 5
+STATIC_METRICS = ("param_bytes",)  # the same in every repeat: no spread
+# What a round re-measures: its timing and the figures made from it (memory and the step timing are measured once).
+ROUND_METRICS = ("latency_forward_ms", "latency_backward_ms", "examples_per_s", "mfu", "bandwidth_util")
+# What a round's figures read of the rows: _figures' columns and what tree.estimate_containers sums and writes.
+ROUND_COLUMNS = ("path", "parent", "order", "depth", "phase", "status", "module_type", "call_count", "latency_ms",
+                 "latency_p25_ms", "latency_p75_ms", "samples", "cpu_time_ms", "device_time_ms", "flops", "bytes_moved",
+                 "tflops_per_s", "mfu", "bandwidth_gbps", "bandwidth_util", "arithmetic_intensity", "peak_memory_bytes",
+                 "param_bytes", "unsupported_ops", "notes")
 
 
 def study_url(name: str) -> str:
@@ -72,6 +91,7 @@ class StudyView:
     points: list[dict[str, Any]]  # label, options, status, error, run (Run | None)
     record: dict[str, Any] | None = None
     series: list[str] = field(default_factory=list)
+    repeats: dict[str, int] = field(default_factory=dict)  # points by what their spread is over: runs, rounds, single
 
     @property
     def provider(self) -> str:
@@ -92,11 +112,16 @@ def find_studies(runs: Sequence[Run]) -> list[StudyView]:
     for name in sorted(by_name):
         members = sorted(by_name[name], key=lambda r: r.run_id)
         newest: dict[str, Run] = {}
+        every: dict[str, list[Run]] = {}
         for run in members:
             newest[run.meta["study"]["point"]] = run  # the newest run of a point stands for it
+            every.setdefault(run.meta["study"]["point"], []).append(run)
         root = members[0].path.parents[2] if members[0].path is not None else None
         record = cstudy.read_record(root, name) if root is not None else None
-        views.append(_view(name, newest, record))
+        view = _view(name, newest, record)
+        for p in view.points:
+            p["runs"] = every.get(p["label"], [])  # oldest first; the newest is p["run"]
+        views.append(view)
     return views
 
 
@@ -142,14 +167,18 @@ def _peak(meta: dict[str, Any], key: str) -> float | None:
 
 def point_figures(run: Run) -> dict[str, dict[str, Any]]:
     """series -> metric -> value for one run (see the module docstring)."""
-    rows = run.rows
+    return _figures(run.rows, run.meta)
+
+
+def _figures(rows: pl.DataFrame, meta: dict[str, Any], with_step: bool = True) -> dict[str, dict[str, Any]]:
+    """series -> metric -> value of one run's rows (the run's, or one round's); the step timing's with_step."""
     per = lambda col: pl.col(col) * pl.col("call_count").clip(1)  # noqa: E731 - per forward
-    batch = (run.meta.get("config") or {}).get("batch_size")
-    peak_flops, peak_bw = _peak(run.meta, "peak_flops"), _peak(run.meta, "peak_bandwidth")
+    batch = (meta.get("config") or {}).get("batch_size")
+    peak_flops, peak_bw = _peak(meta, "peak_flops"), _peak(meta, "peak_bandwidth")
     out: dict[str, dict[str, Any]] = {}
     root = {r["phase"]: r for r in rows.filter(pl.col("path") == "").to_dicts()}
     fwd, bwd = root.get("forward", {}), root.get("backward", {})
-    step = st if isinstance(st := run.meta.get("step"), dict) else {}
+    step = st if with_step and isinstance(st := meta.get("step"), dict) else {}
     train = t if isinstance(t := step.get("train"), dict) else {}
     fwd_ms = fwd.get("latency_ms")
     model = {
@@ -188,20 +217,108 @@ def point_figures(run: Run) -> dict[str, dict[str, Any]]:
     return out
 
 
+def round_medians(samples: pl.DataFrame | None) -> pl.DataFrame | None:
+    """(path, phase, round, ms): each round's median ms per call of each timed component, by the collector's rule
+    (MIN_CLEAN_BLOCKS); None unless the samples hold two rounds or more."""
+    if samples is None or samples.is_empty() or samples["round"].n_unique() < 2:
+        return None
+    clean = ~pl.col("contended")
+    per_round = samples.group_by(["path", "phase", "round"]).agg(
+        pl.col("seconds_per_call").filter(clean).median().alias("clean_s"),
+        pl.col("seconds_per_call").median().alias("all_s"),
+        clean.sum().alias("n_clean"), pl.len().alias("n"))
+    flagged = pl.col("n_clean") < pl.min_horizontal(pl.lit(MIN_CLEAN_BLOCKS), pl.col("n"))
+    ms = pl.when(flagged).then(pl.col("all_s")).otherwise(pl.col("clean_s")) * 1e3
+    return per_round.select("path", "phase", "round", ms.alias("ms")).sort(["round", "path", "phase"])
+
+
+def round_figures(run: Run) -> list[dict[str, dict[str, Any]]]:
+    """The figures of each round of a run collected with rounds (empty for one round): every measured row's
+    latency that round's median (its ratios scaled with it), estimated containers summed again from their
+    children. Only rounds that timed every component the run timed count: a sum over part of a tree is no
+    figure of it."""
+    medians = round_medians(run.samples)
+    if medians is None:
+        return []
+    timed = medians.select("path", "phase").unique().height
+    peak_flops, peak_bw = _peak(run.meta, "peak_flops"), _peak(run.meta, "peak_bandwidth")
+    frame = run.rows.select([c for c in run.rows.columns if c in ROUND_COLUMNS])
+    rows = frame.to_dicts()
+    out = []
+    for (_,), round_ms in medians.group_by(["round"], maintain_order=True):
+        if round_ms.height < timed:
+            continue
+        ms = {(r["path"], r["phase"]): r["ms"] for r in round_ms.iter_rows(named=True)}
+        copies = [dict(r) for r in rows]
+        for row in copies:
+            new = ms.get((row["path"], row["phase"]))
+            old = row["latency_ms"]
+            if row["status"] != "measured" or new is None or not old or new <= 0:
+                continue
+            row["latency_ms"] = new
+            for ratio in ("tflops_per_s", "mfu", "bandwidth_gbps", "bandwidth_util"):
+                if row[ratio] is not None:
+                    row[ratio] *= old / new  # the run's own ratio, at this round's latency
+        for phase in {r["phase"] for r in copies}:
+            tree.estimate_containers(tree.build_tree(r for r in copies if r["phase"] == phase), peak_flops, peak_bw)
+        out.append(_figures(pl.DataFrame(copies, schema=frame.schema), run.meta, with_step=False))
+    return out
+
+
+def point_spread(runs: Sequence[Run]) -> tuple[str, dict[tuple[str, str], tuple[float, float, int]]]:
+    """What a point's spread is over ("runs", "rounds" or "single") and (series, metric) -> (min, max, repeats)
+    for every value measured at least twice: its runs' figures where it has several runs, else its rounds'."""
+    if len(runs) >= 2:
+        over, repeats, varied = "runs", [point_figures(r) for r in runs], {m for m, _ in METRICS} - set(STATIC_METRICS)
+    else:
+        over, repeats, varied = "rounds", round_figures(runs[0]) if runs else [], set(ROUND_METRICS)
+    spread: dict[tuple[str, str], tuple[float, float, int]] = {}
+    for series in sorted({s for figures in repeats for s in figures}):
+        for metric in sorted({m for figures in repeats for m in figures.get(series, {})} & varied):
+            values = [float(v) for figures in repeats if fmt.finite(v := figures.get(series, {}).get(metric))]
+            if len(values) >= 2:
+                spread[(series, metric)] = (min(values), max(values), len(values))
+    return (over if spread else "single"), spread
+
+
 def chart_records(view: StudyView) -> list[dict[str, Any]]:
-    """Long rows: one per point, series and metric, with the point's options as columns."""
+    """Long rows: one per point, series and metric, with the point's options as columns, and the point's spread
+    (lo, hi, repeats, over) where it has one."""
     records = []
+    view.repeats = {"runs": 0, "rounds": 0, "single": 0}
     for p in view.points:
         if p["run"] is None:
             continue
+        over, spread = point_spread(p.get("runs") or [p["run"]])
+        view.repeats[over] += 1
         for series, metrics in point_figures(p["run"]).items():
             for metric, value in metrics.items():
                 if value is None or (isinstance(value, float) and not math.isfinite(value)):
                     continue
-                records.append({"label": p["label"], "series": series, "metric": metric, "value": value,
-                                **{f"axis:{k}": v for k, v in p["options"].items()}})
+                record = {"label": p["label"], "series": series, "metric": metric, "value": value,
+                          **{f"axis:{k}": v for k, v in p["options"].items()}}
+                if (series, metric) in spread:
+                    lo, hi, n = spread[(series, metric)]
+                    record.update(lo=lo, hi=hi, repeats=n, over=over)
+                records.append(record)
     view.series = sorted({r["series"] for r in records}, key=lambda s: (s != MODEL, not s.startswith(MODEL), s))
     return records
+
+
+def interval_text(metric: str, lo: float, hi: float, repeats: int, over: str) -> str:
+    """A spread as its tooltip writes it, in the unit of the chart's value: "0.31–0.35 ms, min–max of 5 rounds"."""
+    if metric.endswith("_ms"):
+        span = fmt.fmt_ms_range(lo, hi)
+    elif metric.endswith("examples_per_s"):
+        span = f"{fmt.rate(lo)}\u2013{fmt.rate(hi)} examples/s"
+    elif metric in ("mfu", "bandwidth_util"):
+        span = f"{fmt.fmt_pct(lo)}\u2013{fmt.fmt_pct(hi)}"
+    else:
+        span = f"{fmt.fmt_bytes(lo)}\u2013{fmt.fmt_bytes(hi)}"
+    return f"{span}, min\u2013max of {repeats} {over}"
+
+
+NO_SPREAD = "none: measured once"  # on a chart with bars, the tooltip of a point without one
 
 
 def _axis_text(value: Any) -> str:
@@ -225,9 +342,16 @@ def chart_specs(view: StudyView, records: list[dict[str, Any]]) -> dict[str, dic
                 row = {"x": r[f"axis:{key}"] if numeric else _axis_text(r[f"axis:{key}"]), "value": r["value"],
                        "series": series_label(r["series"], metric), "label": r["label"], "held": held}
                 what = measures(r["series"], metric)
-                rows.append({**row, "measures": what} if what else row)
+                if what:
+                    row["measures"] = what
+                if "lo" in r:
+                    row.update(lo=r["lo"], hi=r["hi"], interval=interval_text(metric, r["lo"], r["hi"], r["repeats"], r["over"]))
+                rows.append(row)
             if not rows:
                 continue
+            if any("lo" in r for r in rows):  # on a chart with bars, every tooltip says whether its point has one
+                for r in rows:
+                    r.setdefault("interval", NO_SPREAD)
             # Panels in the grid's order of the other axes' values (sparse_features=4 before 16), not as text.
             grid = [", ".join(f"{o}={_axis_text(v)}" for o, v in zip(others, combo)) or "all points"
                     for combo in itertools.product(*[a["values"] for a in view.axes if a["key"] != key])]
@@ -292,14 +416,23 @@ def _spec(rows: list[dict[str, Any]], key: str, metric: str, title: str, numeric
         x = alt.X("x:O", title=key, sort=order)
     y_title = "examples per second" if metric.endswith("examples_per_s") else title  # the chart's title says which
     shown = [(s, c) for s, c in zip(*colours) if s in present]
-    base = alt.Chart(alt.Data(values=rows)).mark_line(point=True).encode(
-        x=x, y=alt.Y("value:Q", title=y_title, scale=y_scale, axis=value_axis(_axis_format(metric))),
-        color=alt.Color("series:N", title="series", legend=alt.Legend(labelLimit=260),
-                        scale=alt.Scale(domain=[s for s, _ in shown], range=[c for _, c in shown])),
-        tooltip=[alt.Tooltip("label:N", title="point"), alt.Tooltip("series:N"),
-                 *([alt.Tooltip("measures:N", title="measures")] if any(r.get("measures") for r in rows) else []),
-                 alt.Tooltip("value:Q", title=UNIT.get(metric, "value"), format=_tip_format(metric))],
-    )
+    colour = alt.Color("series:N", title="series", legend=alt.Legend(labelLimit=260),
+                       scale=alt.Scale(domain=[s for s, _ in shown], range=[c for _, c in shown]))
+    spread = any("lo" in r for r in rows)
+    tooltip = [alt.Tooltip("label:N", title="point"), alt.Tooltip("series:N"),
+               *([alt.Tooltip("measures:N", title="measures")] if any(r.get("measures") for r in rows) else []),
+               alt.Tooltip("value:Q", title=UNIT.get(metric, "value"), format=_tip_format(metric)),
+               *([alt.Tooltip("interval:N", title="spread")] if spread else [])]
+    y = alt.Y("value:Q", title=y_title, scale=y_scale, axis=value_axis(_axis_format(metric)))
+    data = alt.Data(values=rows)
+    line = alt.Chart(alt.Undefined if spread else data).mark_line(point=True).encode(x=x, y=y, color=colour, tooltip=tooltip)
+    base: Any = line
+    if spread:
+        # A bar from the lowest to the highest repeat through each point that has them, in its series' colour;
+        # the same y title, so that Vega-Lite does not join "value, lo" into the axis's.
+        bars = alt.Chart().transform_filter("isValid(datum.lo)").mark_rule(strokeWidth=2).encode(
+            x=x, y=alt.Y("lo:Q", title=y_title, scale=y_scale), y2=alt.Y2("hi:Q"), color=colour, tooltip=tooltip)
+        base = alt.layer(line, bars, data=data)
     if len(panels) > 1:
         chart = base.properties(width=260, height=180).facet(
             facet=alt.Facet("held:N", title=None, sort=panels), columns=3).properties(title=title)
@@ -357,6 +490,6 @@ def render(views: list[StudyView], docs: Path, writer: Any, dump_json: Any) -> l
         if isinstance(config.get("executor"), dict):
             config["executor"] = {k: v for k, v in config["executor"].items() if k != "folder"}  # a local path
         writer.page(url, "pages/study.md.j2", study=view, charts=charts, rows=point_rows(view),
-                    config=config_rows(config))
+                    config=config_rows(config), repeats=view.repeats)
         nav.append({view.name: f"{url}index.md"})
     return nav

@@ -69,6 +69,19 @@ def recording_page(browser, viewport: dict):
         context.close()
 
 
+def draw_every(page, selector: str, ready: str = "svg", timeout: int = 30000) -> int:
+    """Scroll to each chart matching `selector` in turn, as a reader would (charts.js draws a chart only as it nears
+    the viewport), until it matches `ready` or holds an element that does; back to the top after. Returns how many."""
+    n = page.locator(selector).count()
+    for i in range(n):
+        page.locator(selector).nth(i).scroll_into_view_if_needed()
+        page.wait_for_function("([sel, i, ready]) => { const el = document.querySelectorAll(sel)[i];"
+                               " return el.matches(ready) || el.querySelector(ready) !== null; }",
+                               arg=[selector, i, ready], timeout=timeout)
+    page.evaluate("window.scrollTo(0, 0)")
+    return n
+
+
 def outside(requests: list[str], allowed_ports: set[int]) -> list[str]:
     """The requests that left 127.0.0.1 or went to a port not in `allowed_ports` (a site is offline)."""
     out = []

@@ -20,14 +20,15 @@ LABELS = """() => { const d = window.cbsiteRun.data, out = [];
 
 def check_labels(labels) -> None:
     """A label is the node's name, its start (3+ characters) and an ellipsis, or, where its siblings' names share
-    a start, an ellipsis and the suffix that tells it apart ("\u2026_7" of t_cat_0 ... t_cat_7); at 10 px or more,
-    inside its rectangle."""
+    a start, the start of its name (never none of it), an ellipsis and the suffix that tells it apart ("t_c\u2026_7"
+    of t_cat_0 ... t_cat_7); at 10 px or more, inside its rectangle."""
     assert labels
     for text, name, right, width, font, siblings in labels:
         label = re.sub("^[\u2715\u2248] ", "", text)  # a failed / estimated node's marker
-        if label.startswith("\u2026") and label != name:  # a distinguishing suffix
-            suffix = label[1:]
-            assert name.endswith(suffix) and len(suffix) < len(name), (text, name)
+        stem, cut, suffix = label.partition("\u2026")
+        if cut and suffix and label != name:  # the stem kept, then a distinguishing suffix
+            assert stem and name.startswith(stem), (text, name)  # never "\u2026_0": the stem stays
+            assert name.endswith(suffix) and len(stem) + len(suffix) < len(name), (text, name)
             shared = name[: len(name) - len(suffix)]
             assert len(siblings) >= 2 and all(s.startswith(shared) for s in siblings), (text, name, siblings)
             assert len({s[len(shared):] for s in siblings}) == len(siblings), (text, siblings)  # tells them apart

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from cbsite.collector import memory
+from cbsite.collector.pipeline.line_progress import LineProgress, NotebookLine, in_notebook
 
 PASSES = ("counting", "memory_peaks", "backward_graphs", "warm_up", "block_sizing")  # a phase's untimed passes (measure.PhaseResult.untimed_s)
 
@@ -51,8 +52,6 @@ def progress_bar(enabled: bool, total: int):
     every LINE_EVERY_S seconds, so a long collection still says where it is. A notebook's stderr is no terminal
     but rich draws its bar there where ipywidgets is installed; without it, one line redrawn in place."""
     if enabled and not sys.stderr.isatty() and not _notebook_bar():
-        from cbsite.collector.pipeline.notebook_progress import NotebookLine, in_notebook
-
         return NotebookLine() if in_notebook() else LineProgress()
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -74,41 +73,3 @@ def _notebook_bar() -> bool:
     from rich.console import Console
 
     return Console().is_jupyter and find_spec("ipywidgets") is not None
-
-
-class LineProgress:
-    """The part of rich's Progress the collector uses, written as occasional plain lines to stderr."""
-
-    LINE_EVERY_S = 30.0
-
-    def __init__(self) -> None:
-        self.tasks: dict[int, dict[str, Any]] = {}
-        self.last = 0.0
-
-    def __enter__(self) -> "LineProgress":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for task in self.tasks.values():
-            self._line(task, final=True)
-
-    def add_task(self, description: str, total: int) -> int:
-        self.tasks[len(self.tasks)] = {"description": description, "title": description, "total": total, "done": 0,
-                                       "started": time.perf_counter()}
-        return len(self.tasks) - 1
-
-    def update(self, task_id: int, advance: int = 0, completed: int | None = None, description: str | None = None) -> None:
-        task = self.tasks[task_id]
-        task["done"] = completed if completed is not None else task["done"] + advance
-        if description is not None:
-            task["description"] = description
-        if time.perf_counter() - self.last >= self.LINE_EVERY_S:
-            self._line(task)
-
-    def _line(self, task: dict[str, Any], final: bool = False) -> None:
-        self.last = time.perf_counter()
-        elapsed = self.last - task["started"]
-        done, total = task["done"], task["total"]
-        left = f", about {elapsed / done * (total - done):.0f} s left" if 0 < done < total else ""
-        where = "done" if final else task["description"]
-        print(f"cbsite: {task['title']} {done}/{total} ({where}), {elapsed:.0f} s elapsed{left}", file=sys.stderr, flush=True)

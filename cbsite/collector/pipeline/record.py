@@ -109,6 +109,8 @@ class Memory:
     # Real forwards that captured inputs, the census's included (a real census stopped where batch 0's inputs passed
     # the allowance, before one on shapes, counts as one).
     capture_forwards: int
+    # Groups and forwards the hierarchy re-measurement captured again for its pairs (not in the two above).
+    remeasure_captures: Mapping[str, int]
     capture_rode_root: bool  # the first group after the whole model took batch 0's inputs from its peak pass
     census: str
     largest_capture_bytes: int
@@ -124,6 +126,7 @@ class Memory:
         return {
             **self.limit, **self.plan,
             "capture_groups": self.capture_groups, "capture_forwards": self.capture_forwards,
+            "remeasure_captures": dict(self.remeasure_captures),
             "capture_rode_root": self.capture_rode_root,
             "census": self.census,
             "largest_capture_bytes": self.largest_capture_bytes,

@@ -70,11 +70,15 @@ class Remeasure:
 
 @dataclass(frozen=True)
 class Remeasured:
-    """What the re-measurement adds: its blocks' samples, how many pairs it timed again, its seconds in timed blocks."""
+    """What the re-measurement adds: its blocks' samples, how many pairs it timed again, its seconds in timed blocks,
+    and the capture groups and forwards it made (which pairs are inverted follows the timings, so the run record
+    keeps them apart from the plan's captures)."""
 
     samples: list[dict[str, Any]]
     pairs: int
     timed_s: float
+    capture_groups: int = 0
+    capture_forwards: int = 0
 
 
 def remeasure_inverted(rows: list[dict[str, Any]], samples: Sequence[dict[str, Any]], measured: Measured,
@@ -82,6 +86,7 @@ def remeasure_inverted(rows: list[dict[str, Any]], samples: Sequence[dict[str, A
                        run_id: str) -> Remeasured:
     """Time inverted pairs again; the captured inputs are let go after it (their last use)."""
     pair_index = {(s["path"], s["phase"]): s["pair"] for s in samples}
+    groups, forwards = planned.captures.groups, planned.captures.forwards
     measurements = Remeasure(measured.order, measured.outcomes, planned.captures, modules, timing, planned.census)
     measurements.needed(row["path"] for pair in hierarchy.inverted_pairs(rows) for row in pair)
     extra, remeasured = hierarchy.remeasure(
@@ -92,4 +97,4 @@ def remeasure_inverted(rows: list[dict[str, Any]], samples: Sequence[dict[str, A
     # The re-timing's blocks are timed blocks too (their samples join the rows' medians): breakdown_s says how long.
     timed_s = sum(s["seconds_per_call"] * s["calls"] for s in extra)
     measurements.drop()
-    return Remeasured(extra, remeasured, timed_s)
+    return Remeasured(extra, remeasured, timed_s, planned.captures.groups - groups, planned.captures.forwards - forwards)

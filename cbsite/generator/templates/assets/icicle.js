@@ -114,13 +114,17 @@
   /* The label colour with the better contrast on a fill (near-black on light fills, white on dark ones). */
   function textOn(fill) { return contrast(fill, DARK_TEXT) >= contrast(fill, LIGHT_TEXT) ? DARK_TEXT : LIGHT_TEXT; }
 
-  /* The label that fits `max` characters: the whole name, else its start and an ellipsis ("embedding_bags…"),
-     else nothing (""): fewer than MIN_CHARS characters of a name tell nothing ("t…0" read as noise). A status
-     marker ("\u2715 ", "\u2248 ") goes first when there is room for it; the hatching says the same anyway. */
+  /* The label that fits `max` characters, every cut one keeping the start of the name: the whole name; else, where its
+     siblings share the start of their names (`suffix`, siblingSuffixes: "_0" of t_cat_0), as much of its start as
+     fits, an ellipsis and that suffix ("t_c…_0"): the stem and the index both stay; else its start and an ellipsis
+     ("embedding_bags…"); else nothing (""): fewer than MIN_CHARS characters of a name tell nothing ("t…0" read as
+     noise). A status marker ("\u2715 ", "\u2248 ") goes first when there is room for it; the hatching says the same. */
   var MIN_CHARS = 3;
-  function shorten(text, max, marker) {
+  function shorten(text, max, marker, suffix) {
     marker = marker || "";
     if (marker.length + text.length <= max) return marker + text;
+    var stem = suffix ? max - marker.length - 1 - suffix.length : 0;
+    if (stem >= 1 && stem < text.length - suffix.length) return marker + text.slice(0, stem) + "\u2026" + suffix;
     if (max - marker.length - 1 >= MIN_CHARS) return marker + text.slice(0, max - marker.length - 1) + "\u2026";
     if (text.length <= max) return text;
     if (max - 1 >= MIN_CHARS) return text.slice(0, max - 1) + "\u2026";
@@ -144,13 +148,10 @@
   }
 
   var FONTS = [12, 11, 10];  // px: a smaller font before a shorter label, never below 10 px
-  /* The labels a node may get, best first, each [text, font size in px]: its whole name at 12, 11 or 10 px; then,
-     where its siblings share the start of their names, "…" and the suffix that tells it apart ("…_7"); then
-     the start of its name and an ellipsis (shorten). */
-  function labelChoices(name, marker, suffix) {
-    var out = FONTS.map(function (f) { return [(marker || "") + name, f]; });
-    if (suffix) FONTS.forEach(function (f) { out.push([(marker || "") + "…" + suffix, f]); });
-    return out;
+  /* The labels a node may get whole, best first, each [text, font size in px]: its whole name at 12, 11 or 10 px;
+     a name that fits none of them is cut (shorten) at the font that keeps the most of it. */
+  function labelChoices(name, marker) {
+    return FONTS.map(function (f) { return [(marker || "") + name, f]; });
   }
 
   function mix(stops, t) {
@@ -227,26 +228,28 @@
     }
     over.forEach(function (e) {
       var t = e[0], name = t.getAttribute("data-name"), marker = t.getAttribute("data-marker") || "";
-      var choices = labelChoices(name, marker, t.getAttribute("data-suffix") || ""), at = -1;
+      var suffix = t.getAttribute("data-suffix") || "", choices = labelChoices(name, marker), at = -1;
       for (var c = 0; c < choices.length; c++) if (choices[c][0] === t.textContent && choices[c][1] === (parseFloat(t.style.fontSize) || 12)) at = c;
       if (at >= 0) {  // the estimate picked one of the choices: try the rest, measured
         for (c = at + 1; c < choices.length; c++) {
           t.textContent = choices[c][0]; t.style.fontSize = choices[c][1] === 12 ? "" : choices[c][1] + "px";
           if (t.getComputedTextLength() <= e[1]) return;
         }
-        t.style.fontSize = "";
-        t.textContent = shorten(name, Math.floor(e[1] / CHAR), marker);
-        if (!t.textContent) { t.remove(); return; }
-        if (t.getComputedTextLength() <= e[1]) return;
-        e[2] = t.getComputedTextLength();
       }
-      var max = Math.floor(t.textContent.length * e[1] / e[2]);
-      for (; max >= 0; max--) {
-        var label = shorten(name, max, marker);
-        t.textContent = label;
-        if (!label) { t.remove(); break; }
-        if (t.getComputedTextLength() <= e[1]) break;
-      }
+      // A cut label, measured: the one that keeps the most of the name, at any font (the larger on a tie).
+      var best = null;
+      FONTS.forEach(function (f) {
+        t.style.fontSize = f === 12 ? "" : f + "px";
+        for (var max = Math.floor(e[1] / (CHAR * f / 12)) + 1; max >= 0; max--) {
+          var label = shorten(name, max, marker, suffix);
+          if (!label || (best && label.length <= best[0].length)) return;
+          t.textContent = label;
+          if (t.getComputedTextLength() <= e[1]) { best = [label, f]; return; }
+        }
+      });
+      if (!best) { t.remove(); return; }
+      t.textContent = best[0];
+      t.style.fontSize = best[1] === 12 ? "" : best[1] + "px";
     });
   }
 
@@ -336,6 +339,12 @@
       if (cls.indexOf("estimated") >= 0 || cls.indexOf("failed") >= 0 || cls.indexOf("self") >= 0) {
         el("rect", { width: Math.max(w - 1, 0.5), height: ROW - 2, fill: "url(#cbsite-hatch)", "class": "mark", rx: 2 }, g);
       }
+      // Children that add up to more than the node: a black line and a white one inside it, so that one of the
+      // two contrasts with whatever fill the colouring gives the node, in either scheme (cbsite.css).
+      if (/(^| )overflow( |$)/.test(cls) && w > 6) {
+        el("rect", { x: 1, y: 1, width: w - 3, height: ROW - 4, rx: 2, "class": "overflow-line outer" }, g);
+        el("rect", { x: 2.5, y: 2.5, width: w - 6, height: ROW - 7, rx: 1, "class": "overflow-line inner" }, g);
+      }
       if (k >= 0) {  // a focusable node: Tab reaches it, Enter zooms, focus shows its tooltip
         g.setAttribute("tabindex", "0");
         g.setAttribute("role", "button");
@@ -344,11 +353,15 @@
       var marker = cls.indexOf("failed") >= 0 ? "\u2715 " : cls.indexOf("estimated") >= 0 ? "\u2248 " : "";
       var name = k < 0 ? "self" : o.label(k), suffix = k >= 0 && suffixes[k] ? suffixes[k] : "";
       var label = null, font = 12;
-      labelChoices(name, marker, suffix).some(function (c) {
+      labelChoices(name, marker).some(function (c) {
         if (c[0].length * CHAR * c[1] / 12 <= w - 8) { label = c[0]; font = c[1]; return true; }
         return false;
       });
-      if (label === null) label = shorten(name, Math.floor((w - 8) / CHAR), marker);
+      // A name that fits none: cut (shorten), keeping the most of it at any font (the larger on a tie).
+      if (label === null) FONTS.forEach(function (f) {
+        var cut = shorten(name, Math.floor((w - 8) / (CHAR * f / 12)), marker, suffix);
+        if (cut && (label === null || cut.length > label.length)) { label = cut; font = f; }
+      });
       if (label) {
         var t = el("text", { x: 4, y: ROW - 8, fill: textOn(fill), "data-name": name, "data-marker": marker,
                              "data-suffix": suffix, "data-room": Math.max(w - 8, 0) }, g);

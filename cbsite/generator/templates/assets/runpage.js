@@ -3,27 +3,39 @@
   "use strict";
   var F = window.CbsiteFormat;
 
+  /* `phased`: the name in a phase, which it names ("backward latency per forward of the model"), never the bare
+     "latency per forward" that reads as the forward's in the backward phase (phaseLabel). */
   var WIDTH = {
-    latency_ms: { label: "latency per forward", fmt: F.ms },
-    flops: { label: "FLOPs per forward", fmt: F.flops },
+    latency_ms: { label: "latency per forward", phased: "%s latency per forward of the model", fmt: F.ms },
+    flops: { label: "FLOPs per forward", phased: "%s FLOPs per forward of the model", fmt: F.flops },
     param_bytes: { label: "parameter bytes", fmt: F.bytes },
-    peak_memory_bytes: { label: "peak memory", fmt: F.bytes }
+    peak_memory_bytes: { label: "peak memory", phased: "%s peak memory", fmt: F.bytes }
   };
-  /* What bounds a component (cbsite/bound.py); the same colours as the roofline (charts.py BOUND_COLOURS). */
-  var BOUND = { compute: "#1f6fb4", memory: "#d9730d", overhead: "#7f7f7f", suspect: "#7b3294" };
+  function phaseLabel(spec, phase) { return spec.phased && phase ? spec.phased.replace("%s", phase) : spec.label; }
+  /* What bounds a component (cbsite/bound.py); the same colours as the roofline (charts.py BOUND_COLOURS). A sharded
+     run's communicating components are "communication" (KIND's colour), never a roofline bound. */
+  var BOUND = { compute: "#1f6fb4", memory: "#d9730d", overhead: "#7f7f7f", suspect: "#7b3294", communication: "#c2185b" };
   var BOUND_HELP = { compute: "MFU at least the bandwidth utilisation: at or above the ridge",
     memory: "bandwidth utilisation above MFU: below the ridge, bound by the (estimated) bytes moved",
     overhead: "the roofline explains under 10 % of the time (or the device idles over half of it): launches, dispatch, Python",
-    suspect: "MFU or bandwidth utilisation above 100 %: a number beyond its peak is not believed (see the run's warnings)" };
+    suspect: "MFU or bandwidth utilisation above 100 %: a number beyond its peak is not believed (see the run's warnings)",
+    communication: "issues collectives (itself or in its subtree): part of its time waits for the other ranks, which no roofline describes" };
   /* MFU and bandwidth utilisation on absolute 0-100 % scales, each with its own ramp, never scaled to the
      largest value shown: 21 % bandwidth is pale whatever else the drawing holds. */
   var COLOUR = {
     bound: { label: "bound by", kind: "category", categories: BOUND },
     mfu: { label: "MFU", fmt: F.pct, kind: "unit", ramp: "green" },
     bandwidth_util: { label: "bandwidth utilisation", fmt: F.pct, kind: "unit", ramp: "purple" },
-    latency_ms: { label: "latency per forward", fmt: F.ms, kind: "log", ramp: "green" },
-    flops: { label: "FLOPs per forward", fmt: F.flops, kind: "log", ramp: "green" }
+    latency_ms: { label: "latency per forward", phased: WIDTH.latency_ms.phased, fmt: F.ms, kind: "log", ramp: "green" },
+    flops: { label: "FLOPs per forward", phased: WIDTH.flops.phased, fmt: F.flops, kind: "log", ramp: "green" }
   };
+  /* The bound colouring of a run: "communication" is a category of sharded runs only. */
+  function boundColouring(d) {
+    if (d.sharded) return COLOUR.bound;
+    var cats = {};
+    Object.keys(BOUND).forEach(function (b) { if (b !== "communication") cats[b] = BOUND[b]; });
+    return { label: COLOUR.bound.label, kind: "category", categories: cats };
+  }
 
   function calls(d, i) { return Math.max(d.call_count[i] || 0, 1); }
 
@@ -61,7 +73,8 @@
      README "Consistent hierarchies": the child's p25 above the parent's p75, a median where a quartile is missing,
      equal calls per forward), so the page marks the pairs run.json's `hierarchy` counts as inverted. In the view
      shown: one rank's, or a sharded run's all-ranks view, where each row is its own slowest rank (a pair whose
-     slowest ranks differ can be marked there only). null, or the words that say so. */
+     slowest ranks differ can be marked there only; rankWords says what the parent's rank makes of it). null, or the
+     words that say so. */
   function slowerThanParent(d, phase, i) {
     var p = d.parent[i], c = d[phase];
     if (p < 0 || !c || calls(d, i) !== calls(d, p)) return null;
@@ -70,11 +83,36 @@
     var quartile = function (key, j) { return c[key] && F.isNum(c[key][j]) ? c[key][j] * calls(d, j) : null; };
     var lo = quartile("latency_p25_ms", i), hi = quartile("latency_p75_ms", p);
     if (!((lo !== null ? lo : mine) > (hi !== null ? hi : theirs))) return null;
-    var ranks = c.rank && F.isNum(c.rank[i]) && F.isNum(c.rank[p]) ?
-      (c.rank[i] === c.rank[p] ? " (rank " + c.rank[i] + ")" : " (this row rank " + c.rank[i] + ", the parent's rank " + c.rank[p] + ")") : "";
+    var ranks = rankWords(d, phase, i);
     var beyond = lo !== null && hi !== null ? " (its p25 " + F.ms(lo) + " above the parent's p75 " + F.ms(hi) + ")" : "";
     return "slower than its parent " + fullPath(d, p) + ": " + F.ms(mine) + " vs " + F.ms(theirs) + beyond + ranks +
       ": timed alone it pays a cost the parent amortises, or a disturbance";
+  }
+  /* A sharded run's component i on the rank of its parent's row (the page's per-rank views, rankdata.py): its
+     latency per forward there, or null. */
+  function onRank(d, phase, i, rank) {
+    var v = d.sharded && d.sharded.views[String(rank)], c = v && v[phase];
+    return c && F.isNum(c.latency_ms[i]) ? c.latency_ms[i] * calls(d, i) : null;
+  }
+  /* Which ranks a child's and its parent's rows come from, in words: "" for a run without ranks, " (rank r)" where
+     they share one; where they differ (the all-ranks view: each row its own slowest rank) the ranks and the child on
+     its parent's rank, within the parent there (the two rows are only different ranks' times) or above it there too. */
+  function rankWords(d, phase, i) {
+    var p = d.parent[i], c = d[phase];
+    if (p < 0 || !c || !c.rank || !F.isNum(c.rank[i])) return "";
+    if (!F.isNum(c.rank[p]) || c.rank[i] === c.rank[p]) return " (rank " + c.rank[i] + ")";
+    var there = onRank(d, phase, i, c.rank[p]), theirs = metric(d, phase, "latency_ms", p);
+    var then = !F.isNum(there) ? "" : "; on rank " + c.rank[p] + " it takes " + F.ms(there) +
+      (F.isNum(theirs) && there > theirs ? ", above its parent there too" : ", within its parent");
+    return " (this row rank " + c.rank[i] + ", the parent's rank " + c.rank[p] + ": in the all-ranks view each row is its own slowest rank" + then + ")";
+  }
+  /* In a sharded run's all-ranks view, a component whose time per forward is above its parent's where the two rows
+     come from different ranks: {child, parent, excess (ms)}; else null (rankNotes lists them in words). */
+  function rankAbove(d, phase, i) {
+    var p = d.parent[i], c = d[phase];
+    if (p < 0 || !c || !c.rank || !F.isNum(c.rank[i]) || !F.isNum(c.rank[p]) || c.rank[i] === c.rank[p]) return null;
+    var mine = metric(d, phase, "latency_ms", i), theirs = metric(d, phase, "latency_ms", p);
+    return F.isNum(mine) && F.isNum(theirs) && mine > theirs ? { child: i, parent: p, excess: mine - theirs } : null;
   }
   function latencyCell(d, phase, i, td) {
     td.textContent = F.ms(metric(d, phase, "latency_ms", i));
@@ -360,10 +398,10 @@
     return function (i, info) {
       var rows = [["", fullPath(d, i)], ["type", d.module_type[i]], ["status", status(d, phase, i)],
         ["calls per forward", String(d.call_count[i])],
-        ["latency per forward", F.ms(metric(d, phase, "latency_ms", i))],
-        ["FLOPs per forward", F.flops(metric(d, phase, "flops", i))],
+        [phaseLabel(WIDTH.latency_ms, phase), F.ms(metric(d, phase, "latency_ms", i))],
+        [phaseLabel(WIDTH.flops, phase), F.flops(metric(d, phase, "flops", i))],
         ["parameters", F.bytes(d.param_bytes[i])],
-        ["peak memory", F.bytes(metric(d, phase, "peak_memory_bytes", i))],
+        [phaseLabel(WIDTH.peak_memory_bytes, phase), F.bytes(metric(d, phase, "peak_memory_bytes", i))],
         ["MFU", utilText(d, phase, "mfu", i)],
         ["bandwidth utilisation", utilText(d, phase, "bandwidth_util", i)],
         ["bound by", boundOf(d, phase, i) || F.DASH]];
@@ -375,7 +413,7 @@
       if (info.share !== null && info.share !== undefined) rows.push(["share of parent", F.pct(info.share)]);
       if (info.self !== null && info.self !== undefined) rows.push(["self share", F.pct(info.self)]);
       if (info.overflow) rows.push(["", "children sum to " + (isFinite(info.overflow) ? info.overflow.toPrecision(3) + "\u00d7" : "more than") +
-        " this node's " + WIDTH[widthKey].label + " (replay noise, or a metric that does not add up): scaled to fit", "warn"]);
+        " this node's " + phaseLabel(WIDTH[widthKey], phase) + " (replay noise, or a metric that does not add up): scaled to fit", "warn"]);
       var st = status(d, phase, i);
       if (st === "estimated") rows.push(["", "estimated: the sum of its children", "warn"]);
       if (st === "failed") rows.push(["", "failed: " + (d[phase].error[i] || "no error recorded"), "warn"]);
@@ -394,10 +432,10 @@
 
   /* The legend: a swatch of the colour scale with its ends (or one swatch per category), then what the
      width, outlines, hatching and grey mean. */
-  function drawLegend(box, sc, c, widthLabel, key) {
+  function drawLegend(box, sc, c, widthLabel, key, phase) {
     box.textContent = "";
     var scaleItem = span(box, "cbsite-legend-item");
-    span(scaleItem, "", "colour: " + c.label + " ");
+    span(scaleItem, "", "colour: " + phaseLabel(c, phase) + " ");
     if (sc.kind === "category") {
       Object.keys(sc.categories).forEach(function (name) {
         var it = span(scaleItem, "cbsite-legend-" + name, "", BOUND_HELP[name] || KIND_HELP[name] || "");
@@ -414,7 +452,7 @@
     }
     span(box, "cbsite-legend-item", "width: " + widthLabel);
     var marks = [["hatched", "hatched: estimated, failed or self share"], ["estimated", "dashed outline, \u2248: estimated (sum of children)"],
-      ["failed", "red outline, \u2715: failed"], ["overflow", "orange outline: children add up to more than the node (scaled to fit)"]];
+      ["failed", "red outline, \u2715: failed"], ["overflow", "black and white outline: children add up to more than the node (scaled to fit)"]];
     marks.forEach(function (m) { var it = span(box, "cbsite-legend-item"); span(it, "cbsite-swatch " + m[0], ""); span(it, "", m[1]); });
     var none = span(box, "cbsite-legend-item");
     span(none, "cbsite-swatch", "").style.background = sc.none || window.CbsiteIcicle.fills().none;
@@ -430,7 +468,7 @@
     var box = document.getElementById(prefix + "-icicle");
     var colours = {};
     Object.keys(extraColours || {}).forEach(function (k) { colours[k] = extraColours[k]; });
-    Object.keys(COLOUR).forEach(function (k) { colours[k] = COLOUR[k]; });
+    Object.keys(COLOUR).forEach(function (k) { colours[k] = k === "bound" ? boundColouring(d) : COLOUR[k]; });
     var state = { phase: d.phases[0], width: "latency_ms", colour: defaultColour || "mfu" };
     var legend = document.getElementById(prefix + "-legend");
     var crumb = document.getElementById(prefix + "-zoom");
@@ -458,15 +496,23 @@
     var ic = new window.CbsiteIcicle.Icicle(box, opts());
     var o = ic.opts;
     o.onRender = function (icicle) {
-      drawLegend(legend, icicle.scale, colours[state.colour], WIDTH[state.width].label, state.colour);
+      drawLegend(legend, icicle.scale, colours[state.colour], phaseLabel(WIDTH[state.width], state.phase), state.colour, state.phase);
       crumb.textContent = icicle.zoom === 0 ? "" : "zoomed into " + fullPath(d, icicle.zoom) + " \u2014 click the top bars or the node to back out";
     };
     ic.render();
     var phases = {};
     d.phases.forEach(function (p) { phases[p] = p; });
-    select(prefix + "-phase", phases, state.phase, function (v) { state.phase = v; ic.setOptions(opts()); });
+    // The width and colour choices name the phase's quantity ("backward latency per forward of the model").
+    var relabel = function () {
+      [[prefix + "-width", WIDTH], [prefix + "-colour", colours]].forEach(function (e) {
+        Array.prototype.forEach.call(document.getElementById(e[0]).options, function (o) {
+          if (e[1][o.value]) o.textContent = phaseLabel(e[1][o.value], state.phase); });
+      });
+    };
+    select(prefix + "-phase", phases, state.phase, function (v) { state.phase = v; relabel(); ic.setOptions(opts()); });
     select(prefix + "-width", WIDTH, state.width, function (v) { state.width = v; ic.setOptions(opts()); });
     select(prefix + "-colour", colours, state.colour, function (v) { state.colour = v; ic.setOptions(opts()); });
+    relabel();
     document.getElementById(prefix + "-reset").addEventListener("click", function () { ic.zoomTo(0); });
     return ic;
   }
@@ -547,13 +593,116 @@
     });
   }
 
+  function node(tag, cls, parent, text) {
+    var e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text) e.textContent = text;
+    parent.appendChild(e);
+    return e;
+  }
+  function boundBadge(parent, b) {
+    var s = node("span", "cbsite-bound bound-" + b.replace(/ /g, "-"), parent, b);
+    if (BOUND_HELP[b]) s.title = BOUND_HELP[b];
+    return s;
+  }
+
+  /* "Where the time goes" of one rank (rankdata.py `sharded.facts`: rundata.key_facts of that rank's rows), in the
+     template's markup (run.md.j2): per phase the leaves' bound mix and the slowest components. */
+  function factsInto(box, facts, d) {
+    box.textContent = "";
+    d.phases.forEach(function (phase) {
+      var rows = facts.slowest[phase];
+      if (!rows) return;
+      var fact = node("div", "cbsite-fact", box);
+      node("h3", "", fact, "Slowest components (" + phase + ")");
+      var mix = facts.bounds[phase];
+      if (mix && mix.length) {
+        var p = node("p", "cbsite-boundmix", fact, "Leaf time" +
+          (F.isNum(facts.leaf_share[phase]) ? " (" + F.pct(facts.leaf_share[phase]) + " of " + phase + " latency)" : "") + ": ");
+        mix.forEach(function (b, j) {
+          boundBadge(p, b.bound);
+          p.appendChild(document.createTextNode(" " + F.pct(b.share) + (j < mix.length - 1 ? " \u00b7 " : "")));
+        });
+      }
+      var ol = node("ol", "cbsite-hot", fact);
+      rows.forEach(function (c) {
+        var li = node("li", c.own ? "cbsite-own" : "", ol);
+        var a = node("a", "", li);
+        a.href = "#component=" + encodeURIComponent(c.path);
+        node("code", "", a, c.path);
+        if (c.own) { li.appendChild(document.createTextNode(" ")); node("strong", "", li, "own time"); }
+        li.appendChild(document.createTextNode(" " + F.ms(c.latency) + (F.isNum(c.share) ? " (" + F.pct(c.share) + ")" : "") +
+          (c.calls > 1 ? ", " + c.calls + " calls" : "")));
+        if (c.bound) { li.appendChild(document.createTextNode(" ")); boundBadge(li, c.bound); }
+        li.appendChild(document.createTextNode(" "));
+        node("span", "cbsite-type", li, (c.own ? "not in any child \u00b7 " : "") + c.module_type.split(".").pop());
+      });
+    });
+  }
+
+  /* In the all-ranks view a component can show more time than its parent, each row being its own slowest rank:
+     the words under the icicle (its phase: the largest such pairs) and under the Totals (components above the whole
+     model's row) say so, with each row's rank and the child's time on its parent's rank (within the parent there, or
+     above it too: then it is an inversion, as the table's mark says). Hidden in one rank's view. */
+  var ABOVE_SHOWN = 3;
+  function rankNotes(d) {
+    var icicleNote = document.getElementById("cbsite-rank-note"), totalsNote = document.getElementById("cbsite-totals-note");
+    var rankSel = document.getElementById("cbsite-rank"), phaseSel = document.getElementById("cbsite-phase");
+    var c = function (phase, key, i) { return d[phase][key][i]; };
+    var pair = function (phase, a, i, p) {
+      return fullPath(d, i) + " " + F.ms(metric(d, phase, "latency_ms", i)) + " on rank " + c(phase, "rank", i) + " " + a + " " +
+        fullPath(d, p) + " " + F.ms(metric(d, phase, "latency_ms", p)) + " on rank " + c(phase, "rank", p);
+    };
+    var more = function (n) { return n > ABOVE_SHOWN ? "; and " + (n - ABOVE_SHOWN) + " more" : ""; };
+    var onParentRank = function (phase, e) {
+      var rank = c(phase, "rank", e.parent), there = onRank(d, phase, e.child, rank);
+      if (!F.isNum(there)) return "";
+      return " (on rank " + rank + " " + F.ms(there) + ", " + (there > metric(d, phase, "latency_ms", e.parent) ?
+        "above it there too: timed alone it pays a cost the parent amortises, or a disturbance" : "within it") + ")";
+    };
+    return function () {
+      var all = !rankSel || rankSel.value === "all";
+      if (icicleNote) {
+        var phase = phaseSel.value, found = [];
+        for (var i = 0; all && d[phase] && i < d.path.length; i++) { var e = rankAbove(d, phase, i); if (e) found.push(e); }
+        found.sort(function (x, y) { return y.excess - x.excess || x.child - y.child; });
+        icicleNote.hidden = !found.length;
+        icicleNote.textContent = found.length ? "In the all-ranks view each row is its own slowest rank, and a component can show " +
+          "more time than its parent (" + phase + "): " + found.slice(0, ABOVE_SHOWN).map(function (e) {
+            return pair(phase, "under", e.child, e.parent) + onParentRank(phase, e); }).join("; ") + more(found.length) +
+          ". Choose a rank to see one rank's rows." : "";
+      }
+      if (totalsNote) {
+        var root = d.path.indexOf(""), lines = [];
+        d.phases.forEach(function (ph) {
+          if (!all || root < 0 || !F.isNum(c(ph, "rank", root))) return;
+          var whole = metric(d, ph, "latency_ms", root), above = [];
+          for (var j = 0; j < d.path.length; j++) {
+            if (j !== root && F.isNum(c(ph, "rank", j)) && c(ph, "rank", j) !== c(ph, "rank", root) &&
+                metric(d, ph, "latency_ms", j) > whole) above.push(j);
+          }
+          above.sort(function (x, y) { return metric(d, ph, "latency_ms", y) - metric(d, ph, "latency_ms", x) || x - y; });
+          if (above.length) lines.push(ph + ": " + above.slice(0, ABOVE_SHOWN).map(function (j) {
+            return fullPath(d, j) + " " + F.ms(metric(d, ph, "latency_ms", j)) + " on rank " + c(ph, "rank", j); }).join(", ") +
+            more(above.length) + " above the whole model's " + F.ms(whole) + " on rank " + c(ph, "rank", root));
+        });
+        totalsNote.hidden = !lines.length;
+        totalsNote.textContent = lines.length ? "These totals are the whole model's slowest rank and each component's row its own " +
+          "slowest rank; some show more time than the whole model: " + lines.join("; ") + "." : "";
+      }
+    };
+  }
+
   /* The rank selector: the all-ranks view (each component's slowest rank, components.parquet) or one rank's
      rows (ranks.parquet); it swaps the per-phase columns the icicle, the table, the Totals (the root's row) and
-     the details panel read, then redraws them. */
+     the details panel read, and "Where the time goes" (that rank's lists, rankdata.py), then redraws them. */
   function mountRanks(d, run) {
     var s = document.getElementById("cbsite-rank");
     if (!s) return;
     var totals = document.getElementById("cbsite-totals"), allTotals = totals ? totals.innerHTML : "";
+    var facts = document.querySelector("#cbsite-run .cbsite-facts"), allFacts = facts ? facts.innerHTML : "";
+    var keyTotals = Array.prototype.map.call(document.querySelectorAll("#cbsite-run .cbsite-keytotal"), function (e) { return [e, e.textContent]; });
+    var notes = rankNotes(d);
     var note = document.getElementById("cbsite-totals-rank"), panel = document.getElementById("cbsite-details");
     var base = {};
     d.phases.forEach(function (p) { base[p] = {}; Object.keys(d[p]).forEach(function (k) { base[p][k] = d[p][k]; }); });
@@ -568,12 +717,20 @@
       run.icicle.render();
       run.table.refresh();
       if (totals) { totals.innerHTML = allTotals; if (value !== "all") rankTotals(totals, d); }
+      if (facts) { if (value === "all") facts.innerHTML = allFacts; else factsInto(facts, d.sharded.facts[value], d); }
+      keyTotals.forEach(function (e) {  // the key facts line's latency per phase: the whole model's, on this rank
+        var root = d.path.indexOf("");
+        e[0].textContent = value === "all" || root < 0 ? e[1] : F.ms(metric(d, e[0].getAttribute("data-phase"), "latency_ms", root));
+      });
+      notes();
       if (note) note.textContent = value === "all" ? "" : " \u00b7 rank " + value;
       if (panel && !panel.hidden && panel.hasAttribute("data-index")) details(panel, d, +panel.getAttribute("data-index"), run.ops, true);
       document.getElementById("cbsite-run").setAttribute("data-rank", value);
     });
     // "all ranks" first: an object lists integer-like keys ("0", "1") before the others.
     rankSelect.insertBefore(rankSelect.querySelector("option[value='all']"), rankSelect.firstChild);
+    document.getElementById("cbsite-phase").addEventListener("change", notes);
+    notes();
   }
 
   function mountTable(root, d, ops) {
@@ -601,7 +758,7 @@
           pathInto(a, d, i);
           a.addEventListener("click", function (e) {
             e.preventDefault();
-            if (history.replaceState) history.replaceState(null, "", a.getAttribute("href"));
+            writeHash({ component: d.path[i], find: null });
             showDetails(i);
           });
           td.appendChild(a);
@@ -698,12 +855,10 @@
   }
 
   function linkedPath(d) {
-    var hash = location.hash;
+    var hash = readHash();
     // #find=PATH: a component's own search entry (run.md.j2), reached without site.js's rewrite to #component=.
-    var key = hash.indexOf("#component=") === 0 ? "#component=" : hash.indexOf("#find=") === 0 ? "#find=" : null;
-    if (key) {
-      try { return decodeURIComponent(hash.slice(key.length)); } catch (e) { return null; }
-    }
+    if ("component" in hash) return hash.component;
+    if ("find" in hash) return hash.find;
     var params = new URLSearchParams(location.search);
     var q = (params.get("find") || "").trim();  // the query a search result was clicked from (site.js)
     var found = q ? queriedPath(d, q) : null;
@@ -738,6 +893,65 @@
     (row || document.getElementById("cbsite-details")).scrollIntoView({ block: "center" });
   }
 
+  /* The page's state in its address, beside #component=PATH (or #find=PATH): #rank=N (a sharded run's rank
+     selector), #phase=P (the icicle's phase, which the lists and notes under it follow) and #zoom=PATH (the icicle's
+     zoomed node), joined by "&" ("#component=over_arch&rank=1&phase=backward"). A link with them opens the page so;
+     a change is written with history.replaceState (no scroll, no history entry). Defaults (all ranks, the first
+     phase, no zoom) are left out; a plain anchor (#warnings) is not a state. */
+  var HASH_KEYS = ["component", "find", "rank", "phase", "zoom"];
+  function readHash() {
+    var out = {};
+    location.hash.replace(/^#/, "").split("&").forEach(function (part) {
+      var eq = part.indexOf("=");
+      if (eq <= 0 || HASH_KEYS.indexOf(part.slice(0, eq)) < 0) return;
+      try { out[part.slice(0, eq)] = decodeURIComponent(part.slice(eq + 1)); } catch (e) { /* a malformed value */ }
+    });
+    return out;
+  }
+  /* The address with `changes` (key -> value, null to drop) over the state it holds. */
+  function writeHash(changes) {
+    var now = readHash();
+    Object.keys(changes).forEach(function (k) { if (changes[k] === null || changes[k] === undefined) delete now[k]; else now[k] = changes[k]; });
+    var hash = HASH_KEYS.filter(function (k) { return k in now; }).map(function (k) { return k + "=" + encodeURIComponent(now[k]); }).join("&");
+    if ((hash ? "#" + hash : "") === location.hash || !history.replaceState) return;
+    history.replaceState(history.state, "", hash ? "#" + hash : location.pathname + location.search);
+  }
+  function mountAddress(d, run) {
+    var phaseSel = document.getElementById("cbsite-phase"), rankSel = document.getElementById("cbsite-rank");
+    var current = function () {
+      return { rank: rankSel && rankSel.value !== "all" ? rankSel.value : null,
+               phase: phaseSel.value !== d.phases[0] ? phaseSel.value : null,
+               zoom: run.icicle.zoom > 0 ? d.path[run.icicle.zoom] : null };
+    };
+    var choose = function (sel, value) {
+      if (!sel || value === undefined || sel.value === value) return;
+      if (!Array.prototype.some.call(sel.options, function (o) { return o.value === value; })) return;
+      sel.value = value;
+      sel.dispatchEvent(new Event("change"));
+    };
+    var applying = false;
+    var save = function () { if (!applying) writeHash(current()); };
+    // The rank and phase first (the details panel and the zoom then show them), the component, then the zoom asked
+    // for (over the component's parent, which opening a component zooms to).
+    var apply = function (first) {
+      var h = readHash();
+      if (!first && !Object.keys(h).length) return;
+      applying = true;
+      choose(rankSel, h.rank);
+      choose(phaseSel, h.phase);
+      openLinked(d);
+      var z = "zoom" in h ? d.path.indexOf(h.zoom) : -1;
+      if (z >= 0) run.icicle.zoomTo(z);
+      applying = false;
+      save();
+    };
+    if (rankSel) rankSel.addEventListener("change", save);
+    phaseSel.addEventListener("change", save);
+    run.icicle.opts.onZoom = save;
+    apply(true);
+    window.addEventListener("hashchange", function () { apply(false); });
+  }
+
   function fetchJson(url) {
     return fetch(url).then(function (r) { if (!r.ok) throw new Error(url + ": " + r.status); return r.json(); });
   }
@@ -756,8 +970,7 @@
         window.cbsiteRun = { data: d, icicle: mountIcicle(d, "cbsite", kindColour, d.sharded ? "kind" : null, d.sharded ? shardedTip(d) : null),
                              table: mountTable(root, d, res[1]), ops: res[1] };
         if (d.sharded) mountRanks(d, window.cbsiteRun);
-        openLinked(d);
-        window.addEventListener("hashchange", function () { openLinked(d); });
+        mountAddress(d, window.cbsiteRun);
         root.setAttribute("data-ready", "1");
       })
       .catch(function (err) {

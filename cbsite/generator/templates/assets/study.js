@@ -1,26 +1,33 @@
 /* A study page's charts: charts.json holds {"<axis>|<metric>": {"linear": spec, "log": spec}}; every element with
    data-cbsite-study-chart gets its spec, and the page's log-scale checkbox swaps every chart to the other one.
-   vega.js (the offline bundle) defines cbsiteVegaEmbed. */
+   charts.js (loaded before this file) draws them: lazily, in the page's scheme, with Vega loaded on need. */
 (function () {
   "use strict";
   var all = null;
   var views = [];
+  var generation = 0;  // each draw's number: a chart that comes near after a newer draw is that draw's to embed
   function draw(scale) {
     views.forEach(function (v) { v.finalize(); });
     views = [];
+    var now = ++generation, C = window.CbsiteCharts;
     var els = document.querySelectorAll("[data-cbsite-study-chart]");
     Array.prototype.forEach.call(els, function (el) {
       var spec = all[el.getAttribute("data-cbsite-study-chart")];
       if (!spec) return;
-      // Material's dark scheme: Vega's dark theme on a transparent background (charts.js).
-      var t = window.CbsiteCharts ? window.CbsiteCharts.themed(spec[scale]) : [spec[scale], { actions: false, renderer: "svg" }];
       // vega-embed names its container "Vega visualization": keep the page's name of the chart (what it shows).
       var name = el.getAttribute("data-cbsite-name") || el.getAttribute("aria-label");
       if (name) el.setAttribute("data-cbsite-name", name);
-      window.cbsiteVegaEmbed(el, t[0], t[1]).then(function (r) {
-        if (name) el.setAttribute("aria-label", name);
-        views.push(r);
-      }).catch(function (err) { el.textContent = "chart unavailable: " + err.message; });
+      // Drawn when it nears the viewport, in the page's scheme, with Vega loaded on the first chart's need (charts.js).
+      C.reserve(el, spec[scale]);
+      C.whenNear(el, function () {
+        if (now !== generation) return;
+        C.embed(el, spec[scale]).then(function (r) {
+          el.style.minHeight = "";
+          el.setAttribute("data-cbsite-scale", scale);
+          if (name) el.setAttribute("aria-label", name);
+          if (now === generation) views.push(r); else r.finalize();
+        }).catch(function (err) { el.textContent = "chart unavailable: " + err.message; });
+      });
     });
   }
   function start() {

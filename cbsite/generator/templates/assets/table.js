@@ -14,6 +14,8 @@
     this.maxDepth = null;
     this.page = 0;
     this.pageSize = spec.pageSize || 100;
+    this.only = null;  // {key, value}: only the rows whose column `key` has this value (showOnly)
+    container.cbsiteTable = this;  // for the page's other views (the run page's time by module type)
     this._build();
     this.refresh();
   }
@@ -50,6 +52,10 @@
     this.info = document.createElement("span");
     this.info.className = "cbsite-table-info";
     bar.appendChild(this.info);
+    this.onlyNote = document.createElement("span");
+    this.onlyNote.className = "cbsite-table-only";
+    this.onlyNote.hidden = true;
+    bar.appendChild(this.onlyNote);
     this.c.appendChild(bar);
 
     var wrap = document.createElement("div");
@@ -111,10 +117,12 @@
   };
 
   Table.prototype.rows = function () {
-    var spec = this.spec, out = [];
+    var spec = this.spec, out = [], onlyCol = null;
+    if (this.only) for (var k = 0; k < spec.columns.length; k++) if (spec.columns[k].key === this.only.key) onlyCol = spec.columns[k];
     for (var i = 0; i < spec.count; i++) {
       if (this.maxDepth !== null && spec.depth(i) > this.maxDepth) continue;
       if (this.filter && spec.text(i).toLowerCase().indexOf(this.filter) < 0) continue;
+      if (onlyCol && onlyCol.value(i) !== this.only.value) continue;
       out.push(i);
     }
     var col = null;
@@ -136,6 +144,37 @@
     return out;
   };
 
+  /* Only the rows whose column `key` equals `value` (null: all rows again), with a note in the bar that clears it. */
+  Table.prototype.showOnly = function (key, value, label) {
+    var self = this;
+    this.only = value === null || value === undefined ? null : { key: key, value: value };
+    this.onlyNote.textContent = "";
+    this.onlyNote.hidden = !this.only;
+    if (this.only) {
+      this.onlyNote.appendChild(document.createTextNode("only " + (label || value) + " "));
+      var clear = document.createElement("button");
+      clear.type = "button";
+      clear.textContent = "show all";
+      clear.addEventListener("click", function () { self.showOnly(key, null); });
+      this.onlyNote.appendChild(clear);
+    }
+    this.page = 0;
+    this.refresh();
+  };
+
+  /* The path cell's link to the component's history page, where the container names one (data-history). */
+  Table.prototype._historyLink = function (path, td) {
+    var base = this.c.getAttribute("data-history");
+    if (!base) return;
+    var a = document.createElement("a");
+    a.className = "cbsite-history-link";
+    a.href = base + "#component=" + encodeURIComponent(path);
+    a.textContent = "history";
+    a.title = "this component across the model's versions";
+    td.appendChild(document.createTextNode(" "));
+    td.appendChild(a);
+  };
+
   Table.prototype.refresh = function () {
     var spec = this.spec, self = this;
     var rows = this.rows();
@@ -152,6 +191,7 @@
         // A column not chosen keeps its (hidden, empty) cell: the n-th cell is the n-th header's.
         if (!self._shows(col)) { td.hidden = true; tr.appendChild(td); return; }
         col.cell(i, td);
+        if (col.key === "path" && col.value) self._historyLink(col.value(i), td);
         tr.appendChild(td);
       });
       if (spec.onRow) tr.addEventListener("click", function (e) {
