@@ -106,14 +106,16 @@ def test_history_follows_the_archive_through_the_build_cache(tmp_path):
 
 
 @pytest.mark.browser
-def test_run_table_links_to_a_history_that_a_person_can_read(built, page):
+def test_a_run_tables_row_links_to_a_history_that_a_person_can_read(built, page):
     server = Server(built)
     try:
         page.goto(server.url + f"runs/hist/v3/{IDS['v3']}/")
         page.wait_for_selector("#cbsite-table tbody tr")
         page.fill("#cbsite-table input.cbsite-filter", "enc.a")
-        link = page.locator("#cbsite-table tbody tr a.cbsite-history-link").first
-        assert link.is_visible() and link.inner_text() == "history"
+        page.locator("#cbsite-table tbody tr td.path a").first.click(position={"x": 2, "y": 2})  # opens the details
+        link = page.locator("#cbsite-details a.cbsite-history-link")
+        link.wait_for(state="visible")
+        assert link.is_visible() and link.inner_text() == "history across versions"
         link.click()
         page.wait_for_selector("#cbsite-history[data-ready='1']")
         assert page.inner_text("#cbsite-history-title") == "enc.a"

@@ -315,6 +315,19 @@
     var p = document.createElement("p");
     p.textContent = d.module_type[i] + " \u00b7 depth " + d.depth[i] + " \u00b7 " + d.call_count[i] +
       " call(s) per forward \u00b7 " + F.bytes(d.param_bytes[i]) + " of parameters (" + F.num(d.param_count[i]) + ")";
+    // The component across the model's versions (the table names the history page; kept out of the table's path
+    // cells, which must stay one line).
+    var history = document.getElementById("cbsite-table");
+    var base = history && history.getAttribute("data-history");
+    if (base) {
+      var a = document.createElement("a");
+      a.className = "cbsite-history-link";
+      a.href = base + "#component=" + encodeURIComponent(d.path[i]);
+      a.textContent = "history across versions";
+      a.title = "this component's latency, FLOPs and memory in every version of the model";
+      p.appendChild(document.createTextNode(" \u00b7 "));
+      p.appendChild(a);
+    }
     panel.appendChild(p);
     var t = document.createElement("table");
     t.className = "cbsite-details";
@@ -783,7 +796,9 @@
           var b = boundOf(d, ph(), i);
           if (!b) { td.textContent = F.DASH; return; }
           var s = document.createElement("span");
-          s.className = "cbsite-bound bound-" + b; s.textContent = b; s.title = BOUND_HELP[b];
+          // "comm." in the table (the full word would widen the column and wrap every row); lists say it whole.
+          s.className = "cbsite-bound bound-" + b; s.textContent = b === "communication" ? "comm." : b;
+          s.title = b + ": " + BOUND_HELP[b];
           td.appendChild(s);
         } },
     ].concat(d.sharded ? shardedColumns(d, ph) : []).concat([

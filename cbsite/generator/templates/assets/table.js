@@ -162,19 +162,6 @@
     this.refresh();
   };
 
-  /* The path cell's link to the component's history page, where the container names one (data-history). */
-  Table.prototype._historyLink = function (path, td) {
-    var base = this.c.getAttribute("data-history");
-    if (!base) return;
-    var a = document.createElement("a");
-    a.className = "cbsite-history-link";
-    a.href = base + "#component=" + encodeURIComponent(path);
-    a.textContent = "history";
-    a.title = "this component across the model's versions";
-    td.appendChild(document.createTextNode(" "));
-    td.appendChild(a);
-  };
-
   Table.prototype.refresh = function () {
     var spec = this.spec, self = this;
     var rows = this.rows();
@@ -191,7 +178,6 @@
         // A column not chosen keeps its (hidden, empty) cell: the n-th cell is the n-th header's.
         if (!self._shows(col)) { td.hidden = true; tr.appendChild(td); return; }
         col.cell(i, td);
-        if (col.key === "path" && col.value) self._historyLink(col.value(i), td);
         tr.appendChild(td);
       });
       if (spec.onRow) tr.addEventListener("click", function (e) {
