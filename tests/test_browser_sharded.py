@@ -5,12 +5,24 @@ error."""
 
 from __future__ import annotations
 
+import contextlib
+from typing import Any, Iterator
+
 import pytest
 
 from tests.helpers.browser import launched_browser, outside, recording_page
 
 COMMUNICATION = "#c2185b"  # runpage.js KIND
 pytestmark = pytest.mark.browser  # skipped where chromium is missing (tests/conftest.py)
+
+
+@contextlib.contextmanager
+def _run_page(address: str) -> Iterator[Any]:
+    """A fresh chromium page at 1400 x 1000 on the run page at `address`, once its data are drawn."""
+    with launched_browser() as browser, recording_page(browser, {"width": 1400, "height": 1000}) as page:
+        page.goto(address)
+        page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=15000)
+        yield page
 
 
 @pytest.fixture(scope="module")
@@ -159,9 +171,7 @@ def test_rank_switch_changes_the_lists(demo_runs, site):
     url, run_id = _row_wise(built)
     run = archive.read_run(demo_runs / "dlrm-sharded" / "row-wise" / run_id)
     ranks = run.ranks
-    with launched_browser() as browser, recording_page(browser, {"width": 1400, "height": 1000}) as page:
-        page.goto(server.url + url)
-        page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=15000)
+    with _run_page(server.url + url) as page:
         kinds = page.evaluate("(() => { const d = window.cbsiteRun.data; return Object.fromEntries(d.path.map((p, i) => "
                               "[p || d.model, d.forward.kind[i]])); })()")
         everyone = page.evaluate(LISTS)
@@ -214,9 +224,7 @@ def test_child_above_its_parent_is_explained_in_words(site):
     go, and in the backward phase the line under the icicle names the backward pairs."""
     server, built = site
     url, _ = _row_wise(built)
-    with launched_browser() as browser, recording_page(browser, {"width": 1400, "height": 1000}) as page:
-        page.goto(server.url + url)
-        page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=15000)
+    with _run_page(server.url + url) as page:
         d = page.evaluate("""(() => { const d = window.cbsiteRun.data, i = d.path.indexOf('sparse_arch');
             return { rank: d.forward.rank[i], root_rank: d.forward.rank[0], ms: d.forward.latency_ms[i], root_ms: d.forward.latency_ms[0] }; })()""")
         assert d["rank"] != d["root_rank"] and d["ms"] > d["root_ms"]
@@ -289,9 +297,7 @@ def test_labels_name_the_phase_quantity(site):
     forward of the model", never a bare "latency per forward" that reads as the forward's."""
     server, built = site
     url, _ = _row_wise(built)
-    with launched_browser() as browser, recording_page(browser, {"width": 1400, "height": 1000}) as page:
-        page.goto(server.url + url)
-        page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=15000)
+    with _run_page(server.url + url) as page:
         for phase in ("forward", "backward"):
             page.select_option("#cbsite-phase", phase)
             words = f"{phase} latency per forward of the model"
@@ -320,9 +326,7 @@ def test_overflow_outline_contrasts_with_every_fill(site):
     value), in both schemes, the outline has a line that contrasts 3:1 or more with the fill, and the legend shows it."""
     server, built = site
     url, _ = _row_wise(built)
-    with launched_browser() as browser, recording_page(browser, {"width": 1400, "height": 1000}) as page:
-        page.goto(server.url + url)
-        page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=15000)
+    with _run_page(server.url + url) as page:
         for scheme in ("default", "slate"):
             page.evaluate(f"document.body.setAttribute('data-md-color-scheme', '{scheme}')")
             # One icicle per fill: a parent (the fill) whose two children add up to twice its value.

@@ -52,7 +52,7 @@ def write_beside(site: Path, previous: Path | None = None) -> int:
         data = src.read_bytes()
         if dest.exists() or dest.is_symlink():
             dest.unlink()
-        if previous is not None and _link_unchanged(previous / rel, data, dest):
+        if previous is not None and _link_unchanged(previous / rel, src, data, dest):
             return
         dest.write_bytes(compress(data))
 
@@ -62,10 +62,13 @@ def write_beside(site: Path, previous: Path | None = None) -> int:
     return len(rels)
 
 
-def _link_unchanged(before: Path, data: bytes, dest: Path) -> bool:
+def _link_unchanged(before: Path, src: Path, data: bytes, dest: Path) -> bool:
     packed = before.with_name(before.name + SUFFIX)
     try:
-        if not packed.is_file() or before.stat().st_size != len(data) or before.read_bytes() != data:
+        if not packed.is_file() or before.stat().st_size != len(data):
+            return False
+        # A file the build linked from the previous site is the same file: no need to read it again.
+        if not os.path.samefile(before, src) and before.read_bytes() != data:
             return False
         os.link(packed, dest)
         return True
