@@ -107,7 +107,8 @@ def derive_ratios(row: dict[str, Any], peak_flops: float | None, peak_bandwidth:
     """Fill the ratio metrics of a row from its additive ones and the device peaks (in place).
 
     tflops_per_s = flops / latency; mfu = achieved / peak FLOP/s; bandwidth_gbps = bytes / latency;
-    bandwidth_util = achieved / peak bytes/s; arithmetic_intensity = flops / bytes.
+    bandwidth_util = achieved / peak bytes/s; arithmetic_intensity = flops / bytes; compile_speedup = latency /
+    compiled latency where the compile plugin timed one.
     A ratio is null (n/a), never 0, where its numerator is zero or unknown: a FLOP-free module
     (ReLU, LayerNorm) has no MFU, a module that moves no bytes has no bandwidth utilisation.
     """
@@ -124,6 +125,10 @@ def derive_ratios(row: dict[str, Any], peak_flops: float | None, peak_bandwidth:
         else None
     )
     row["arithmetic_intensity"] = flops / nbytes if flops and nbytes else None
+    # The compile plugin's speedup is eager latency / compiled latency: it follows the latency wherever that is
+    # pooled again (rounds, the hierarchy re-measurement), as the rates above do.
+    if row.get("compiled_latency_ms"):
+        row["compile_speedup"] = row["latency_ms"] / row["compiled_latency_ms"] if row.get("latency_ms") else None
 
 
 def estimate_containers(tree: Tree, peak_flops: float | None, peak_bandwidth: float | None) -> Tree:

@@ -132,3 +132,17 @@ def test_numerics_autocast_mode_handles_a_model_that_mixes_dtypes(fast_config):
     fwd = rows_of(profile(UpcastsOnPurpose(), x, config=auto), "forward")
     assert fwd[""]["numerics_ok"] is True and 0 < fwd[""]["numerics_max_rel_err"] < 1.6e-2  # bf16 matmuls really ran
     assert fwd[""]["numerics_reference"].startswith("eager float32 on cpu vs bfloat16 autocast (rtol 0.016")
+
+
+def test_the_speedup_follows_the_latency_when_rounds_pool_it_again():
+    """Rounds and the hierarchy re-measurement pool a row's latency again and re-derive its ratios: the speedup
+    (eager / compiled) is one of them, never left at the first latency's ratio."""
+    from cbsite import tree
+
+    row = {"latency_ms": 0.2, "compiled_latency_ms": 0.1, "compile_speedup": 2.0, "flops": 100, "bytes_moved": 10}
+    row["latency_ms"] = 0.3
+    tree.derive_ratios(row, None, None)
+    assert row["compile_speedup"] == 0.3 / 0.1
+    plain = {"latency_ms": 0.3, "flops": 100, "bytes_moved": 10}
+    tree.derive_ratios(plain, None, None)
+    assert "compile_speedup" not in plain  # no compiled timing: no column invented
