@@ -55,9 +55,12 @@ demo-full: install
 
 # Two parts: every test but those marked serial on one worker per core (pytest-xdist), then the serial ones alone
 # (paired verdicts on real timings must not run beside another test). Both parts list their slowest tests.
+# Whole modules go to a worker (loadscope), so a module's fixtures are made once; longest modules first, in the
+# order tests/conftest.py sorts them (no reordering by test count).
 TEST_WORKERS ?= $(shell python3 -c "import os; print(min(4, len(os.sched_getaffinity(0))))")
+XDIST := -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 test: install browser lint
-	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not serial" --durations=15
+	$(PY) -m pytest -q $(XDIST) -m "not serial" --durations=15
 	$(PY) -m pytest -q -m serial --durations=10
 
 # The linter and the type checker, configured in pyproject.toml ([tool.ruff], [tool.mypy]); `make test` runs them first.
@@ -67,7 +70,7 @@ lint: install
 
 # The inner loop: everything but the tests marked slow (over ~20 s each) and the real-browser ones.
 test-fast: install
-	$(PY) -m pytest -q -n $(TEST_WORKERS) -m "not slow and not browser and not serial"
+	$(PY) -m pytest -q $(XDIST) -m "not slow and not browser and not serial"
 
 # Every golden file regenerated (the generator's pages, the review summary, the collector's records without timings);
 # review the result with `git diff tests/golden/`.

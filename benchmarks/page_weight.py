@@ -1,21 +1,34 @@
-"""What each kind of page weighs on open and how soon it is interactive, in chromium against `cbsite serve`.
+"""What each kind of page weighs on open, how soon it is interactive and how much main-thread work it costs, in
+chromium against `cbsite serve`.
 
 The archive: the tests' own demo runs (tests/data/runs: the sharded DLRM runs and the demo study) plus a synthetic
 model of two versions with --components components each (tests/helpers/site_archives.synthetic_run). The site is
-built once; each page is then opened --repeat times in a fresh browser context (empty cache) at 1400x1000 and
-measured:
+built once (or given with --site, twice to compare two builds: the opens then alternate between them); each page is
+opened --repeat times in a fresh browser context (empty cache) at 1400x1000 and measured:
 
 * bytes: every response the page loaded before it was interactive plus 2 s of quiet, as sent (`wire`: the .gz
   copies the build writes, `cbsite serve` sends them to a browser) and decoded (`raw`);
-* interactive: `performance.now()` at the first animation frame where the page's own drawing is done (run and diff
-  pages: their script's `data-ready` and, on a run page, the roofline; the model and study pages: the first
-  chart; the home page: DOMContentLoaded), with DOMContentLoaded beside it.
+* ready: `performance.now()` at the first animation frame where the first screen's answering element is drawn
+  (a run page: its icicle, beside the key facts and the slowest components, which are in the HTML; the diff page:
+  its script's `data-ready`; the model and study pages: the first chart; the history page: its charts; home and
+  regressions: DOMContentLoaded);
+* interactive: the later of DOMContentLoaded, ready, and the end of the last long task (a main-thread task over
+  50 ms, PerformanceObserver `longtask`) seen until 2 s of quiet after ready: from then on input is answered at once;
+* main-thread work, from a chromium trace of the open (the renderer's main thread, every task until the end of the
+  quiet): `cpu` is its thread time, which the machine's load barely changes (wall times on a loaded machine grow
+  with the run queue), split by what it was spent on: script (compile, evaluate, calls, timers, events), style and
+  layout, paint (paint, composite, raster on the main thread), parse (HTML, CSS) and the rest (GC, idle-time work
+  that is not script, unattributed task time); `longest` is the longest single task (thread time);
+* CDP Performance.getMetrics at the end: ScriptDuration, LayoutDuration (+RecalcStyleDuration) and TaskDuration
+  (wall times, so loaded).
 
 Usage:
 
-    .venv/bin/python benchmarks/page_weight.py                    # 1,000 components, 3 opens a page
+    .venv/bin/python benchmarks/page_weight.py                    # 1,000 components, 5 opens a page
     .venv/bin/python benchmarks/page_weight.py --components 10000 --repeat 5
     .venv/bin/python benchmarks/page_weight.py --repeat 1 --detail  # and every response of each page
+    .venv/bin/python benchmarks/page_weight.py --keep /tmp/new      # build and keep the site, to compare later:
+    .venv/bin/python benchmarks/page_weight.py --site /tmp/old --site /tmp/new --repeat 5
 
 The figures depend on the machine and its load: print them, never assert them.
 """
@@ -23,6 +36,7 @@ The figures depend on the machine and its load: print them, never assert them.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shutil
@@ -32,6 +46,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -42,23 +57,59 @@ from tests.helpers.site_archives import synthetic_run
 
 DEMO = Path(__file__).resolve().parents[1] / "tests" / "data" / "runs"
 VIEWPORT = {"width": 1400, "height": 1000}
+QUIET_MS = 2000  # watched after ready: lazy charts in view, the search index, work left in idle time
+LONG_TASK_MS = 50
 
-# Per page kind: the condition, polled each animation frame, that says the page is drawn and answers input.
+# Per page kind: the condition, polled each animation frame, that says the first screen is drawn and answers input.
+DOM_READY = "document.readyState !== 'loading'"
 READY = {
-    "home": "document.readyState !== 'loading'",
+    "home": DOM_READY,
     "model": "document.querySelector('[data-cbsite-chart] svg') !== null",
-    "run": "document.querySelector('#cbsite-run[data-ready=\"1\"]') !== null && "
-           "(!document.querySelector('.cbsite-roofline') || document.querySelector('.cbsite-roofline svg') !== null)",
+    "run": "document.querySelector('#cbsite-icicle svg') !== null",  # the key facts and slowest lists are the HTML
     "diff": "document.querySelector('#cbsite-diff[data-ready=\"1\"]') !== null",
     "study": "document.querySelector('[data-cbsite-study-chart] svg') !== null",
+    "history": "document.querySelector('#cbsite-history[data-ready=\"1\"]') !== null",
+    "regressions": DOM_READY,
 }
 READY["sharded run"] = READY["run"]
+KINDS = ["home", "model", "run", "sharded run", "diff", "study", "history", "regressions"]
 
-# Recorded from the page's first script on: the time of the first frame where the page's condition holds.
+# Recorded from the page's first script on: the first frame where the page's condition holds, and every long task.
 PROBE = """(() => { const cond = new Function('return ' + %s);
+  window.__cbsiteLong = [];
+  try { new PerformanceObserver(l => l.getEntries().forEach(e => window.__cbsiteLong.push([e.startTime, e.duration])))
+          .observe({type: 'longtask', buffered: true}); } catch (e) {}
   const poll = () => { let ok = false; try { ok = cond(); } catch (e) {} if (ok) window.__cbsiteReady = performance.now();
                        else requestAnimationFrame(poll); };
   requestAnimationFrame(poll); })();"""
+
+TRACE_CATEGORIES = ["devtools.timeline", "disabled-by-default-devtools.timeline", "toplevel", "v8", "blink",
+                    "loading", "disabled-by-default-v8.compile"]
+# A trace event's name -> what its own time (less its children's) was spent on.
+WORK = {
+    "script": {"EvaluateScript", "v8.compile", "v8.compileModule", "v8.evaluateModule", "FunctionCall", "TimerFire",
+               "EventDispatch", "FireAnimationFrame", "FireIdleCallback", "v8.run", "V8.Execute", "v8.callFunction",
+               "ScriptCompiler", "v8.produceCache", "v8.parseOnBackground", "V8.CompileCode", "V8.ScriptCompiler",
+               "RunMicrotasks", "XHRReadyStateChange", "v8.newInstance", "ResourceReceivedData"},
+    "style+layout": {"Layout", "UpdateLayoutTree", "RecalculateStyles", "UpdateLayerTree", "InvalidateLayout",
+                     "ScheduleStyleRecalculation", "IntersectionObserverController::computeIntersections",
+                     "PrePaint", "LayoutShift"},
+    "paint": {"Paint", "PaintImage", "CompositeLayers", "Layerize", "RasterTask", "Commit", "UpdateLayer",
+              "Decode Image", "ImageDecodeTask"},
+    "parse": {"ParseHTML", "ParseAuthorStyleSheet"},
+    "gc": {"MinorGC", "MajorGC", "V8.GCScavenger", "V8.GCFinalizeMC", "BlinkGC.AtomicPhase", "V8.GC_MC_BACKGROUND"},
+}
+CATEGORY_OF = {name: cat for cat, names in WORK.items() for name in names}
+# Blink's and V8's finer events, by their names' parts (the categories "blink" and "v8" hold hundreds).
+CATEGORY_PARTS = [("GC", "gc"), ("V8.", "script"), ("v8.", "script"), ("Microtask", "script"), ("Style", "style+layout"),
+                  ("style", "style+layout"), ("Layout", "style+layout"), ("layout", "style+layout"),
+                  ("Paint", "paint"), ("paint", "paint"), ("Composit", "paint"), ("Pars", "parse")]
+
+
+def kind_of(name: str) -> str | None:
+    """What a trace event's own time was spent on, or None: its nearest ancestor's kind."""
+    return CATEGORY_OF.get(name) or next((cat for part, cat in CATEGORY_PARTS if part in name), None)
+TOP_TASKS = {"RunTask", "ThreadControllerImpl::RunTask", "ThreadPool_RunTask"}
 
 
 def make_archive(root: Path, components: int) -> None:
@@ -81,22 +132,94 @@ def pages(site: Path) -> dict[str, str]:
         "sharded run": rel(newest("dlrm-sharded")),
         "diff": rel(next((site / "diffs" / "synthetic").rglob("index.html")).parent),
         "study": rel(next((site / "studies").iterdir())),
+        "history": "models/synthetic/history/",
+        "regressions": "regressions/",
     }
 
 
+def _complete_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The trace's duration events as complete ("X") events: B/E pairs joined, per thread."""
+    out: list[dict[str, Any]] = []
+    open_: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for e in events:
+        ph = e.get("ph")
+        if ph == "X":
+            out.append(e)
+        elif ph == "B":
+            open_.setdefault((e["pid"], e["tid"]), []).append(e)
+        elif ph == "E" and open_.get((e["pid"], e["tid"])):
+            b = open_[(e["pid"], e["tid"])].pop()
+            joined = dict(b, ph="X", dur=e["ts"] - b["ts"])
+            if "tts" in b and "tts" in e:
+                joined["tdur"] = e["tts"] - b["tts"]
+            out.append(joined)
+    return out
+
+
+def main_thread_work(trace: dict[str, Any]) -> dict[str, float]:
+    """The renderer main thread's thread time (ms) in a trace: in all (its top-level tasks), by kind of work (each
+    event's own time, less its children's, to its kind or its nearest ancestor's), and its longest task."""
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    mains = {(e["pid"], e["tid"]) for e in events
+             if e.get("ph") == "M" and e.get("name") == "thread_name" and e.get("args", {}).get("name") == "CrRendererMain"}
+    complete = [e for e in _complete_events(events) if (e.get("pid"), e.get("tid")) in mains]
+
+    def top_tasks(thread: tuple[int, int]) -> list[dict[str, Any]]:
+        tasks = sorted((e for e in complete if (e["pid"], e["tid"]) == thread and e["name"] in TOP_TASKS),
+                       key=lambda e: e["ts"])
+        out, end = [], -1.0
+        for t in tasks:  # a task nested in another (a nested run loop) is counted in the outer one
+            if t["ts"] >= end:
+                out.append(t)
+                end = t["ts"] + t.get("dur", 0)
+        return out
+
+    if not mains:
+        return {}
+    thread = max(mains, key=lambda th: sum(t.get("tdur", 0) for t in top_tasks(th)))
+    tasks = top_tasks(thread)
+    work = {cat: 0.0 for cat in (*WORK, "other")}
+    stack: list[dict[str, Any]] = []
+    own = sorted((e for e in complete if (e["pid"], e["tid"]) == thread and "tdur" in e),
+                 key=lambda e: (e["ts"], -e.get("dur", 0)))
+    for e in own:
+        while stack and stack[-1]["ts"] + stack[-1].get("dur", 0) <= e["ts"]:
+            stack.pop()
+        parent = stack[-1] if stack else None
+        e["_cat"] = kind_of(e["name"]) or (parent["_cat"] if parent else "other")
+        e["_self"] = float(e["tdur"])
+        if parent is not None:
+            parent["_self"] -= e["tdur"]
+        stack.append(e)
+    for e in own:
+        work[e["_cat"]] += max(e["_self"], 0.0) / 1000
+    return {"cpu_ms": sum(t.get("tdur", 0) for t in tasks) / 1000,
+            **{f"{cat}_ms": v for cat, v in work.items()},
+            "longest_ms": max((t.get("tdur", 0) for t in tasks), default=0) / 1000}
+
+
 def open_page(browser, url: str, ready: str, detail: bool = False) -> dict[str, float]:
-    """One open of `url` in a fresh context; with `detail`, prints each response's kB (sent, decoded)."""
+    """One open of `url` in a fresh context, traced; with `detail`, prints each response's kB (sent, decoded)."""
     context = browser.new_context(viewport=VIEWPORT)
     context.add_init_script(PROBE % repr(ready))
     page = context.new_page()
+    cdp = context.new_cdp_session(page)
+    cdp.send("Performance.enable")
     responses = []
     page.on("requestfinished", lambda r: responses.append(r))
     try:
-        page.goto(url, wait_until="commit")
-        page.wait_for_function("window.__cbsiteReady !== undefined", timeout=60000, polling=50)
-        page.wait_for_timeout(2000)  # what the page loads just after (lazy charts in view, the search index)
-        interactive = page.evaluate("window.__cbsiteReady")
-        dcl = page.evaluate("performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd")
+        browser.start_tracing(page=page, categories=TRACE_CATEGORIES)
+        try:
+            page.goto(url, wait_until="commit")
+            page.wait_for_function("window.__cbsiteReady !== undefined", timeout=60000, polling=50)
+            page.wait_for_timeout(QUIET_MS)
+        finally:
+            trace = json.loads(browser.stop_tracing())
+        seen = page.evaluate("({ready: window.__cbsiteReady, long: window.__cbsiteLong,"
+                             " dcl: performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd})")
+        metrics = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
+        long_end = max((start + dur for start, dur in seen["long"] if dur > LONG_TASK_MS and start <= seen["ready"] + QUIET_MS),
+                       default=0)
         wire = raw = 0
         files = []
         for r in list(responses):
@@ -109,47 +232,75 @@ def open_page(browser, url: str, ready: str, detail: bool = False) -> dict[str, 
         if detail:
             for sent, body, name in sorted(files, reverse=True):
                 print(f"    {sent / 1024:>8.0f} {body / 1024:>8.0f}  {name}  (kB sent, decoded)")
-        return {"interactive_ms": interactive, "dcl_ms": dcl, "wire_kb": wire / 1024, "raw_kb": raw / 1024,
-                "requests": len(responses)}
+        return {"wire_kb": wire / 1024, "raw_kb": raw / 1024, "requests": len(responses), "dcl_ms": seen["dcl"],
+                "ready_ms": seen["ready"], "interactive_ms": max(seen["dcl"], seen["ready"], long_end),
+                "long_tasks": len(seen["long"]),
+                **main_thread_work(trace),
+                "ScriptDuration_ms": metrics.get("ScriptDuration", 0) * 1000,
+                "LayoutDuration_ms": (metrics.get("LayoutDuration", 0) + metrics.get("RecalcStyleDuration", 0)) * 1000,
+                "TaskDuration_ms": metrics.get("TaskDuration", 0) * 1000}
     finally:
         context.close()
+
+
+COLUMNS = [("wire_kb", "wire kB"), ("raw_kb", "raw kB"), ("requests", "req"), ("dcl_ms", "DCL"), ("ready_ms", "ready"),
+           ("interactive_ms", "interactive"), ("long_tasks", "long"), ("cpu_ms", "cpu"), ("script_ms", "script"),
+           ("style+layout_ms", "style+layout"), ("paint_ms", "paint"), ("parse_ms", "parse"), ("gc_ms", "gc"),
+           ("other_ms", "other"), ("longest_ms", "longest"), ("ScriptDuration_ms", "ScriptDur"),
+           ("LayoutDuration_ms", "LayoutDur"), ("TaskDuration_ms", "TaskDur")]
+
+
+def build(components: int, keep: Path | None, tmp: Path) -> Path:
+    runs = tmp / "runs"
+    make_archive(runs, components)
+    t = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        site = build_site(runs, keep or tmp / "site", quiet=True)
+    print(f"# synthetic runs of {components} components · built in {time.perf_counter() - t:.1f} s")
+    return site
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--components", type=int, default=1000, help="components of each synthetic run")
-    ap.add_argument("--repeat", type=int, default=3, help="opens of each page (the median is printed)")
+    ap.add_argument("--repeat", type=int, default=5, help="opens of each page (the median is printed)")
     ap.add_argument("--keep", type=Path, default=None, help="build into this folder and keep it")
+    ap.add_argument("--site", type=Path, action="append", default=[],
+                    help="measure this built site instead of building one (twice: two sites, opens alternating)")
     ap.add_argument("--detail", action="store_true", help="also list each page's responses (first open)")
-    ap.add_argument("--pages", nargs="+", default=list(READY), choices=list(READY), metavar="KIND",
-                    help=f"the page kinds to open (default: all of {', '.join(READY)})")
+    ap.add_argument("--json", type=Path, default=None, help="also write every open's figures to this file")
+    ap.add_argument("--pages", nargs="+", default=KINDS, choices=KINDS, metavar="KIND",
+                    help=f"the page kinds to open (default: all of {', '.join(KINDS)})")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="cbsite-weight-"))
     try:
-        runs = tmp / "runs"
-        make_archive(runs, args.components)
-        t = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            site = build_site(runs, args.keep or tmp / "site", quiet=True)
+        sites = args.site or [build(args.components, args.keep, tmp)]
         print(f"# {platform.node()} · {os.cpu_count()} CPUs · load {os.getloadavg()[0]:.1f} · "
-              f"synthetic runs of {args.components} components · built in {time.perf_counter() - t:.1f} s")
-        server = Server(site)
+              f"sites: {', '.join(str(s) for s in sites)}")
+        print("# ms unless kB; cpu..longest: main-thread thread time from a trace; *Dur: CDP Performance (wall)")
+        servers = [Server(s) for s in sites]
+        record: dict[str, dict[str, list[dict[str, float]]]] = {}
         try:
             with launched_browser() as browser:
-                print(f"{'page':<12} {'wire kB':>9} {'raw kB':>9} {'requests':>8} {'DCL ms':>8} {'interactive ms':>15}")
-                for kind, path in pages(site).items():
-                    if kind not in args.pages:
-                        continue
-                    runs_of = [open_page(browser, server.url + path, READY[kind], args.detail and i == 0)
-                               for i in range(args.repeat)]
-                    med = {k: statistics.median(r[k] for r in runs_of) for k in runs_of[0]}
-                    print(f"{kind:<12} {med['wire_kb']:>9.0f} {med['raw_kb']:>9.0f} {med['requests']:>8.0f} "
-                          f"{med['dcl_ms']:>8.0f} {med['interactive_ms']:>15.0f}")
+                print(f"{'page':<12} {'site':<4}" + "".join(f"{label:>{max(len(label), 5) + 1}}" for _, label in COLUMNS))
+                for kind in args.pages:
+                    opens: list[list[dict[str, float]]] = [[] for _ in sites]
+                    for i in range(args.repeat):
+                        for s, (site, server) in enumerate(zip(sites, servers)):  # alternating: load drifts alike
+                            path = pages(site)[kind]
+                            opens[s].append(open_page(browser, server.url + path, READY[kind], args.detail and i == 0))
+                    for s, runs_of in enumerate(opens):
+                        med = {k: statistics.median(r.get(k, 0) for r in runs_of) for k, _ in COLUMNS}
+                        print(f"{kind:<12} {s:<4}" + "".join(f"{med[k]:>{max(len(label), 5) + 1}.0f}" for k, label in COLUMNS))
+                        record.setdefault(kind, {})[str(sites[s])] = runs_of
         finally:
-            server.close()
+            for server in servers:
+                server.close()
         print(f"# load after: {os.getloadavg()[0]:.1f}")
+        if args.json:
+            args.json.write_text(json.dumps(record, indent=1))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

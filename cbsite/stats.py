@@ -71,13 +71,23 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from types import ModuleType
 from typing import Any, Hashable, Mapping, Sequence, TypeVar
 
 import numpy as np
 import polars as pl
-from scipy import stats as _st
 
 from cbsite import format as cfmt
+
+
+@lru_cache(maxsize=1)
+def _scipy_stats() -> ModuleType:
+    # Imported on first use: scipy.stats takes about a second to import, and most commands that import this
+    # module (a site build, `ls`) never run a test.
+    from scipy import stats
+
+    return stats
+
 
 __all__ = [
     "ALPHA",
@@ -203,9 +213,9 @@ def _estimate_paired(rows: Sequence[Sequence[float]], alpha: float) -> list[_Est
         if live.any():
             Y = X[live]
             with _quiet():
-                two = _st.ttest_1samp(Y, 0.0, axis=1)
-                greater = _st.ttest_1samp(Y, 0.0, axis=1, alternative="greater")
-                less = _st.ttest_1samp(Y, 0.0, axis=1, alternative="less")
+                two = _scipy_stats().ttest_1samp(Y, 0.0, axis=1)
+                greater = _scipy_stats().ttest_1samp(Y, 0.0, axis=1, alternative="greater")
+                less = _scipy_stats().ttest_1samp(Y, 0.0, axis=1, alternative="less")
                 ci95 = two.confidence_interval(0.95)
                 cieq = two.confidence_interval(1.0 - 2.0 * alpha)
             for j, row in enumerate(np.flatnonzero(live)):
@@ -254,9 +264,9 @@ def _estimate_unpaired(rows: Sequence[tuple[Sequence[float], Sequence[float]]],
         res = {}
         if live.any():
             with _quiet():
-                two = _st.ttest_ind(H[live], B[live], axis=1, equal_var=False)
-                greater = _st.ttest_ind(H[live], B[live], axis=1, equal_var=False, alternative="greater")
-                less = _st.ttest_ind(H[live], B[live], axis=1, equal_var=False, alternative="less")
+                two = _scipy_stats().ttest_ind(H[live], B[live], axis=1, equal_var=False)
+                greater = _scipy_stats().ttest_ind(H[live], B[live], axis=1, equal_var=False, alternative="greater")
+                less = _scipy_stats().ttest_ind(H[live], B[live], axis=1, equal_var=False, alternative="less")
                 ci95 = two.confidence_interval(0.95)
                 cieq = two.confidence_interval(1.0 - 2.0 * alpha)
             for j, row in enumerate(np.flatnonzero(live)):
@@ -320,21 +330,21 @@ def _needed(est: _Estimate, alpha_effect: float, alpha: float, delta: float) -> 
 
 @lru_cache(maxsize=64)
 def _z(q: float) -> float:
-    return float(_st.norm.ppf(q))
+    return float(_scipy_stats().norm.ppf(q))
 
 
 @lru_cache(maxsize=4096)
 def _t_quantiles(q: float, df_factor: float, lo: int, hi: int) -> np.ndarray:
     """t(q, (n - 1) * df_factor) for n in [lo, hi); cached (paired comparisons repeat these)."""
     n = np.arange(lo, hi, dtype=np.float64)
-    out = _st.t.ppf(q, (n - 1.0) * df_factor)
+    out = _scipy_stats().t.ppf(q, (n - 1.0) * df_factor)
     out.flags.writeable = False
     return out
 
 
 @lru_cache(maxsize=1024)
 def _t_sum(q: float, df: float) -> float:
-    return float(_st.t.ppf(q, df) + _st.t.ppf(POWER, df))
+    return float(_scipy_stats().t.ppf(q, df) + _scipy_stats().t.ppf(POWER, df))
 
 
 def _detectable(est: _Estimate, alpha_effect: float) -> float | None:

@@ -15,6 +15,9 @@ os.environ.setdefault("CBSITE_QUIET", "1")
 # Builds keep their default cache in the user's cache directory: the tests' go to a folder of their own.
 os.environ["CBSITE_CACHE_DIR"] = tempfile.mkdtemp(prefix="cbsite-tests-cache-")
 atexit.register(shutil.rmtree, os.environ["CBSITE_CACHE_DIR"], True)
+# Builds compute in-process: a build's pool of spawned workers costs more CPU than the tests' small archives save,
+# and the suite already keeps every core busy. `demo_site` is built with the pool, so its path stays tested.
+os.environ.setdefault("CBSITE_BUILD_JOBS", "1")
 
 
 @pytest.fixture
@@ -64,11 +67,42 @@ def demo_runs(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def demo_site(demo_runs, tmp_path_factory) -> Path:
-    """The tests' demo archive built once (`cbsite build`, default options) for every test that only reads the
-    site; a test that changes a site or builds with other options builds its own."""
-    from cbsite.generator import build_site
+    """The tests' demo archive built once per session, by the first xdist worker that needs it (`cbsite build`,
+    default options, its pool of two workers), for every test that only reads the site; a test that changes a site
+    or builds with other options builds its own."""
+    from tests.helpers.shared_builds import made_once
 
-    return build_site(demo_runs, tmp_path_factory.mktemp("committed") / "site", quiet=True)
+    def make(folder: Path) -> None:
+        from cbsite.generator import build_site
+
+        shutil.copytree(demo_runs, folder / "runs")
+        jobs = os.environ.get("CBSITE_BUILD_JOBS")
+        os.environ["CBSITE_BUILD_JOBS"] = "2"
+        try:
+            build_site(folder / "runs", folder / "site", quiet=True)
+        finally:
+            if jobs is None:
+                os.environ.pop("CBSITE_BUILD_JOBS", None)
+            else:
+                os.environ["CBSITE_BUILD_JOBS"] = jobs
+
+    return made_once(tmp_path_factory, "demo-site", make) / "site"
+
+
+@pytest.fixture(scope="session")
+def latency_site(tmp_path_factory) -> tuple[Path, Path, Path]:
+    """The latency archive (tests/helpers/latency_archive.py, with its rounds) built once per session, for the tests
+    that only read it: (runs, site, the generated MkDocs project's docs folder)."""
+    from tests.helpers.shared_builds import made_once
+
+    def make(folder: Path) -> None:
+        from cbsite.generator import build_site
+        from tests.helpers.latency_archive import write_latency_archive
+
+        build_site(write_latency_archive(folder / "runs"), folder / "site", project_dir=folder / "project", quiet=True)
+
+    folder = made_once(tmp_path_factory, "latency-site", make)
+    return folder / "runs", folder / "site", folder / "project" / "docs"
 
 
 @pytest.fixture(scope="session")
@@ -83,7 +117,7 @@ def committed_site(demo_site):
 
 def pytest_collection_modifyitems(config, items):
     """GPU and browser tests are real code paths, skipped (not deselected) where torch sees no CUDA device or
-    Debian's chromium is missing (`make browser` installs it)."""
+    Debian's chromium is missing (`make browser` installs it). Modules run longest first (`_by_expected_length`)."""
     from tests.helpers.browser import CHROMIUM
 
     try:
@@ -98,3 +132,18 @@ def pytest_collection_modifyitems(config, items):
         for marker, skip in skips.items():
             if skip is not None and marker in item.keywords:
                 item.add_marker(skip)
+    _by_expected_length(items)
+
+
+def _by_expected_length(items: list[pytest.Item]) -> None:
+    """Modules holding a slow test first, then those driving the browser, then the rest, each group in file order
+    and each module's tests in theirs. `make test` hands whole modules to the xdist workers in this order (--dist
+    loadscope --no-loadscope-reorder): a long module taken last would leave the other core idle at the end."""
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
+    rank: dict[str, int] = {}
+    for item in items:
+        own = 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("browser") else 2
+        rank[module(item)] = min(rank.get(module(item), 2), own)
+    items.sort(key=lambda item: rank[module(item)])

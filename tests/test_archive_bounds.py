@@ -13,7 +13,10 @@ import subprocess
 import sys
 import time
 import tracemalloc
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,41 +43,89 @@ def _two_runs(root: Path) -> tuple[Path, Path]:
     return good, bad
 
 
-def _assert_skipped_everywhere(root: Path, good: Path, bad: Path, tmp_path: Path) -> None:
-    ls = _cli("ls", "--runs", str(root), cwd=tmp_path)
+def _run_json_replaced(kind: str) -> Callable[[Path, Path], None]:
+    """A run whose run.json is no regular file inside the run (`kind`)."""
+    def breaks(run: Path, base: Path) -> None:
+        target = run / archive.RUN_JSON
+        text = target.read_text()
+        target.unlink()
+        if kind == "dev-zero":
+            target.symlink_to("/dev/zero")
+        elif kind == "fifo":
+            os.mkfifo(target)
+        elif kind == "outside":  # a valid run.json, but not the run's own
+            (base / "elsewhere.json").write_text(text)
+            target.symlink_to(base / "elsewhere.json")
+        else:  # a sparse file far above the cap: refused by its size, never read
+            with open(target, "wb") as f:
+                f.truncate(archive.MAX_RUN_JSON_BYTES * 64)
+    return breaks
+
+
+def _older_schema(version: int, change: dict[str, Any]) -> Callable[[Path, Path], None]:
+    """A run whose run.json is of an older schema version and malformed for it."""
+    def breaks(run: Path, base: Path) -> None:
+        meta = json.loads((run / archive.RUN_JSON).read_text())
+        meta.update(change, schema_version=version)
+        (run / archive.RUN_JSON).write_text(json.dumps(meta))
+    return breaks
+
+
+# Each way a run can be broken that ls, show and build must skip, by the broken run's model name.
+RUN_JSON_KINDS = ["dev-zero", "fifo", "outside", "huge"]
+OLDER_SCHEMA = {"v2-device": (2, {"device": "cpu"}), "v1-counts": (1, {"counts": "many"}),
+                "v2-model": (2, {"model": "other model"}), "v1-run-id": (1, {"run_id": 7})}
+BROKEN: dict[str, Callable[[Path, Path], None]] = {
+    **{kind: _run_json_replaced(kind) for kind in RUN_JSON_KINDS},
+    **{name: _older_schema(*how) for name, how in OLDER_SCHEMA.items()},
+}
+
+
+@dataclass
+class Hostile:
+    """One archive holding a good run and one run per way of BROKEN (model `bad-<way>`), listed and built once by
+    the real CLI; `show` is run per broken run by its test."""
+
+    root: Path
+    good: Path
+    bad: dict[str, Path]
+    ls: subprocess.CompletedProcess[str]
+    build: subprocess.CompletedProcess[str]
+    site: Path
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory) -> Hostile:
+    base = tmp_path_factory.mktemp("hostile")
+    root = base / "runs"
+    good, *bad = write_archive(root, [make_run(SPEC, model="good", version="v1")]
+                               + [make_run(SPEC, model=f"bad-{way}", version="v1") for way in BROKEN])
+    for breaks, run in zip(BROKEN.values(), bad):
+        breaks(run, base)
+    ls = _cli("ls", "--runs", str(root), cwd=base)
+    build = _cli("build", "--runs", str(root), "--out", str(base / "site"), cwd=base)
+    return Hostile(root, good, dict(zip(BROKEN, bad)), ls, build, base / "site")
+
+
+def _assert_skipped_everywhere(hostile: Hostile, way: str) -> None:
+    root, good, bad, ls, build = hostile.root, hostile.good, hostile.bad[way], hostile.ls, hostile.build
     assert ls.returncode == 0, ls.stderr[-2000:]
     assert good.name in ls.stdout and "Traceback" not in ls.stderr
-    # One row for the bad run (its first cell), whatever the table wraps: the path in the reason holds "bad" too.
-    rows = [line for line in ls.stdout.splitlines() if line.lstrip("│ ").startswith("bad ")]
+    # One row for the bad run (its first cell), whatever the table wraps: the path in the reason holds its name too.
+    rows = [line for line in ls.stdout.splitlines() if line.lstrip("│ ").startswith(f"bad-{way} ")]
     assert len(rows) == 1 and "unreadable" in rows[0], ls.stdout
-    show = _cli("show", bad.name, "--runs", str(root), cwd=tmp_path)
+    show = _cli("show", bad.name, "--runs", str(root), cwd=root.parent)
     assert show.returncode == 2 and len(show.stderr.strip().splitlines()) == 1, show.stderr[-2000:]
     assert "unreadable" in show.stderr
-    build = _cli("build", "--runs", str(root), "--out", str(tmp_path / "site"), cwd=tmp_path)
     assert build.returncode == 0, build.stderr[-2000:]
-    assert f"skipped run bad/v1/{bad.name}" in build.stderr
-    assert (tmp_path / "site" / "runs" / "good" / "v1" / good.name / "index.html").is_file()
+    assert f"skipped run bad-{way}/v1/{bad.name}" in build.stderr
+    assert (hostile.site / "runs" / "good" / "v1" / good.name / "index.html").is_file()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "outside", "huge"])
-def test_run_json_that_is_no_regular_file_inside_the_run_is_skipped(kind, tmp_path):
-    root = tmp_path / "runs"
-    good, bad = _two_runs(root)
-    target = bad / archive.RUN_JSON
-    text = target.read_text()
-    target.unlink()
-    if kind == "dev-zero":
-        target.symlink_to("/dev/zero")
-    elif kind == "fifo":
-        os.mkfifo(target)
-    elif kind == "outside":  # a valid run.json, but not the run's own
-        (tmp_path / "elsewhere.json").write_text(text)
-        target.symlink_to(tmp_path / "elsewhere.json")
-    else:  # a sparse file far above the cap: refused by its size, never read
-        with open(target, "wb") as f:
-            f.truncate(archive.MAX_RUN_JSON_BYTES * 64)
-    _assert_skipped_everywhere(root, good, bad, tmp_path)
+@pytest.mark.parametrize("kind", RUN_JSON_KINDS)
+def test_run_json_that_is_no_regular_file_inside_the_run_is_skipped(kind, hostile):
+    _assert_skipped_everywhere(hostile, kind)
 
 
 def test_components_parquet_as_a_device_is_skipped(tmp_path):
@@ -218,20 +269,11 @@ def test_names_with_a_trailing_newline_are_refused(name, tmp_path):
 # --- metadata of every schema version is checked -------------------------------------------------
 
 
-@pytest.mark.parametrize("version, change", [
-    (2, {"device": "cpu"}),
-    (1, {"counts": "many"}),
-    (2, {"model": "other model"}),
-    (1, {"run_id": 7}),
-])
-def test_malformed_older_schema_run_is_skipped(version, change, tmp_path):
-    root = tmp_path / "runs"
-    good, bad = _two_runs(root)
-    meta = json.loads((bad / archive.RUN_JSON).read_text())
-    meta.update(change, schema_version=version)
-    (bad / archive.RUN_JSON).write_text(json.dumps(meta))
+@pytest.mark.parametrize("way", sorted(OLDER_SCHEMA))
+def test_malformed_older_schema_run_is_skipped(way, hostile):
+    bad = hostile.bad[way]
     with pytest.raises(CbsiteError, match="unreadable"):
         archive.read_meta(bad)
     with pytest.raises(CbsiteError, match="unreadable"):
         archive.read_run(bad)
-    _assert_skipped_everywhere(root, good, bad, tmp_path)
+    _assert_skipped_everywhere(hostile, way)

@@ -112,3 +112,31 @@ def test_a_trend_point_opens_its_run_by_mouse_and_keyboard(site, page):
     page.keyboard.press("Enter")
     page.wait_for_url(f"**/runs/toy/*/{run_id}/", timeout=10000)
     assert page.errors == []
+
+
+def test_study_charts_below_the_fold_wait_until_scrolled_to(committed_site, page):
+    """The study page's charts are faceted (one panel per value of the other axis): their boxes used to hold no height
+    until drawn, so every box counted as near the viewport and all 16 charts were drawn on open. Now each box holds its
+    chart's height: the charts of the first screen are drawn on open, those far below it when scrolled to, and the page
+    does not jump as they are drawn."""
+    server, _ = committed_site
+    page.goto(server.url + "studies/demo-dense-sparse/")
+    page.wait_for_function("document.querySelector('[data-cbsite-study-chart] svg') !== null", timeout=20000)
+    page.wait_for_timeout(1500)  # what else the page would draw on its own
+    boxes = page.evaluate("""() => Array.from(document.querySelectorAll('[data-cbsite-study-chart]')).map(c => {
+        const b = c.getBoundingClientRect(); return [b.top, b.height, !!c.querySelector('svg')]; })""")
+    assert len(boxes) >= 10
+    first_screen = [drawn for top, _, drawn in boxes if top < VIEWPORT["height"]]
+    far_below = [drawn for top, _, drawn in boxes if top > 2.5 * VIEWPORT["height"]]
+    assert first_screen and all(first_screen), boxes
+    assert far_below and not any(far_below), boxes
+    last = page.locator("[data-cbsite-study-chart]").last
+    top_before = last.evaluate("c => c.getBoundingClientRect().top + window.scrollY")
+    last.scroll_into_view_if_needed()
+    page.wait_for_function("Array.from(document.querySelectorAll('[data-cbsite-study-chart]')).pop().querySelector('svg .mark-line') !== null",
+                           timeout=20000)
+    assert last.locator("svg").first.is_visible()
+    # Each box held about its chart's height: the drawing moved the last chart by little, if at all.
+    top_after = last.evaluate("c => c.getBoundingClientRect().top + window.scrollY")
+    assert abs(top_after - top_before) < 0.1 * top_before, (top_before, top_after)
+    assert page.errors == []

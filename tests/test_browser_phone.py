@@ -1,10 +1,12 @@
-"""The site on a phone (390x844, touch) in Debian's chromium, as a person sees it: no page of any kind pans
-sideways, a table wider than the screen scrolls inside its own box, the home page's changes and the run page's
+"""The site on a phone (390x844, touch) in Debian's chromium, as a person sees it: no page of any kind (the
+component history with its longest path shown and the regressions index included) pans sideways, a table wider than the screen scrolls inside its own box, the home page's changes and the run page's
 bound badges can be scrolled into view, and on the icicle a first tap shows a node's numbers, a second tap zooms."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -30,6 +32,8 @@ def page_urls(built: Path) -> dict[str, str]:
     with_diffs = sorted(d.name for d in (built / "diffs").iterdir() if d.is_dir())
     sharded = built / "runs" / next(m for m in with_diffs if "sharded" in m)
     dense = built / "runs" / next(m for m in with_diffs if "sharded" not in m and not m.startswith("demo-"))
+    history = built / "models" / dense.name / "history"
+    longest = max(json.loads((history / "index.json").read_text())["paths"], key=len)
     return {
         "home": "",
         "model": rel(built / "models" / dense.name),
@@ -38,6 +42,8 @@ def page_urls(built: Path) -> dict[str, str]:
         "study": rel(_first(built / "studies")),
         "sharded run": rel(_first(_first(sharded))),
         "sharded diff": rel(_first(_first(built / "diffs" / sharded.name))),
+        "history": rel(history) + "#component=" + quote(longest, safe=""),
+        "regressions": "regressions/",
     }
 
 
@@ -57,6 +63,8 @@ def _settle(page, url: str) -> None:
     page.wait_for_load_state("load")
     if page.locator("#cbsite-run").count():
         page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=20000)
+    if page.locator("#cbsite-history").count():  # its component's charts drawn
+        page.wait_for_selector("#cbsite-history[data-shown]", timeout=20000)
 
 
 # Everything drawn right of the screen that no box of its own clips: what makes the page pan.
@@ -70,7 +78,8 @@ OVERHANG = """() => { const W = document.documentElement.clientWidth, out = [];
   return { scroll: document.documentElement.scrollWidth, body: document.body.scrollWidth, width: W, over: out.slice(0, 5) }; }"""
 
 
-@pytest.mark.parametrize("kind", ["home", "model", "run", "diff", "study", "sharded run", "sharded diff"])
+@pytest.mark.parametrize("kind", ["home", "model", "run", "diff", "study", "sharded run", "sharded diff", "history",
+                                  "regressions"])
 def test_no_page_scrolls_sideways_on_a_phone(committed_site, phone, kind):
     server, built = committed_site
     _settle(phone, server.url + page_urls(built)[kind])

@@ -88,3 +88,35 @@ def test_default_colouring_is_the_metric_with_the_largest_change_that_counts(dem
 
     # Every total changed here (latency judged regressed in both phases): the colouring is the largest of them.
     assert all(size(metric) >= size(m) for m in ("flops", "param_bytes", "peak_memory_bytes", "latency_ms")), metric
+
+
+def _dlrm_facts(demo_runs):
+    runs = {r.version: archive.read_run(r.path) for r in archive.list_runs(demo_runs) if r.model == "dlrm"}
+    rd, judged = _dlrm(demo_runs)
+    return rd, judged, diffdata.RunFacts.of(rd, runs["v1"], runs["v2"])
+
+
+def _page_bounds(demo_site, version: str) -> dict:
+    """(path, phase) -> the bound a run page shows (its components.json), for dlrm `version`."""
+    page = json.loads(next((demo_site / "runs" / "dlrm" / version).glob("*/components.json")).read_text())
+    return {(p, ph): page[ph]["bound"][i] for ph in page["phases"] for i, p in enumerate(page["path"])}
+
+
+def test_answer_gives_each_listed_component_the_bound_its_run_page_shows(demo_runs, demo_site):
+    rd, judged, facts = _dlrm_facts(demo_runs)
+    base, head = _page_bounds(demo_site, "v1"), _page_bounds(demo_site, "v2")
+    listed = 0
+    for a in diffdata.answer(rd, "dlrm", judged, facts):
+        for r in a["latency"]:
+            key = ("" if r["label"] == "dlrm" else r["label"], a["phase"])
+            assert r["bound"] == head[key] and r["bound"] in ("compute", "memory", "overhead", "suspect"), r
+            assert r["bound_was"] == (base[key] if base[key] != head[key] else None), r
+            listed += 1
+    assert listed >= 6
+    # Where the label changed both are given: the root's forward went from memory- to compute-bound.
+    root = facts.bounds.row(rd.get("", "forward"))
+    assert (base[("", "forward")], head[("", "forward")]) == ("memory", "compute")
+    assert root == {"bound": "compute", "bound_was": "memory", "bound_text": "memory \u2192 compute"}
+    # The verdicts listed under "More" carry the same labels.
+    latency = diffdata.with_bounds(latencydata.latency_context(judged, rd, "dlrm"), rd, facts)
+    assert latency["listed"] and all(r["bound"] == head[(r["path"], r["phase"])] for r in latency["listed"])

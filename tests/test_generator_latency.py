@@ -21,18 +21,14 @@ from tests.helpers.latency_archive import (
     COMPARISON_ID,
     EXPECTED,
     IDS,
-    write_latency_archive,
 )
 
 PAIR = f"diffs/runs/{IDS['v1']}/{IDS['v3']}/"
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    base = tmp_path_factory.mktemp("latency")
-    runs = write_latency_archive(base / "runs")
-    site = build_site(runs, base / "site", project_dir=base / "project", quiet=True)
-    return runs, site, base / "project" / "docs"
+def built(latency_site):
+    return latency_site
 
 
 def _text(html: str) -> str:

@@ -178,7 +178,10 @@ def test_the_readmes_own_model_examples_run_as_written(tmp_path):
     assert first["flops"][0] == 2 * 32 * 16 * 128  # Linear(16, 128) on a batch of 32
 
     (tmp_path / "nb").mkdir()
-    script = notebook.replace("min_run_time=0.05", "min_run_time=0.01, step=False")
+    # The CLI line above calibrates; the cell takes given peaks instead: what it shows is the call, not the peaks.
+    script = notebook.replace("min_run_time=0.05", "min_run_time=0.01, step=False, calibrate=False, peak_flops=1e11, "
+                                                   "peak_bandwidth=1e10")
+    assert script != notebook, "the README's cell no longer sets min_run_time=0.05"
     proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path / "nb", capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (ref,) = archive.list_runs(tmp_path / "nb" / "runs")

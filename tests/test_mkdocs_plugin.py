@@ -128,7 +128,7 @@ def test_plugin_adds_the_archive_under_a_prefix(demo_runs, tmp_path, nav):
     assert any(loc.startswith("guide/") for loc in locations)
 
 
-def test_plugin_and_cbsite_build_share_the_page_generator(demo_runs, tmp_path):
+def test_plugin_and_cbsite_build_share_the_page_generator(demo_runs, tmp_path, monkeypatch):
     """The same archive gives the same page Markdown and data files under the plugin's prefix as in the
     project `cbsite build` generates (both come from build.render_docs)."""
     from cbsite.generator import build
@@ -138,12 +138,9 @@ def test_plugin_and_cbsite_build_share_the_page_generator(demo_runs, tmp_path):
     catalog = load_catalog(demo_runs.resolve(), ())
     site = SiteConfig(base={}, perfetto_origin="https://ui.perfetto.dev", source=None)
     a, b = tmp_path / "a", tmp_path / "b" / "perf"
-    os.environ["CBSITE_BUILD_JOBS"] = "1"
-    try:
-        na, nav_a = build.render_docs(catalog, site, a, [])
-        nb, nav_b = build.render_docs(catalog, site, b, [])
-    finally:
-        os.environ.pop("CBSITE_BUILD_JOBS")
+    monkeypatch.setenv("CBSITE_BUILD_JOBS", "1")
+    na, nav_a = build.render_docs(catalog, site, a, [])
+    nb, nav_b = build.render_docs(catalog, site, b, [])
     assert na == nb and nav_a == nav_b
     files_a = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
     assert files_a == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())

@@ -178,7 +178,7 @@ def test_search_indexes_full_paths_without_splitting_names(built):
     data = json.loads((run / "components.json").read_text())
     assert titles == {p for p in data["path"] if p}
     home = next(d for d in index["docs"] if d["location"] == "#changes")
-    summary = (site / "index.html").read_text()
+    summary = (site / "index.html").read_text().replace("<wbr>", "")  # paths carry break points after their dots
     assert "embedding.tables.t_cat_0" in summary  # the golden diff's summary names it on the home page ...
     assert "embedding.tables.t_cat_0" not in home["text"]  # ... out of the index: run pages rank first
     assert "assets/cbsite/site.js" in (site / "index.html").read_text()

@@ -46,9 +46,8 @@ class _Rows(HTMLParser):
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Path:
-    base = tmp_path_factory.mktemp("regressions")
-    return build_site(write_latency_archive(base / "runs"), base / "site", quiet=True)
+def built(latency_site) -> Path:
+    return latency_site[1]
 
 
 def _table(site: Path) -> _Rows:

@@ -200,3 +200,39 @@ def test_sharded_diff_labels_communication_on_both_paths(sharded, tmp_path):
     labels = dict(zip((c.path for c in rd.for_phase("forward")), computed["diff.forward.json"]["run"]["bound"]))
     assert communicating and all(labels[p] == "communication" for p in communicating if p in labels)
     assert all(labels[p] != "communication" for p in labels if p not in communicating)
+
+
+def test_sharded_diff_gives_each_ranks_own_change_where_the_all_ranks_one_would_mix_ranks(sharded, built):
+    """In the all-ranks view each row is its own slowest rank: the row-wise root (rank 1, 7.75 ms) has children on
+    rank 0 that add up past it, so "own = total - children" read -12.3 ms while the total went 3.33 -> 7.75 ms. The
+    page shows no such own change but each rank's, computed from that rank's rows alone; an own change that is one
+    rank's own rows on each side (a leaf's) is still shown."""
+    from cbsite.generator import diffdata
+
+    base, head = _run(sharded, "table-wise"), _run(sharded, "row-wise")
+    rows = head.rows.filter(pl.col("phase") == "forward")
+    rank_of = dict(zip(rows.get_column("path").to_list(), rows.get_column("rank").to_list()))
+    assert rank_of[""] != rank_of["sparse_arch"]  # the root and its largest child: different slowest ranks
+    folder = built / "diffs" / "dlrm-sharded" / "table-wise" / "row-wise"
+    fwd = diffdata.read_diff(folder)["forward"]
+    root = fwd["path"].index("")
+    assert fwd["own"]["latency_ms"][root] is None and fwd["share"]["latency_ms"][root] is None
+    per_rank = fwd["mixed"][root]["latency_ms"]
+    assert sorted(per_rank) == ["0", "1"]
+    for rank, value in per_rank.items():  # each rank's own change is the diff of that rank's own rows
+        one = cdiff.diff_tables(base.ranks.filter(pl.col("rank") == int(rank)), head.ranks.filter(pl.col("rank") == int(rank)))
+        assert value == pytest.approx(one.get("", "forward").self_delta["latency_ms"], rel=2e-3)
+    # FLOPs are the same on every rank: the root's own FLOP change is not mixed, and is shown.
+    assert "flops" not in fwd["mixed"][root] and fwd["own"]["flops"][root] is not None
+    # A leaf's own change is its whole change, one row on each side: shown, never per rank.
+    leaves = [i for i, p in enumerate(fwd["path"]) if p and not any(q.startswith(p + ".") for q in fwd["path"])
+              and fwd["delta"]["latency_ms"][i] is not None]
+    assert leaves and all(fwd["mixed"][i] is None and fwd["own"]["latency_ms"][i] == fwd["delta"]["latency_ms"][i]
+                          for i in leaves)
+    # The page: the root is listed with each rank's own change and the words why, never with -12.3 ms.
+    html = (folder / "index.html").read_text().replace("<wbr>", "")
+    answer = html[html.index('id="answer"'):html.index('id="setup"')]
+    row = next(r for r in answer.split("<tr")[1:] if "<code>dlrm-sharded</code>" in r)
+    assert "per rank" in row and "rank 0 \u221213 ms" in row and "rank 1 \u221211.3 ms" in row, row
+    assert "12.3 ms" not in answer
+    assert 'id="mixed-ranks"' in answer and "each row is its own slowest rank" in answer

@@ -105,7 +105,9 @@ def test_study_page_has_charts_per_axis_points_and_configuration(built):
     assert "MemoryError: planted" in page and "failed" in page
     assert "/secret/local/path" not in page
     # The configuration as key = value rows, not JSON.
-    assert '<li><code>grid.dense_features</code> = <span class="value">64, 512, 4096</span></li>' in page
+    # (the key is a path: it may break only after its dot, hence the <wbr>)
+    assert ('<li><code><span class="cbsite-path">grid.<wbr>dense_features</span></code> = '
+            '<span class="value">64, 512, 4096</span></li>') in page
     assert "&#34;grid&#34;" not in page.replace("&quot;", "&#34;") and "<pre>" not in page
     nav = (built / "index.html").read_text()
     assert "studies/dlrm-grid/" in nav

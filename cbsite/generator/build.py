@@ -32,7 +32,8 @@ from cbsite.archive import Run
 from cbsite.diffrecord import LABELS
 from cbsite.errors import CbsiteError
 from cbsite.generator import cache as bcache
-from cbsite.generator import charts, historydata, jobs, precompress, regressionsdata, rundata, sitedir, studydata, templating
+from cbsite.generator import (charts, historydata, jobs, precompress, regressionsdata, rundata, searchpaths, sitedir, studydata,
+                              templating)
 from cbsite.generator.catalog import Catalog, load_catalog
 from cbsite.generator.config import SiteConfig, dump_yaml, load_site_config, project_config
 
@@ -214,15 +215,18 @@ def _comparisons_by_model(catalog: Catalog, diffs: list[_DiffEntry]) -> dict[str
 class _Early:
     """Artifacts published by the run jobs (in the workers, beside the rest of a run's work) into `root`, a
     folder beside the site, and moved into the site once MkDocs has built it (a build without a cache);
-    `found`: run id -> what publishing it reported."""
+    `found`: run id -> what publishing it reported. `ahead`: the data files' gzip copies, made by the workers
+    while this process renders the pages (precompress.Ahead), under `root` too."""
 
     root: Path
     found: dict[str, list[str]] = field(default_factory=dict)
+    ahead: precompress.Ahead | None = None
 
 
 def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
             cache: bcache.BuildCache | None = None, writer: _Writer | None = None,
-            pool: jobs.Pool | None = None, early: _Early | None = None) -> tuple[int, list[Any]]:
+            pool: jobs.Pool | None = None, early: _Early | None = None,
+            search: searchpaths.ComponentSearch | None = None) -> tuple[int, list[Any]]:
     writer = writer or _Writer(docs, templating.environment())
     totals: dict[str, dict[str, dict[str, Any]]] = {}
     run_info: dict[str, rundata.RunData] = {}
@@ -262,14 +266,21 @@ def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
             totals[run.run_id] = rd.totals
             run_info[run.run_id] = rd
         results = diff_results()
+        if early is not None and early.ahead is not None and pool is not None:
+            early.ahead.start(pool.running(), docs, [templating.run_url(r) for r in catalog.runs()] + [e.url for e in entries])
     diffs = _render_diffs(entries, results, writer, warnings)
     diffs_of: dict[str, list[_DiffEntry]] = {}
     for e in diffs:
         for model in sorted({e.base.model, e.head.model}):
             diffs_of.setdefault(model, []).append(e)
-    # The newest run of each version lists its component paths in the page text, so that search finds a
-    # component by its full path (older runs of a version would only repeat them in the index).
+    # The newest run of each version stands for it in search: its page's entries rank first, and each component
+    # path of the model gets one entry, on the newest such run that has it (searchpaths.py).
     newest_of_version = {m.newest(v).run_id for m in catalog.models.values() for v in m.versions}
+    if search is not None:
+        paths_of = {run_id: run_info[run_id].paths for run_id in newest_of_version}
+        by_run = searchpaths.assign(([m.newest(v) for v in m.versions], paths_of) for m in catalog.models.values())
+        search.pages.update({templating.run_url(run) + "index.md": by_run[run.run_id]
+                             for run in catalog.runs() if run.run_id in by_run})
     for run in catalog.runs():
         url = templating.run_url(run)
         related = [e for e in diffs_of.get(run.model, []) if run.run_id in (e.base.run_id, e.head.run_id)]
@@ -278,7 +289,7 @@ def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
         key = _page_key("run", keys[run.run_id], url, [(e.url, e.base.version, e.head.version) for e in related],
                         site.perfetto_origin, run.run_id in newest_of_version) if keys is not None else None
         writer.page(url, "pages/run.md.j2", key, run=run, rd=run_info[run.run_id], meta=run.meta, diffs=related,
-                    perfetto_origin=site.perfetto_origin, index_paths=run.run_id in newest_of_version)
+                    perfetto_origin=site.perfetto_origin, search_boost=run.run_id in newest_of_version)
     comparisons_of = _comparisons_by_model(catalog, diffs)
     for name, entry in catalog.models.items():
         url = templating.model_url(name)
@@ -333,12 +344,15 @@ def _trend_specs(cache: bcache.BuildCache | None, versions: list[str], runs: lis
 
 def render_docs(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
                 cache: bcache.BuildCache | None = None, writer: _Writer | None = None,
-                pool: jobs.Pool | None = None, early: _Early | None = None) -> tuple[int, list[Any]]:
+                pool: jobs.Pool | None = None, early: _Early | None = None,
+                search: searchpaths.ComponentSearch | None = None) -> tuple[int, list[Any]]:
     """The one page generator: every page, its data files and the assets, into `docs` (a folder of Markdown
     pages whose links are relative to it). `cbsite build` makes it a project's docs_dir; the MkDocs plugin
     (plugin.py) puts it under a prefix of a team's own docs. With a `cache` (cache.py), runs and diffs whose
-    content the cache knows are not computed again. Returns the number of pages and the nav."""
-    n_pages, nav = _render(catalog, site, docs, warnings, cache, writer, pool, early)
+    content the cache knows are not computed again. `search` receives the component paths each run page's
+    search entries list (searchpaths.py: they go into the index, not into the pages). Returns the number of
+    pages and the nav."""
+    n_pages, nav = _render(catalog, site, docs, warnings, cache, writer, pool, early, search)
     _write_assets(docs, cache)
     return n_pages, nav
 
@@ -354,9 +368,10 @@ def _write_assets(docs: Path, cache: bcache.BuildCache | None = None) -> None:
     (target / "vega.js").write_text(bundle)
 
 
-def _mkdocs_build(project: Path, out: Path, strict: bool, quiet: bool, epoch: int, plugin: Any = None) -> None:
+def _mkdocs_build(project: Path, out: Path, strict: bool, quiet: bool, epoch: int, plugin: Any = None,
+                  search: searchpaths.ComponentSearch | None = None) -> None:
     """`mkdocs build` of the generated project; with `plugin` (reuse.ReusePlugin) a partial build that takes
-    unchanged pages from the previous site."""
+    unchanged pages from the previous site; with `search`, the component paths' search entries added."""
     from mkdocs.commands.build import build as mkdocs_build
     from mkdocs.config import load_config
     from mkdocs.exceptions import Abort, ConfigurationError
@@ -367,6 +382,8 @@ def _mkdocs_build(project: Path, out: Path, strict: bool, quiet: bool, epoch: in
     try:
         with _source_date(epoch):
             cfg = load_config(config_file=str(project / "mkdocs.yml"), site_dir=str(out), strict=strict)
+            if search is not None:
+                cfg.plugins["cbsite-search-paths"] = searchpaths.ComponentSearchPlugin(search)
             if plugin is None:
                 mkdocs_build(cfg)
             else:
@@ -464,6 +481,8 @@ def _build_into(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool, 
     # Named after the stage folder (`.<site>.cbsite-build-…-artifacts-…`), so a build killed before its `finally`
     # leaves nothing the next build's sitedir.recover does not remove with the stage folder.
     early = _Early(Path(tempfile.mkdtemp(dir=out.parent, prefix=f"{out.name}-artifacts-"))) if cache is None else None
+    if early is not None:
+        early.ahead = precompress.Ahead(early.root / "gz")
     try:
         return _build_stage(catalog, site, out, strict=strict, quiet=quiet, versioned=versioned,
                             project_dir=project_dir, cache=cache, previous=previous, pool=pool, early=early)
@@ -494,7 +513,8 @@ def _build_stage(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool,
         can_reuse = cache is not None and stock
         env = templating.environment(str(cache.folder_for("templates")) if cache is not None else None)
         writer = _Writer(docs, env, record.get("pages", {}) if can_reuse else None)
-        n_pages, nav = render_docs(catalog, site, docs, warnings, cache, writer, pool, early)
+        search = searchpaths.ComponentSearch()
+        n_pages, nav = render_docs(catalog, site, docs, warnings, cache, writer, pool, early, search)
         cfg, notes = project_config(site, nav, versioned=versioned)
         warnings.extend(notes)
         text = dump_yaml(cfg)
@@ -503,6 +523,8 @@ def _build_stage(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool,
         if cache is not None and can_reuse:
             gkey = reuse.global_key(text)
             entries = reuse.previous_entries(previous) if previous is not None and record.get("global") == gkey else None
+            if entries is not None:
+                search.take_previous(entries)
             reused = writer.reusable() if entries is not None else set()
             reused = {src for src in reused  # a page missing from the previous site is rendered after all
                       if previous is not None and (previous / src.removesuffix("index.md") / "index.html").is_file()}
@@ -510,7 +532,9 @@ def _build_stage(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool,
             plugin = reuse.ReusePlugin(docs, previous, reused, entries, cache.folder_for("theme-templates"))
         elif stock:  # every page converted; the temporary docs' files linked, not copied (a kept project's are copied)
             plugin = reuse.ReusePlugin(docs, None, set(), None, link_static=project_dir is None)
-        _mkdocs_build(project, out, strict, quiet, _epoch(catalog.newest_run_time()), plugin)
+        _mkdocs_build(project, out, strict, quiet, _epoch(catalog.newest_run_time()), plugin, search)
+        if early is not None and early.ahead is not None:
+            early.ahead.wait()  # the copies read the generated docs, which go at the end of this block
     previous_runs = record.get("runs", {})
 
     def publish(run: Run) -> list[str]:
@@ -540,7 +564,7 @@ def _build_stage(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool,
         for found in io_pool.map(publish, catalog.runs()):
             warnings.extend(found)
     # For static hosts that serve a file's .gz (and `cbsite serve`): unchanged files take the previous site's copy.
-    precompress.write_beside(out, previous)
+    precompress.write_beside(out, previous, early.ahead if early is not None else None)
     if cache is not None and can_reuse:
         cache.site_pages, cache.site_global = writer.keys, gkey
     return BuildResult(site=out, project=project_dir, warnings=warnings, pages=n_pages, runs=len(catalog.runs()))

@@ -22,8 +22,8 @@ CBSITE_KEYS = {"perfetto_origin"}
 # Words split on white space, hyphens and punctuation, but a component path is one word: `.` splits only at the
 # end of a sentence, `_` never. Split into its parts, `over_arch.model.0._mlp.1._linear` searched for `over_arch`,
 # `model`, `0`, `_mlp`, `1`, `_linear`, each a prefix: "0" and "1" matched the start of every run id's tail
-# ("20261130T150038Z-067f0d") in the boosted page titles, and another model's run page came first. A run page's
-# path list (run.md.j2) gives each path whole and its last name, so both `t_cat_0` and the full path find it.
+# ("20261130T150038Z-067f0d") in the boosted page titles, and another model's run page came first. A component's
+# search entry (searchpaths.py) gives its path whole and every tail after a `.` or `_`, so `t_cat_0` finds it too.
 SEARCH_SEPARATOR = r"[\s\-,:;!=\[\]()\"/]+|\.(?=[\s,;:)]|$)|&[lg]t;"
 CSS = "assets/cbsite/cbsite.css"
 SITE_JS = "assets/cbsite/site.js"  # on every page: search results carry the query; a file:// page says why it fails

@@ -10,12 +10,16 @@ Nor are shares given where the parts cancel out (`cancelled`): when the componen
 down together, more than CANCEL (cbsite/diffrecord.py) times the net change, a share of the net is a large
 meaningless number; the page then gives the amounts up, down and net instead.
 Latency follows its verdicts when the diff has evidence (cbsite/generator/latencydata.py).
+Beside the diff, the page reads from the two runs themselves (`RunFacts`): each listed component's bound on each
+side (diffbounds.py), and, for sharded runs, the own changes that would subtract rows of different ranks, which
+are not shown as own changes but per rank (diffranks.py).
 """
 
 from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -34,6 +38,8 @@ from cbsite.diffrecord import (
     display_path,
 )
 from cbsite.generator import charts, latencydata
+from cbsite.generator.diffbounds import DiffBounds
+from cbsite.generator.diffranks import MixedOwn, mixed_owns
 from cbsite.generator.latencydata import Judged, latency_changed, latency_columns
 from cbsite.generator.rundata import compact_column, site_bounds
 from cbsite.summary import capitalise, clause_text, paragraph, total_parts, total_text
@@ -42,6 +48,37 @@ TOP_N = 10
 # Metrics with a contributors chart, in the order the page shows them.
 CHART_METRICS = ("flops", "param_bytes", "peak_memory_bytes", "latency_ms")
 
+
+@dataclass
+class RunFacts:
+    """What the diff page reads from the two runs beyond their diff: each side's bounds, and the own changes of a
+    sharded diff that mix ranks ((path, phase) -> diffranks.MixedOwn). The default knows neither."""
+
+    bounds: DiffBounds = field(default_factory=lambda: DiffBounds(None, None))
+    mixed: dict[tuple[str, str], MixedOwn] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, rd: cdiff.RunDiff, base: Run, head: Run) -> RunFacts:
+        return cls(DiffBounds(base, head), mixed_owns(rd, base, head))
+
+    def mixes(self, c: ComponentDelta, metric: str) -> bool:
+        """The component's own change of `metric` would subtract rows of different ranks: not shown as such."""
+        m = self.mixed.get((c.path, c.phase))
+        return m is not None and metric in m.metrics
+
+    def own(self, c: ComponentDelta, metric: str) -> float | None:
+        """The own change the page shows: None where it would mix ranks."""
+        return None if self.mixes(c, metric) else c.self_delta[metric]
+
+    def per_rank(self, c: ComponentDelta, metric: str) -> list[str]:
+        """Each rank's own change where the all-ranks one mixes ranks: ["rank 0 +1.2 ms", "rank 1 \u22120.4 ms"]."""
+        m = self.mixed.get((c.path, c.phase))
+        if m is None or metric not in m.metrics:
+            return []
+        return [f"rank {r} {delta_text(metric, v)}" for r, v in m.per_rank[metric].items()]
+
+
+NO_FACTS = RunFacts()
 
 UNIT = {"latency_ms": "time", "flops": "flops"}  # the one formatter's kind per metric (format.fmt_signed); else bytes
 
@@ -124,13 +161,15 @@ def totals_rows(rd: cdiff.RunDiff, judged: Judged | None = None) -> list[dict[st
     return rows
 
 
-def _changes(rd: cdiff.RunDiff, metric: str, phase: str, judged: Judged | None) -> list[ComponentDelta]:
+def _changes(rd: cdiff.RunDiff, metric: str, phase: str, judged: Judged | None,
+             facts: RunFacts = NO_FACTS) -> list[ComponentDelta]:
     """The components with an own change of `metric` that counts, largest first (as `RunDiff.top` orders
-    them); latency with evidence counts only components whose verdict is a change."""
+    them); latency with evidence counts only components whose verdict is a change. An own change that would mix
+    ranks (`RunFacts.mixes`) is not one."""
     if metric != "latency_ms" or judged is None or not judged.judged:
-        return rd.top(metric, phase, len(rd.components))
+        return [c for c in rd.top(metric, phase, len(rd.components)) if not facts.mixes(c, metric)]
     rows = [(i, c) for i, c in enumerate(rd.for_phase(phase))
-            if c.self_delta[metric] not in (None, 0) and latency_changed(c, judged)]
+            if c.self_delta[metric] not in (None, 0) and latency_changed(c, judged) and not facts.mixes(c, metric)]
     # rows hold known own changes only (None was filtered out above)
     rows.sort(key=lambda ic: (-abs(cast(float, ic[1].self_delta[metric])), -ic[1].depth, ic[0]))
     return [c for _, c in rows]
@@ -144,7 +183,8 @@ def _change_word(c: ComponentDelta, value: float) -> str:
     return "grew" if value > 0 else "shrank"
 
 
-def top_rows(rd: cdiff.RunDiff, model: str, judged: Judged | None = None) -> dict[str, list[dict[str, Any]]]:
+def top_rows(rd: cdiff.RunDiff, model: str, judged: Judged | None = None,
+             facts: RunFacts = NO_FACTS) -> dict[str, list[dict[str, Any]]]:
     """The deepest components that explain each metric's change in the main phase."""
     phase = "forward" if "forward" in rd.totals else (rd.phases[0] if rd.phases else None)
     if phase is None:
@@ -153,7 +193,7 @@ def top_rows(rd: cdiff.RunDiff, model: str, judged: Judged | None = None) -> dic
     for metric in CHART_METRICS:
         rows = []
         cancel = cancelled(rd, metric, phase)
-        for c in _changes(rd, metric, phase, judged)[:TOP_N]:
+        for c in _changes(rd, metric, phase, judged, facts)[:TOP_N]:
             value = cast(float, c.self_delta[metric])  # `_changes` lists known own changes only
             rows.append({
                 "path": display_path(c.path, model), "label": display_path(c.path, model),
@@ -168,6 +208,7 @@ def top_rows(rd: cdiff.RunDiff, model: str, judged: Judged | None = None) -> dic
 
 ANSWER_N = 5  # latency changes per phase the page leads with; the table and the verdicts list the rest
 ANSWER_GROWTH_N = 3  # FLOP and peak-memory changes per phase
+ANSWER_MIXED_N = 3  # latency changes per phase whose own change would mix ranks, listed with each rank's
 # An ancestor whose own change is less than this part of its change is its children's change again: folded
 # into them (a leaf's own change is its whole change, so it is always kept).
 FOLD = 0.5
@@ -178,37 +219,70 @@ def _folded(c: ComponentDelta, metric: str) -> bool:
     return own is None or whole is None or abs(own) < FOLD * abs(whole)
 
 
-def answer(rd: cdiff.RunDiff, model: str, judged: Judged | None = None) -> list[dict[str, Any]]:
+def answer(rd: cdiff.RunDiff, model: str, judged: Judged | None = None,
+           facts: RunFacts = NO_FACTS) -> list[dict[str, Any]]:
     """What the diff page leads with, per phase (backward as well as forward): the latency changes that count
     (judged ones where the diff has evidence, else those outside noise), largest own change in ms first, with
-    the verdict's ratio and interval and the absolute medians per forward; then the FLOP and peak-memory
-    changes. An ancestor whose change is its children's (`FOLD`) is not listed again."""
+    the verdict's ratio and interval, the absolute medians per forward and the component's bound (the newer
+    side's, "memory \u2192 compute" where it changed); then the FLOP and peak-memory changes. An ancestor whose
+    change is its children's (`FOLD`) is not listed again.
+
+    `mixed`: the latency changes that count whose own change would mix ranks (a sharded diff: `RunFacts.mixes`),
+    largest change first, each with every rank's own change in its place."""
     judged = judged or Judged(None, None)
     out = []
     for phase in rd.phases:
         latency: list[dict[str, Any]] = []
-        for c in _changes(rd, "latency_ms", phase, judged):
+        for c in _changes(rd, "latency_ms", phase, judged, facts):
             if len(latency) == ANSWER_N:
                 break
             if _folded(c, "latency_ms"):
                 continue
-            v = judged.get(c.path, phase) if judged.judged else None
-            latency.append({
-                "label": display_path(c.path, model), "module_type": c.module_type, "kind": c.kind,
-                "own": delta_text("latency_ms", c.self_delta["latency_ms"]),
-                "base": c.base["latency_ms"], "head": c.head["latency_ms"],
-                "verdict": v.verdict if v is not None else (c.kind if c.kind in ("added", "removed") else None),
-                "ratio": v.ratio if v is not None else None,
-                "ci_low": v.ci_low if v is not None else None, "ci_high": v.ci_high if v is not None else None,
-            })
+            latency.append(_latency_row(c, model, judged, facts) | {"own": delta_text("latency_ms", c.self_delta["latency_ms"])})
+        mixed = sorted((c for c in rd.for_phase(phase) if facts.mixes(c, "latency_ms") and _latency_counts(c, judged)),
+                       key=lambda c: -abs(c.delta["latency_ms"] or 0))[:ANSWER_MIXED_N]
         growth = {}
         for metric in ("flops", "peak_memory_bytes"):
-            rows = [c for c in _changes(rd, metric, phase, None) if not _folded(c, metric)][:ANSWER_GROWTH_N]
+            rows = [c for c in _changes(rd, metric, phase, None, facts) if not _folded(c, metric)][:ANSWER_GROWTH_N]
             if rows:
                 growth[metric] = [{"label": display_path(c.path, model), "kind": c.kind,
                                    "own": delta_text(metric, c.self_delta[metric])} for c in rows]
-        out.append({"phase": phase, "latency": latency, "growth": growth})
+        out.append({"phase": phase, "latency": latency, "growth": growth,
+                    "mixed": [_latency_row(c, model, judged, facts) | {
+                        "change": delta_text("latency_ms", c.delta["latency_ms"]),
+                        "per_rank": facts.per_rank(c, "latency_ms")} for c in mixed]})
     return out
+
+
+def _latency_counts(c: ComponentDelta, judged: Judged) -> bool:
+    """The component's latency change counts (its verdict, or without evidence its noise rule)."""
+    return c.delta["latency_ms"] not in (None, 0) and latency_changed(c, judged)
+
+
+def _latency_row(c: ComponentDelta, model: str, judged: Judged, facts: RunFacts) -> dict[str, Any]:
+    v = judged.get(c.path, c.phase) if judged.judged else None
+    return {
+        "label": display_path(c.path, model), "module_type": c.module_type, "kind": c.kind,
+        "base": c.base["latency_ms"], "head": c.head["latency_ms"],
+        "verdict": v.verdict if v is not None else (c.kind if c.kind in ("added", "removed") else None),
+        "ratio": v.ratio if v is not None else None,
+        "ci_low": v.ci_low if v is not None else None, "ci_high": v.ci_high if v is not None else None,
+        **facts.bounds.row(c),
+    }
+
+
+def with_bounds(latency: dict[str, Any], rd: cdiff.RunDiff, facts: RunFacts) -> dict[str, Any]:
+    """The latency verdicts' context (latencydata.latency_context) with each listed component's bound
+    (diffbounds.DiffBounds.row) on its rows."""
+    listed = latency.get("listed")
+    if not listed:
+        return latency
+    at = {(c.path, c.phase): c for c in rd.components}
+    rows = []
+    for r in listed:
+        c = at.get((r.get("path"), r.get("phase")))
+        rows.append(r | (facts.bounds.row(c) if c is not None else {"bound": None, "bound_was": None, "bound_text": None}))
+    return latency | {"listed": rows}
 
 
 def default_colour(rd: cdiff.RunDiff, judged: Judged | None = None) -> str:
@@ -288,14 +362,15 @@ def chart_specs(tops: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     return out
 
 
-def _shares(rd: cdiff.RunDiff, phase: str, metric: str, judged: Judged | None) -> list[float | None]:
+def _shares(rd: cdiff.RunDiff, phase: str, metric: str, judged: Judged | None,
+            facts: RunFacts = NO_FACTS) -> list[float | None]:
     comps = rd.for_phase(phase)
     if metric in NO_SHARE or cancelled(rd, metric, phase):
         return [None] * len(comps)
     if metric == "latency_ms":
         judged = judged or Judged(None, None)
-        return [c.share[metric] if latency_changed(c, judged) else None for c in comps]
-    return [c.share[metric] for c in comps]
+        return [c.share[metric] if latency_changed(c, judged) and not facts.mixes(c, metric) else None for c in comps]
+    return [None if facts.mixes(c, metric) else c.share[metric] for c in comps]
 
 
 def _floats(values: list[Any]) -> list[Any]:
@@ -383,7 +458,7 @@ def _run_columns(head: Run, phase: str, comps: list[ComponentDelta],
 
 
 def diff_files(rd: cdiff.RunDiff, judged: Judged | None = None, head: Run | None = None,
-               page: dict[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+               page: dict[str, Any] | None = None, facts: RunFacts = NO_FACTS) -> dict[str, dict[str, Any]]:
     """The diff page's data files by name: `diff.json`, a small index the page loads first (phases, whether
     latency is judged, the file of each phase), and one `diff.<phase>.json` per phase. The page loads its
     first phase on open and another only when asked for (its table's or icicle's phase selector), so what a
@@ -394,7 +469,9 @@ def diff_files(rd: cdiff.RunDiff, judged: Judged | None = None, head: Run | None
     `head` per forward, `delta` and `own` (self_delta) of each metric, `share` of those the table shows, `noise`, `latency` (only
     when the diff has evidence: the verdict columns of latencydata) and `run`: the head run's own values of
     the phase that the icicle draws (`_run_columns`; none without `head`; `page`: the head run's page data, when
-    at hand)."""
+    at hand). From `facts`: `bound_was`, the older side's bound where it differs from the newer's (null elsewhere);
+    and in a sharded diff `mixed`, per row null or, for each metric whose own change would mix ranks (its `own`
+    null then), each rank's own change {metric: {rank: change}}."""
     judged = judged or Judged(None, None)
     files: dict[str, dict[str, Any]] = {}
     index: dict[str, Any] = {"metrics": list(DIFF_METRICS), "phases": rd.phases, "judged": judged.judged,
@@ -418,8 +495,10 @@ def diff_files(rd: cdiff.RunDiff, judged: Judged | None = None, head: Run | None
         deltas = [c.delta for c in comps]
         cols["delta"] = {m: _whole(compact_column(_floats([d[m] for d in deltas]), DIGITS)) for m in DIFF_METRICS}
         # The icicle colours a node by its own change, so a regressed leaf shows where its ancestors' sums hide it.
-        cols["own"] = {m: _whole(compact_column(_floats([c.self_delta[m] for c in comps]), DIGITS)) for m in DIFF_METRICS}
-        cols["share"] = {m: compact_column(_shares(rd, phase, m, judged), DIGITS) for m in SHARE_METRICS}
+        cols["own"] = {m: _whole(compact_column(_floats([facts.own(c, m) for c in comps]), DIGITS)) for m in DIFF_METRICS}
+        cols["share"] = {m: compact_column(_shares(rd, phase, m, judged, facts), DIGITS) for m in SHARE_METRICS}
+        if facts.mixed:
+            cols["mixed"] = [_per_rank_column(facts.mixed.get((c.path, phase))) for c in comps]
         noise = [c.noise for c in comps]
         cols["noise"] = {m: [d[m] for d in noise] for m in DIFF_METRICS}
         latency = latency_columns(judged, comps)
@@ -427,10 +506,22 @@ def diff_files(rd: cdiff.RunDiff, judged: Judged | None = None, head: Run | None
             cols["latency"] = latency
         if head is not None:
             cols["run"] = _run_columns(head, phase, comps, page)
+            if facts.bounds.runs["head"] is not None:  # the head run's labels, read once (run_bounds reads the same)
+                facts.bounds.know("head", phase, {c.path: b for c, b in zip(comps, cols["run"]["bound"])
+                                                  if c.kind != "removed"})
+        if facts.bounds.runs["base"] is not None:
+            cols["bound_was"] = [facts.bounds.row(c)["bound_was"] for c in comps]
         file = PHASE_FILE.format(phase=phase)
         index["files"][phase] = file
         files[file] = cols
     return {"diff.json": index, **files}
+
+
+def _per_rank_column(m: MixedOwn | None) -> dict[str, dict[str, Any]] | None:
+    if m is None:
+        return None
+    return {metric: {str(r): v for r, v in zip(ranks, _whole(compact_column(_floats(list(ranks.values())), DIGITS)))}
+            for metric, ranks in m.per_rank.items()}
 
 
 def read_diff(folder: str | Path) -> dict[str, Any]:

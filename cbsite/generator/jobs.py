@@ -41,9 +41,10 @@ def diff_job(job: tuple[Path, Path, Path, str, dict[str, Any] | None]) -> dict[s
     except CbsiteError as exc:  # e.g. no phase in common: a page that says so, not a crashed build
         return {"error": str(exc)}
     judged = latencydata.judge(record, base, head, rd)
-    tops = diffdata.top_rows(rd, model, judged)
+    facts = diffdata.RunFacts.of(rd, base, head)  # bounds on each side; own changes that mix ranks (sharded)
+    tops = diffdata.top_rows(rd, model, judged, facts)
     page = _PAGES.get(str(head_path))  # the head run's page data, when this worker has just computed it
-    for name, data in diffdata.diff_files(rd, judged, head, page).items():  # diff.json and one file per phase
+    for name, data in diffdata.diff_files(rd, judged, head, page, facts).items():  # diff.json and one file per phase
         templating.dump_json(data, folder / name)
     specs = diffdata.chart_specs(tops)
     if specs:
@@ -54,9 +55,9 @@ def diff_job(job: tuple[Path, Path, Path, str, dict[str, Any] | None]) -> dict[s
         "warnings": list(rd.warnings), "phases": rd.phases,
         "totals": diffdata.totals_rows(rd, judged), "tops": tops, "ties": diffdata.ties(tops),
         "chart_metrics": list(specs), "counts": {p: rd.counts(p) for p in rd.phases},
-        "latency": latencydata.latency_context(judged, rd, model),
+        "latency": diffdata.with_bounds(latencydata.latency_context(judged, rd, model), rd, facts),
         "setup": provenance.setup_changes(base.meta, head.meta),
-        "answer": diffdata.answer(rd, model, judged), "colour": diffdata.default_colour(rd, judged),
+        "answer": diffdata.answer(rd, model, judged, facts), "colour": diffdata.default_colour(rd, judged),
         "run_warnings": {"base": list(base.meta.get("warnings") or []), "head": list(head.meta.get("warnings") or [])},
         "traffic": traffic.rows(rd.traffic, model),  # sharded runs: collective bytes per component; [] otherwise
         "regressions": regressionsdata.diff_regressions(judged, rd, model),  # the archive's regressions index
@@ -122,6 +123,10 @@ class Pool:
                     max_workers=_workers(), mp_context=ctx, initializer=_worker_start))
             except (OSError, RuntimeError):
                 self.failed = True
+        return self.pool
+
+    def running(self) -> concurrent.futures.ProcessPoolExecutor | None:
+        """The pool if a step has started it (one that had enough to do), else None: never started for less."""
         return self.pool
 
 

@@ -35,13 +35,13 @@ from typing import Any, cast
 from mkdocs.config import config_options as c
 from mkdocs.config.base import Config
 from mkdocs.exceptions import PluginError
-from mkdocs.plugins import BasePlugin
+from mkdocs.plugins import BasePlugin, CombinedEvent, event_priority
 from mkdocs.structure.files import File, Files, InclusionLevel
 from mkdocs.utils import get_relative_url
 
 from cbsite import schema
 from cbsite.errors import CbsiteError
-from cbsite.generator import build, rundata, templating
+from cbsite.generator import build, rundata, searchpaths, templating
 from cbsite.generator.cache import BuildCache, plugin_cache_dir
 from cbsite.generator.catalog import Catalog, load_catalog
 from cbsite.generator.config import DEFAULT_PERFETTO_ORIGIN, ORIGIN_RE, SiteConfig
@@ -62,6 +62,7 @@ class CbsitePlugin(BasePlugin[CbsitePluginConfig]):
         self._tmp: Path | None = None
         self._catalog: Catalog | None = None
         self._warnings: list[str] = []
+        self._search = searchpaths.ComponentSearch()
 
     # -- configuration: read the archive, render the pages, add the nav entry ---------------------------------
     def on_config(self, config: Any) -> Any:
@@ -87,7 +88,8 @@ class CbsitePlugin(BasePlugin[CbsitePluginConfig]):
         docs = self._tmp / prefix
         site = SiteConfig(base={}, perfetto_origin=origin, source=None)
         store = self._open_cache(config, runs, prefix)
-        _, nav = build.render_docs(self._catalog, site, docs, self._warnings, store)
+        self._search = searchpaths.ComponentSearch(prefix=prefix)
+        _, nav = build.render_docs(self._catalog, site, docs, self._warnings, store, search=self._search)
         if store is not None:
             store.prune()
             self._warnings.extend(store.warnings())
@@ -128,6 +130,7 @@ class CbsitePlugin(BasePlugin[CbsitePluginConfig]):
                 raise PluginError(f"cbsite: the docs already have {uri}; choose another prefix than {self._prefix!r}")
             inclusion = InclusionLevel.NOT_IN_NAV if uri.startswith(hidden) else InclusionLevel.UNDEFINED
             files.append(File(uri, str(self._tmp), config.site_dir, config.use_directory_urls, inclusion=inclusion))
+        self._search.locate(files)
         return files
 
     # -- pages: the team's left nav on every page, cbsite's stylesheet and script on cbsite's pages only --------
@@ -148,8 +151,13 @@ class CbsitePlugin(BasePlugin[CbsitePluginConfig]):
         output = output.replace("</head>", f'<link rel="stylesheet" href="{css}">\n</head>', 1)
         return output.replace("</body>", f'<script src="{js}"></script>\n</body>', 1)
 
+    # -- search: each component path of a model once, added to the team's search index (searchpaths.py) ------
+    @event_priority(50)  # before the search plugin writes its index
+    def _add_search_entries(self, *, config: Any) -> None:
+        self._search.add_to(config)
+
     # -- after the build: the run artifacts, then the temporary pages go --------------------------------------
-    def on_post_build(self, *, config: Any) -> None:
+    def _publish_artifacts(self, *, config: Any) -> None:
         assert self._catalog is not None
         out = Path(config.site_dir) / self._prefix
         warnings: list[str] = []
@@ -158,6 +166,8 @@ class CbsitePlugin(BasePlugin[CbsitePluginConfig]):
         for w in warnings:
             log.info("cbsite: %s", w)
         self._cleanup()
+
+    on_post_build = CombinedEvent(_add_search_entries, _publish_artifacts)
 
     def on_shutdown(self) -> None:
         self._cleanup()

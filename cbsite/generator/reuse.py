@@ -12,7 +12,8 @@ its "dirty" mode with this internal plugin, which decides what is dirty instead 
 * the generated docs' static files (data files, cbsite's assets) are hard-linked into the site instead of
   copied, so the site shares them with the build cache (a built site is output: nothing writes into it);
 * the search index is written in the page order of a full build, from the new entries of the converted
-  pages and the reused entries of the others; the sitemap and 404 page are always built.
+  pages and the reused entries of the others, then the component paths' entries (searchpaths.py, which takes
+  a page's previous ones where its paths are the same); the sitemap and 404 page are always built.
 
 So the site is byte for byte the one a full build writes (tests/test_build_cache.py compares them).
 Only the stock search plugin (MkDocs' or Material's) is understood; any other plugin may make a page depend
@@ -36,6 +37,7 @@ from mkdocs.plugins import BasePlugin, event_priority
 
 from cbsite.errors import CbsiteError
 from cbsite.generator import cache as bcache
+from cbsite.generator import searchpaths
 
 SEARCH_NAMES = ("search", "material/search")
 # A cbsite page's body is one raw HTML block, which Markdown only copies; it is held out of Markdown's parser
@@ -45,11 +47,6 @@ PAGE_OPEN = '<div class="cbsite-page"'
 _HELD = "\ncbsite-held-body-b1e2"  # stands for the held body in the Markdown; a page that has this text keeps it
 _DIV = re.compile(r"<div\b|</div>")
 _UNPLAIN = re.compile(r"<script|<style|<pre|<textarea|<!--|<\?|<!\[|" + _HELD.strip())
-# A run page's list of every component path (run.md.j2): the search plugin reads it as plain text
-PATHS_OPEN = '<details class="cbsite-paths">'
-_PATHS = re.compile(r'(<details class="cbsite-paths">[^\n]*\n<p>)([^\n]*)(</p>)')
-_ANCHOR = re.compile(r"<a\b[^>]*>|</a>")
-_SEARCH_ATTRS = re.compile(r"\s?data-search-\w+=\"[^\"]+\"")  # what Material's search plugin removes after indexing
 
 
 def _hold(markdown: str) -> tuple[int, int] | None:
@@ -72,9 +69,6 @@ def _hold(markdown: str) -> tuple[int, int] | None:
     return None
 
 
-def _light(inner: str) -> str:
-    """The body as the search plugin may read it: the path list's links as their text."""
-    return _PATHS.sub(lambda m: m.group(1) + _ANCHOR.sub("", m.group(2)) + m.group(3), inner, count=1)
 _DIRTY_WARNING = "A 'dirty' build is being performed"
 
 
@@ -144,15 +138,7 @@ class ReusePlugin(BasePlugin):
         self.fresh: dict[str, list[dict[str, Any]]] = {}  # page URL -> the entries its conversion added
         self._seen = 0
         self._files: list[Any] = []
-        self._held: dict[str, tuple[str, str]] = {}  # page -> (the held list, the same with its links as text)
-
-    def _index(self, config: Any) -> list[dict[str, Any]] | None:
-        for plugin in config.plugins.values():
-            index = getattr(plugin, "search_index", None)
-            for name in ("entries", "_entries"):  # Material's SearchIndex, MkDocs' own
-                if isinstance(getattr(index, name, None), list):
-                    return getattr(index, name)
-        return None
+        self._held: dict[str, str] = {}  # page -> its held body
 
     @event_priority(-100)  # after every other plugin has added or changed files
     def on_files(self, files: Any, *, config: Any) -> Any:
@@ -186,41 +172,22 @@ class ReusePlugin(BasePlugin):
             return markdown
         start, end = held
         inner = markdown[start:end]
-        self._held[page.file.src_uri] = (inner, _light(inner))
+        self._held[page.file.src_uri] = inner
         return markdown[:start] + _HELD + markdown[end:]
 
     def on_page_content(self, html: str, *, page: Any, config: Any, files: Any) -> str:
-        """The held body back; for the search plugin's parser, which runs next (on_page_context), with the
-        run page's path list as plain text (its entries are the same: it keeps a link's text, not the link)."""
-        held = self._held.get(page.file.src_uri)
+        """The held body back, before the search plugin reads the page (on_page_context)."""
+        held = self._held.pop(page.file.src_uri, None)
         if held is None:
             return html
         if html.count(_HELD) != 1:  # Markdown did not copy the block as it is: convert the page as it was
-            del self._held[page.file.src_uri]
-            page.markdown = page.markdown.replace(_HELD, held[0])
+            page.markdown = page.markdown.replace(_HELD, held)
             page.render(config, files)
             return page.content
-        full, light = html.replace(_HELD, held[0]), html.replace(_HELD, held[1])
-        self._held[page.file.src_uri] = (full, light)
-        return light
-
-    def _restore(self, page: Any) -> None:
-        """After the search plugin: the page's full content, changed as the search plugin changed the light one
-        (Material's drops data-search-* attributes that have a value; MkDocs' own changes nothing)."""
-        held = self._held.pop(page.file.src_uri, None)
-        if held is None:
-            return
-        full, light = held
-        if page.content == light:
-            page.content = full
-        elif page.content == _SEARCH_ATTRS.sub("", light):
-            page.content = _SEARCH_ATTRS.sub("", full)
-        else:
-            raise CbsiteError(f"cbsite: {page.file.src_uri} was changed while it was indexed; build without the cache")
+        return html.replace(_HELD, held)
 
     def on_page_context(self, context: Any, *, page: Any, config: Any, nav: Any) -> Any:
-        self._restore(page)
-        index = self._index(config)
+        index = searchpaths.search_index(config)
         if index is not None:  # the search plugin (registered before this one) has just added this page's entries
             self.fresh[page.url] = index[self._seen:]
             self._seen = len(index)
@@ -228,7 +195,7 @@ class ReusePlugin(BasePlugin):
 
     @event_priority(100)  # before the search plugin writes its index
     def on_post_build(self, *, config: Any) -> None:
-        index = self._index(config)
+        index = searchpaths.search_index(config)
         if index is None:
             return
         merged: list[dict[str, Any]] = []

@@ -76,13 +76,9 @@ class RunData:
     has_ops: bool
     counts: dict[str, dict[str, int]] = field(default_factory=dict)  # phase -> status -> components
     facts: dict[str, Any] = field(default_factory=dict)  # key_facts: slowest per phase, bounds, notes, compile
-    paths: list[str] = field(default_factory=list)  # every component path, for the page's searchable index
+    paths: list[str] = field(default_factory=list)  # every component path, for the search entries (searchpaths.py)
     roofline: bool = False  # a roofline.json was written beside the page
     warnings: list[str] = field(default_factory=list)
-
-    def search_entries(self) -> list[tuple[str, list[str]]]:
-        """(path, search terms) per component, for one search entry each (run.md.j2)."""
-        return [(p, search_terms(p)) for p in self.paths]
 
 
 SUSPECT = "suspect"  # the bound of a row that beats a peak

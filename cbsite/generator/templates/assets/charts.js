@@ -29,15 +29,20 @@
     }, { rootMargin: "100% 0px" });
     seen.observe(el);
   }
-  /* Embed `spec` in `el` in the page's scheme, loading Vega first where needed; resolves to vega-embed's result. */
+  /* Embed `spec` in `el` in the page's scheme, loading Vega first where needed; resolves to vega-embed's result.
+     Charts are drawn one at a time, each in a task of its own: several charts near at once were one long task,
+     and the first was painted only when the last was drawn. */
+  var turn = Promise.resolve();
   function embed(el, spec) {
-    return vega().then(function (vegaEmbed) {
+    var drawn = turn.then(function () { return new Promise(function (go) { setTimeout(go, 0); }); }).then(vega).then(function (vegaEmbed) {
       var scheme = dark() ? "dark" : "light", t = themed(spec);
       return vegaEmbed(el, t[0], t[1]).then(function (result) {
         el.setAttribute("data-cbsite-scheme", scheme);  // what it was drawn in: a chart far away is redrawn when near
         return result;
       });
     });
+    turn = drawn.catch(function () {});  // the next chart waits for this one, drawn or failed
+    return drawn;
   }
   function specs(url) {
     if (!cache[url]) cache[url] = fetch(url).then(function (r) {
@@ -131,7 +136,13 @@
   /* An empty box holds the chart's height (its plot, title and axes) until it is drawn: boxes of the page's
      minimum height would all count as near the viewport, and the page would jump as each is drawn. */
   function reserve(el, spec) {
-    if (typeof spec.height === "number" && !el.querySelector("svg")) el.style.minHeight = (spec.height + 70) + "px";
+    if (el.querySelector("svg")) return;
+    if (typeof spec.height === "number") { el.style.minHeight = (spec.height + 70) + "px"; return; }
+    // A faceted chart (the study page's): its rows of panels, each the inner plot and its facet header.
+    var inner = spec.spec, facet = spec.facet;
+    if (!inner || typeof inner.height !== "number" || !facet) return;
+    var panels = Array.isArray(facet.sort) ? facet.sort.length : 1, columns = spec.columns > 0 ? spec.columns : panels;
+    el.style.minHeight = (Math.ceil(panels / columns) * (inner.height + 20) + 70) + "px";
   }
   function renderAll() {
     // The bundle starts loading as soon as a chart's box may be seen, beside the fetch of the specs, not after it;

@@ -1,4 +1,5 @@
-/* The diff page: the per-component delta table and an icicle of the newer run coloured by delta.
+/* The diff page: the per-component delta table (its answering columns first: latency change, ratio, verdict,
+   bound) and an icicle of the newer run coloured by own change, its zoom and phase kept in the address.
    Data: diff.json (an index: phases, whether latency is judged, each phase's file), then the first phase's file
    (diffdata.py diff_files); another phase's file is fetched only when the table's or the icicle's phase selector
    asks for it, so a 10,000-component diff moves one phase on open. */
@@ -18,6 +19,8 @@
   }
 
   var CHANGE = { regressed: 1, improved: -1 };
+  var COLUMN_ORDER = ["path", "d_latency_ms", "ratio", "verdict", "bound", "ci", "s_latency_ms", "kind", "module_type",
+    "d_flops", "s_flops", "d_param_bytes", "s_param_bytes", "d_peak_memory_bytes"];
   var PAGE_ROWS = 10;  // the table's rows per page: the page opens short below the answer, the pager shows the rest
   var NOT_JUDGED = "latency not judged: single-round runs (collect with cbsite compare or cbsite collect --rounds N)";
 
@@ -50,27 +53,82 @@
     td.appendChild(s);
   }
 
+  /* What bounds a component (diffbounds.py): the head run's label, "memory \u2192 compute" where it changed; the
+     site's one taxonomy (communication in a sharded run, suspect beyond a peak), as the run page's badges. */
+  function boundOf(c, k) {
+    var now = c.run && c.run.bound ? c.run.bound[k] : null, was = c.bound_was ? c.bound_was[k] : null;
+    return { now: now, was: was, text: was ? was + " \u2192 " + (now || "no label") : now };
+  }
+  function boundCell(c, k, td) {
+    var b = boundOf(c, k);
+    var badge = function (label, title) {
+      var s = document.createElement("span");
+      s.className = "cbsite-bound bound-" + label.replace(/ /g, "-");
+      s.textContent = label === "communication" ? "comm." : label;
+      s.title = title;
+      td.appendChild(s);
+    };
+    if (b.was) { badge(b.was, "bound in the base run"); td.appendChild(document.createTextNode(" \u2192 ")); }
+    if (b.now) badge(b.now, "bound in the head run" + (b.now === "communication" ? ": it issues collectives, so it waits for the other ranks" : ""));
+    else { td.textContent += b.was ? "no label" : F.DASH; if (!b.was) td.title = "no label: no FLOPs and no bytes, or no latency, or not in the head run"; }
+  }
+  /* A sharded diff's own change that would subtract rows of different ranks (diffranks.py): each rank's instead. */
+  function perRank(c, k, m) {
+    var p = c.mixed ? c.mixed[k] : null;
+    if (!p || !p[m]) return null;
+    return Object.keys(p[m]).map(function (r) { return "rank " + r + " " + F.signed(p[m][r], METRICS[m].fmt); }).join(", ");
+  }
+  var MIXED = "own change not shown: in the all-ranks view each row is its own slowest rank, and this component's " +
+    "change minus its children's would subtract rows of different ranks (see \"Own change per rank\")";
+
+  /* A path as the run page's table writes it (the parent muted, the name bold), with a <wbr> after each "." and
+     after each "_" inside a name longer than 12 characters (not a leading "_"): a phone's narrow path column breaks
+     it there, never inside a word ("embedding_" / "bags."). */
+  function pathCell(td, path, model) {
+    var add = function (cls, text) {
+      var e = document.createElement("span");
+      e.className = cls;
+      text.split(".").forEach(function (seg, j, segs) {
+        var pieces = seg.split("_");
+        pieces.forEach(function (piece, k) {
+          e.appendChild(document.createTextNode(piece + (k < pieces.length - 1 ? "_" : "")));
+          if (k < pieces.length - 1 && piece && seg.length > 12) e.appendChild(document.createElement("wbr"));
+        });
+        if (j < segs.length - 1) { e.appendChild(document.createTextNode(".")); e.appendChild(document.createElement("wbr")); }
+      });
+      td.appendChild(e);
+    };
+    if (path === "") { add("name", model); add("parent", " (root)"); return; }
+    var cut = path.lastIndexOf(".");
+    if (cut >= 0) add("parent", path.slice(0, cut + 1));
+    add("name", path.slice(cut + 1));
+  }
+
   function mountTable(diff, load, loading, failed) {
     var state = { phase: diff.phases[0] };
     var cols = function () { return diff[state.phase]; };
-    var columns = [
-      { key: "path", label: "path", value: function (i) { return cols().path[i]; },
+    var byKey = {};
+    var add = function (col) { byKey[col.key] = col; };
+    add({ key: "path", label: "path", value: function (i) { return cols().path[i]; },
         cell: function (i, td) {
           var c = cols(), root = document.getElementById("cbsite-diff").getAttribute("data-model");
           td.className = "path";
           td.style.paddingLeft = (0.3 + 0.6 * c.depth[i]) + "em";
-          window.CbsiteRunPage.pathText(td, c.path[i], root);
+          pathCell(td, c.path[i], root);
           td.title = c.base_path[i] !== null && c.base_path[i] !== c.path[i] ? "was " + c.base_path[i] : (c.path[i] || root);
-        } },
-      { key: "module_type", label: "module type", value: function (i) { return cols().module_type[i]; },
-        cell: function (i, td) { td.className = "type"; td.textContent = cols().module_type[i].split(".").pop(); td.title = cols().module_type[i]; } },
-      { key: "kind", label: "change", value: function (i) { return cols().kind[i]; },
+        } });
+    add({ key: "module_type", label: "module type", value: function (i) { return cols().module_type[i]; },
+        cell: function (i, td) { td.className = "type"; td.textContent = cols().module_type[i].split(".").pop(); td.title = cols().module_type[i]; } });
+    add({ key: "kind", label: "change", value: function (i) { return cols().kind[i]; },
         cell: function (i, td) { var s = document.createElement("span"); s.className = "cbsite-kind kind-" + cols().kind[i]; s.textContent = cols().kind[i]; td.appendChild(s);
-          if (cols().missing[i].length) { s.title = "no value on a side for: " + cols().missing[i].join(", "); s.textContent += " *"; } } }
-    ];
+          if (cols().missing[i].length) { s.title = "no value on a side for: " + cols().missing[i].join(", "); s.textContent += " *"; } } });
+    add({ key: "bound", label: "bound", title: "what bounds its time in the head run (compute, memory, overhead; communication in a " +
+          "sharded run; suspect beyond a peak); base \u2192 head where it changed",
+        value: function (i) { return boundOf(cols(), i).text; },
+        cell: function (i, td) { boundCell(cols(), i, td); } });
     ["flops", "param_bytes", "peak_memory_bytes", "latency_ms"].forEach(function (m) {
       var spec = METRICS[m];
-      columns.push({ key: "d_" + m, label: "\u0394 " + spec.label, numeric: true, title: "change per forward (head \u2212 base)" +
+      add({ key: "d_" + m, label: "\u0394 " + spec.label, numeric: true, title: "change per forward (head \u2212 base)" +
           (m === "latency_ms" ? (diff.judged ? "; coloured only where the verdict is regressed or improved" : "; latency not judged") : ""),
         value: function (i) { return cols().delta[m][i]; },
         cell: function (i, td) {
@@ -86,24 +144,32 @@
           td.textContent = deltaText(v, spec.fmt, noise);
           if (typeof v === "number" && v !== 0 && !noise) td.classList.add(v > 0 ? "up" : "down"); } });
       if (m === "peak_memory_bytes") return;  // maxima: own changes do not add up, so no share
-      columns.push({ key: "s_" + m, label: "own %", numeric: true,
+      add({ key: "s_" + m, label: "own %", numeric: true,
         title: "this component's own change of " + spec.label + " (its change minus its children's) as a share of the " +
           "whole model's change; a container whose children explain its change has 0 %" +
-          (m === "latency_ms" ? "; only where the latency changed" : "") + "; none where the own changes cancel out",
+          (m === "latency_ms" ? "; only where the latency changed" : "") + "; none where the own changes cancel out" +
+          "; in a sharded diff none where it would mix ranks (its title gives each rank's own change)",
         value: function (i) { return cols().share[m][i]; },
-        cell: function (i, td) { td.textContent = F.pct(cols().share[m][i]); } });
+        cell: function (i, td) {
+          td.textContent = F.pct(cols().share[m][i]);
+          var ranks = perRank(cols(), i, m);
+          if (ranks) { td.title = MIXED + ". Per rank: " + ranks; td.classList.add("cbsite-mixed"); }
+        } });
       if (m !== "latency_ms") return;
       var L = function () { return cols().latency; };
-      columns.push({ key: "verdict", label: "verdict", title: "latency verdict of this component and phase",
+      add({ key: "verdict", label: "verdict", title: "latency verdict of this component and phase",
         value: function (i) { return diff.judged ? L().verdict[i] : null; },
         cell: function (i, td) { verdictCell(diff, state.phase, i, td); } });
-      columns.push({ key: "ratio", label: "ratio", numeric: true, title: "latency head/base (point estimate of the verdict)",
+      add({ key: "ratio", label: "ratio", numeric: true, title: "latency head/base (point estimate of the verdict)",
         value: function (i) { return diff.judged ? L().ratio[i] : null; },
         cell: function (i, td) { td.textContent = diff.judged ? F.ratio(L().ratio[i]) : F.DASH; } });
-      columns.push({ key: "ci", label: "95 % interval", numeric: true, title: "95 % interval of the latency ratio head/base",
+      add({ key: "ci", label: "95 % interval", numeric: true, title: "95 % interval of the latency ratio head/base",
         value: function (i) { return diff.judged ? L().ci_low[i] : null; },
         cell: function (i, td) { td.textContent = diff.judged ? F.interval(L().ci_low[i], L().ci_high[i]) : F.DASH; } });
     });
+    // The columns that answer "what got slower, and is it real?" first (a phone shows them without scrolling the
+    // table), then the kind of change and the other metrics.
+    var columns = COLUMN_ORDER.map(function (k) { return byKey[k]; });
     var t = new window.CbsiteTable(document.getElementById("cbsite-difftable"), {
       columns: columns, count: cols().path.length, pageSize: PAGE_ROWS, sort: { key: "s_flops", desc: true },
       text: function (i) { return cols().path[i]; },
@@ -231,13 +297,21 @@
       extra.delta_latency_ms.legend = diff.judged ? "dark outline: latency regressed (judged); " +
         "the verdict's ratio head/base, drawn only where it is regressed or improved (unchanged and inconclusive: white; not timed on both sides: grey)" :
         "latency not judged (single-round runs): raw change, within-run IQR noise drawn as none";
-      // The tooltip of a node: its latency verdict, ratio and interval in the phase shown.
+      // The tooltip of a node: where its bound changed, the base run's label (the run page's tooltip above gives
+      // the head run's); each rank's own change where the all-ranks one would mix ranks; its latency verdict,
+      // ratio and interval in the phase shown.
       var tip = function (i, phase) {
         var k = diff[phase] ? at[phase][i] : -1;
         if (k < 0) return [];
-        var c = diff[phase], lat = latencyAt(diff, phase, k);
-        var rows = [["latency medians", F.time(c.base.latency_ms[k]) + " \u2192 " + F.time(c.head.latency_ms[k]) +
-          " (" + F.signed(c.delta.latency_ms[k], F.time) + ")"]];
+        var c = diff[phase], lat = latencyAt(diff, phase, k), b = boundOf(c, k);
+        var rows = [];
+        if (b.was) rows.push(["bound, base \u2192 head", b.text]);
+        Object.keys(METRICS).forEach(function (m) {
+          var ranks = perRank(c, k, m);
+          if (ranks) rows.push(["own \u0394 " + METRICS[m].label + " per rank", ranks + " (not for all ranks: rows of different ranks)", "warn"]);
+        });
+        rows.push(["latency medians", F.time(c.base.latency_ms[k]) + " \u2192 " + F.time(c.head.latency_ms[k]) +
+          " (" + F.signed(c.delta.latency_ms[k], F.time) + ")"]);
         if (!diff.judged) { rows.push(["latency verdict", "not judged"]); return rows; }
         if (lat.verdict === null) { rows.push(["latency verdict", lat.note]); return rows; }
         rows.push(["latency verdict", lat.verdict]);
@@ -264,9 +338,64 @@
                         function (err) { loading(false); failed(err); });
       });
       window.cbsiteDiff = { diff: diff, head: head, icicle: icicle, table: mountTable(diff, load, loading, failed), load: load };
+      mountAddress(diff, head, icicle);
       root.setAttribute("data-ready", "1");
     }).catch(failed);
   }
+  /* The page's state in its address, as the run page keeps it (runpage.js mountAddress): #phase=P (the icicle's
+     phase; the table follows it when the address is applied) and #zoom=PATH (the icicle's zoomed node), joined by
+     "&". A link with them opens the page so, and back/forward to such an address applies it again; a change is
+     written with history.replaceState (no scroll, no history entry). Defaults (the first phase, no zoom) are left
+     out; a plain anchor (#latency) is not a state, and an address with no hash at all is the defaults. */
+  var HASH_KEYS = ["phase", "zoom"];
+  function readHash() {
+    var out = {};
+    location.hash.replace(/^#/, "").split("&").forEach(function (part) {
+      var eq = part.indexOf("=");
+      if (eq <= 0 || HASH_KEYS.indexOf(part.slice(0, eq)) < 0) return;
+      try { out[part.slice(0, eq)] = decodeURIComponent(part.slice(eq + 1)); } catch (e) { /* a malformed value */ }
+    });
+    return out;
+  }
+  function writeHash(state) {
+    var hash = HASH_KEYS.filter(function (k) { return state[k] !== null && state[k] !== undefined; })
+      .map(function (k) { return k + "=" + encodeURIComponent(state[k]); }).join("&");
+    if ((hash ? "#" + hash : "") === location.hash || !history.replaceState) return;
+    if (!hash && location.hash && !Object.keys(readHash()).length) return;  // a plain anchor stays
+    history.replaceState(history.state, "", hash ? "#" + hash : location.pathname + location.search);
+  }
+  function mountAddress(diff, head, icicle) {
+    var phaseSel = document.getElementById("cbsite-phase");
+    var tableSel = document.querySelector("#cbsite-difftable select[aria-label='phase']");
+    var current = function () {
+      return { phase: phaseSel.value !== diff.phases[0] ? phaseSel.value : null,
+               zoom: icicle.zoom > 0 ? head.path[icicle.zoom] : null };
+    };
+    var choose = function (sel, value) {
+      if (!sel || sel.value === value) return;
+      if (!Array.prototype.some.call(sel.options, function (o) { return o.value === value; })) return;
+      sel.value = value;
+      sel.dispatchEvent(new Event("change"));
+    };
+    var applying = false;
+    var save = function () { if (!applying) writeHash(current()); };
+    var apply = function (first) {
+      var h = readHash(), plain = location.hash.replace(/^#/, "") !== "";
+      if (!Object.keys(h).length && (first || plain)) return;
+      applying = true;
+      choose(phaseSel, h.phase || diff.phases[0]);
+      choose(tableSel, h.phase || diff.phases[0]);
+      var z = "zoom" in h ? head.path.indexOf(h.zoom) : 0;
+      if (z >= 0 && z !== icicle.zoom) icicle.zoomTo(z);
+      applying = false;
+      save();
+    };
+    phaseSel.addEventListener("change", save);
+    icicle.opts.onZoom = save;
+    apply(true);
+    window.addEventListener("hashchange", function () { apply(false); });
+  }
+
   /* The collapsed sections (<details class="cbsite-more">): a link to one (#latency) opens it, and opening one
      redraws its charts (Vega sizes a "container"-wide chart when the window resizes; closed, it had no width). */
   function sections() {

@@ -72,6 +72,31 @@
     signed: function (v, fmt) {
       if (!isNum(v)) return DASH;
       return (v > 0 ? "+" : v < 0 ? "\u2212" : "\u00b1") + fmt(Math.abs(v));
+    },
+    /* A component path appended to `el` with a <wbr> after each `.`, and after each `_` inside a name longer than
+       16 characters (not after a leading `_`): the only places a line may break (cbsite.css .cbsite-path), as the
+       templates' `path` macro (_macros.j2) writes it; a name with neither is a bare text node. */
+    pathInto: function (el, path) {
+      path = String(path);
+      if (!/[._]/.test(path)) return el.appendChild(document.createTextNode(path));  // nothing to break
+      var span = el.appendChild(document.createElement("span")), parts = path.split(".");
+      span.className = "cbsite-path";
+      var put = function (text) {
+        span.appendChild(document.createTextNode(text));
+        span.appendChild(document.createElement("wbr"));
+      };
+      parts.forEach(function (seg, j) {
+        var pieces = seg.split("_"), text = "";
+        pieces.forEach(function (piece, k) {
+          text += piece;
+          if (k === pieces.length - 1) return;
+          text += "_";
+          if (seg.length > 16 && piece) { put(text); text = ""; }
+        });
+        if (j < parts.length - 1) put(text + ".");
+        else if (text) span.appendChild(document.createTextNode(text));
+      });
+      return span;
     }
   };
   global.CbsiteFormat = F;

@@ -157,7 +157,8 @@
           tbl.hidden = true;
           return Promise.resolve();
         }
-        title.textContent = label(path);
+        title.textContent = "";
+        F.pathInto(title, label(path));
         return get(fileOf(index.starts, i) + ".json").then(function (chunk) {
           var entry = null;
           for (var j = 0; j < chunk.length; j++) if (chunk[j].path === path) { entry = chunk[j]; break; }
@@ -181,7 +182,8 @@
         var found = 0;
         for (var i = 0; i < index.paths.length && found < MAX_MATCHES; i++) {
           if (label(index.paths[i]).toLowerCase().indexOf(q) < 0) continue;
-          var li = el("li"), a = el("a", null, label(index.paths[i]));
+          var li = el("li"), a = el("a");
+          F.pathInto(a, label(index.paths[i]));
           a.href = "#component=" + encodeURIComponent(index.paths[i]);
           a.addEventListener("click", function () { list.textContent = ""; });
           li.appendChild(a);

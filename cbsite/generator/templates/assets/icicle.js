@@ -219,38 +219,48 @@
   }
 
   /* Labels measured as drawn (the font the browser picked, not CHAR's guess): one that overflows its
-     rectangle loses characters until it fits, or goes when fewer than MIN_CHARS would show. */
+     rectangle loses characters until it fits, or goes when fewer than MIN_CHARS would show. Every drawn width is
+     read first (one layout); an overflowing label's candidates are then measured on a canvas in the label's font,
+     scaled by its own drawn/canvas ratio, so no label is written and read back in turn (a layout each). */
+  var measurer = null;
   function fitLabels(svg) {
     var texts = svg.querySelectorAll("text[data-room]"), over = [];
-    for (var i = 0; i < texts.length; i++) {  // read every width first: one layout, not one per label
+    for (var i = 0; i < texts.length; i++) {
       var room = +texts[i].getAttribute("data-room"), len = texts[i].getComputedTextLength();
       if (len > room) over.push([texts[i], room, len]);
     }
+    if (!over.length) return;
+    var st = getComputedStyle(over[0][0]), family = st.fontStyle + " " + st.fontWeight + " ";
+    measurer = measurer || document.createElement("canvas").getContext("2d");
+    var width = function (s, f) { measurer.font = family + f + "px " + st.fontFamily; return measurer.measureText(s).width; };
     over.forEach(function (e) {
       var t = e[0], name = t.getAttribute("data-name"), marker = t.getAttribute("data-marker") || "";
       var suffix = t.getAttribute("data-suffix") || "", choices = labelChoices(name, marker), at = -1;
-      for (var c = 0; c < choices.length; c++) if (choices[c][0] === t.textContent && choices[c][1] === (parseFloat(t.style.fontSize) || 12)) at = c;
+      var drawnFont = parseFloat(t.style.fontSize) || 12, drawn = width(t.textContent, drawnFont);
+      var ratio = drawn > 0 ? e[2] / drawn : 1;  // the SVG text's width against the canvas's, for this label's text
+      var fits = function (s, f) { return width(s, f) * ratio <= e[1]; };
+      for (var c = 0; c < choices.length; c++) if (choices[c][0] === t.textContent && choices[c][1] === drawnFont) at = c;
       if (at >= 0) {  // the estimate picked one of the choices: try the rest, measured
         for (c = at + 1; c < choices.length; c++) {
-          t.textContent = choices[c][0]; t.style.fontSize = choices[c][1] === 12 ? "" : choices[c][1] + "px";
-          if (t.getComputedTextLength() <= e[1]) return;
+          if (fits(choices[c][0], choices[c][1])) { setLabel(t, choices[c][0], choices[c][1]); return; }
         }
       }
       // A cut label, measured: the one that keeps the most of the name, at any font (the larger on a tie).
       var best = null;
       FONTS.forEach(function (f) {
-        t.style.fontSize = f === 12 ? "" : f + "px";
         for (var max = Math.floor(e[1] / (CHAR * f / 12)) + 1; max >= 0; max--) {
           var label = shorten(name, max, marker, suffix);
           if (!label || (best && label.length <= best[0].length)) return;
-          t.textContent = label;
-          if (t.getComputedTextLength() <= e[1]) { best = [label, f]; return; }
+          if (fits(label, f)) { best = [label, f]; return; }
         }
       });
       if (!best) { t.remove(); return; }
-      t.textContent = best[0];
-      t.style.fontSize = best[1] === 12 ? "" : best[1] + "px";
+      setLabel(t, best[0], best[1]);
     });
+  }
+  function setLabel(t, label, font) {
+    t.textContent = label;
+    t.style.fontSize = font === 12 ? "" : font + "px";
   }
 
   /* opts: { parent, label(i), status(i), width(i) -> value, colour(i) -> value, colourKind,
@@ -282,13 +292,85 @@
         .observe(document.body, { attributes: true, attributeFilter: ["data-md-color-scheme"] });
     }
     if (typeof ResizeObserver !== "undefined") {
-      var lastWidth = 0;
+      // Its first call, just after the first render, finds the width drawn: no second drawing of the same icicle.
+      this.drawnWidth = 0;
       new ResizeObserver(function () {
         var w = container.clientWidth;
-        if (w && Math.abs(w - lastWidth) > 2) { lastWidth = w; self.render(); }
+        if (w && Math.abs(w - self.drawnWidth) > 2) self.render();
       }).observe(container);
     }
+    this._listen(container);
   }
+
+  /* One listener per kind of event on the container, not six per box (a large run draws thousands of boxes, each
+     drawing again on every zoom): click, Enter, hover, focus and their ends, found from the event's target. An
+     ancestor row zooms out to it, a node zooms (a second tap on a touch screen), a self share only tells its share. */
+  Icicle.prototype._listen = function (container) {
+    var self = this;
+    var nodeOf = function (target) {
+      var g = target && target.closest ? target.closest("g.cbsite-node") : null;
+      return g && container.contains(g) ? g : null;
+    };
+    var what = function (g) {  // [index, layout or null (an ancestor row), whether a self share]
+      if (g.cbsiteSelfOf !== undefined) return [g.cbsiteSelfOf, self.layout, true];
+      var k = +g.getAttribute("data-index");
+      return [k, g.classList.contains("ancestor") ? null : self.layout, false];
+    };
+    var go = function (k) {  // clicking the zoomed node backs out one level; any other node zooms in
+      if (k === self.zoom && self.opts.parent[k] >= 0) self.zoomTo(self.opts.parent[k]); else self.zoomTo(k);
+    };
+    container.addEventListener("click", function (e) {
+      var g = nodeOf(e.target);
+      if (!g) return;
+      var w = what(g), k = w[0];
+      if (w[2] || k < 0) return;
+      if (!w[1]) { self.zoomTo(k); return; }
+      // A touch screen has no hover: the first tap on a node shows its numbers, a second tap zooms.
+      if (self.pointer === "touch" && self.armed !== k) {
+        self.armed = k;
+        var r = g.getBoundingClientRect();
+        self._showTip({ clientX: Math.min(e.clientX || r.left, r.right), clientY: r.bottom - 4 }, self.opts.tooltip(k, self._info(k, w[1])));
+        return;
+      }
+      self.armed = -1;
+      go(k);
+    });
+    container.addEventListener("keydown", function (e) {
+      var g = nodeOf(e.target);
+      if (g && (e.key === "Enter" || e.key === " ")) {
+        var w = what(g);
+        if (!w[2] && w[0] >= 0 && w[1]) { e.preventDefault(); go(w[0]); self._focus(w[0]); }
+      }
+      self._key(e);
+    });
+    container.addEventListener("mousemove", function (e) {
+      var g = nodeOf(e.target);
+      if (!g) return;
+      var w = what(g), k = w[0], L = w[1];
+      if (w[2]) {
+        var share = L.size[k] > 0 ? (L.size[k] - L.childSum[k]) / L.size[k] : 0;
+        self._showTip(e, [["", "self share of " + self.opts.label(k)],
+                          ["share", (share * 100).toPrecision(3) + "% of the node, not in any child"]]);
+      } else if (k >= 0 && self.pointer !== "touch") self._showTip(e, self.opts.tooltip(k, self._info(k, L)));
+    });
+    container.addEventListener("mouseout", function (e) {
+      var g = nodeOf(e.target);
+      if (!g || nodeOf(e.relatedTarget) === g) return;  // within the same box: no leaving
+      if (what(g)[2] || self.pointer !== "touch") self.tip.hidden = true;
+    });
+    container.addEventListener("focusin", function (e) {
+      var g = nodeOf(e.target);
+      if (!g || g !== e.target) return;
+      var w = what(g);
+      if (w[2] || w[0] < 0) return;
+      var r = g.getBoundingClientRect();
+      self._showTip({ clientX: r.left + Math.min(r.width / 2, 40), clientY: r.bottom - 4 }, self.opts.tooltip(w[0], self._info(w[0], w[1])));
+    });
+    container.addEventListener("focusout", function (e) {
+      var g = nodeOf(e.target);
+      if (g && g === e.target) self.tip.hidden = true;
+    });
+  };
 
   Icicle.prototype.setOptions = function (opts) {
     for (var k in opts) if (Object.prototype.hasOwnProperty.call(opts, k)) this.opts[k] = opts[k];
@@ -371,9 +453,7 @@
       return g;
     };
     anc.forEach(function (k, row) {
-      var g = draw(k, 0, W, row, "ancestor status-" + o.status(k), F.ancestor);
-      g.addEventListener("click", function () { self.zoomTo(k); });
-      self._hover(g, k, null);
+      draw(k, 0, W, row, "ancestor status-" + o.status(k), F.ancestor);
     });
     var top = anc.length;
     for (var j = 0; j < L.nodes.length; j++) {
@@ -384,39 +464,17 @@
       if (w < 0.5 && st === "failed") { x = Math.max(0, Math.min(x, W - 4)); w = 4; }
       else if (w < 0.5) continue;  // narrower than a pixel: drawn as part of its parent
       var row = top + L.depth[k];
-      var g = draw(k, x, w, row, "status-" + st + (k === this.zoom ? " zoom-root" : "") +
-                   (L.overflow[k] ? " overflow" : "") + (o.mark ? " " + (o.mark(k) || "") : ""), st === "skipped" ? F.skipped : sc.colour(colours[k]));
-      (function (k, g) {
-        var go = function () {
-          // Clicking the zoomed node backs out one level; any other node zooms in.
-          if (k === self.zoom && parent[k] >= 0) self.zoomTo(parent[k]); else self.zoomTo(k);
-        };
-        g.addEventListener("click", function (e) {
-          // A touch screen has no hover: the first tap on a node shows its numbers, a second tap zooms.
-          if (self.pointer === "touch" && self.armed !== k) {
-            self.armed = k;
-            var r = g.getBoundingClientRect();
-            self._showTip({ clientX: Math.min(e.clientX || r.left, r.right), clientY: r.bottom - 4 }, o.tooltip(k, self._info(k, L)));
-            return;
-          }
-          self.armed = -1;
-          go();
-        });
-        g.addEventListener("keydown", function (e) {
-          if (e.key === "Enter" || e.key === " ") { e.preventDefault(); go(); self._focus(k); }
-        });
-      })(k, g);
-      this._hover(g, k, L);
+      draw(k, x, w, row, "status-" + st + (k === this.zoom ? " zoom-root" : "") +
+           (L.overflow[k] ? " overflow" : "") + (o.mark ? " " + (o.mark(k) || "") : ""), st === "skipped" ? F.skipped : sc.colour(colours[k]));
       // The self share: the part of a node its children do not cover, drawn in the row of its children.
       if (!isNaN(L.selfStart[k]) && (L.x1[k] - L.selfStart[k]) * W >= 1) {
-        var sg = draw(-1, L.selfStart[k] * W, (L.x1[k] - L.selfStart[k]) * W, row + 1, "self", F.self);
-        this._hoverSelf(sg, k, L);
+        draw(-1, L.selfStart[k] * W, (L.x1[k] - L.selfStart[k]) * W, row + 1, "self", F.self).cbsiteSelfOf = k;
       }
     }
     this.container.appendChild(svg);
+    this.drawnWidth = this.container.clientWidth;
     fitLabels(svg);
     this.place = place;
-    svg.addEventListener("keydown", function (e) { self._key(e); });
     this.svg = svg;
     this.layout = L;
     if (o.onRender) o.onRender(this);
@@ -484,28 +542,6 @@
              share: L && parent[k] >= 0 && L.size[parent[k]] > 0 ?
                L.size[k] / Math.max(L.size[parent[k]], L.childSum[parent[k]]) : null,
              self: L && L.size[k] > L.childSum[k] && L.childSum[k] > 0 ? (L.size[k] - L.childSum[k]) / L.size[k] : null };
-  };
-
-  Icicle.prototype._hover = function (g, k, L) {
-    var self = this;
-    var info = function () { return self._info(k, L); };
-    g.addEventListener("mousemove", function (evt) { if (self.pointer !== "touch") self._showTip(evt, self.opts.tooltip(k, info())); });
-    g.addEventListener("mouseleave", function () { if (self.pointer !== "touch") self.tip.hidden = true; });
-    g.addEventListener("focus", function () {
-      var r = g.getBoundingClientRect();
-      self._showTip({ clientX: r.left + Math.min(r.width / 2, 40), clientY: r.bottom - 4 }, self.opts.tooltip(k, info()));
-    });
-    g.addEventListener("blur", function () { self.tip.hidden = true; });
-  };
-
-  Icicle.prototype._hoverSelf = function (g, k, L) {
-    var self = this;
-    g.addEventListener("mousemove", function (evt) {
-      var share = L.size[k] > 0 ? (L.size[k] - L.childSum[k]) / L.size[k] : 0;
-      self._showTip(evt, [["", "self share of " + self.opts.label(k)],
-                          ["share", (share * 100).toPrecision(3) + "% of the node, not in any child"]]);
-    });
-    g.addEventListener("mouseleave", function () { self.tip.hidden = true; });
   };
 
   var api = { layout: layout, ancestors: ancestors, scale: scale, Icicle: Icicle, RAMPS: RAMPS, RAMPS_DARK: RAMPS_DARK,

@@ -131,12 +131,12 @@
       shape.setAttribute("stroke", "none");
       this.links.push(a);
       order.push(i);
-      this._listen(a, i);
     }
     order.sort(function (a, b) { return p.ai[a] - p.ai[b] || p.flops_s[a] - p.flops_s[b]; });
     this.order = order;
     if (this.links.length) this.links[order[Math.min(this.focused, n - 1)]].setAttribute("tabindex", 0);
     svg.addEventListener("keydown", function (e) { self._key(e); });
+    this._listen(layer);
     this._legend();
   };
 
@@ -193,18 +193,36 @@
     tip.style.top = Math.max(4, Math.min(top, vh - h - 4)) + "px";
   };
 
-  Roofline.prototype._listen = function (a, i) {
+  /* The points' hover and focus, one listener each on their layer (not four per point): entering or focusing a
+     point shows its numbers beside it, leaving or blurring it hides them; the focused one is outlined. */
+  Roofline.prototype._listen = function (layer) {
     var self = this;
-    function near() { var r = a.getBoundingClientRect(); self._showTip(r.right, r.bottom, self._rows(i)); }
-    a.addEventListener("mouseenter", near);
-    a.addEventListener("mouseleave", function () { self._hideTip(); });
-    a.addEventListener("focus", function () {
-      var shape = a.firstChild;
-      shape.setAttribute("stroke", "currentColor");
-      shape.setAttribute("stroke-width", 2);
-      near();
+    function pointOf(target) {
+      var a = target && target.closest ? target.closest("a.cbsite-roof-point") : null;
+      return a && layer.contains(a) ? a : null;
+    }
+    function near(a) { var r = a.getBoundingClientRect(); self._showTip(r.right, r.bottom, self._rows(+a.getAttribute("data-index"))); }
+    layer.addEventListener("mouseover", function (e) {
+      var a = pointOf(e.target);
+      if (a && pointOf(e.relatedTarget) !== a) near(a);
     });
-    a.addEventListener("blur", function () { a.firstChild.setAttribute("stroke", "none"); self._hideTip(); });
+    layer.addEventListener("mouseout", function (e) {
+      var a = pointOf(e.target);
+      if (a && pointOf(e.relatedTarget) !== a) self._hideTip();
+    });
+    layer.addEventListener("focusin", function (e) {
+      var a = pointOf(e.target);
+      if (!a || a !== e.target) return;
+      a.firstChild.setAttribute("stroke", "currentColor");
+      a.firstChild.setAttribute("stroke-width", 2);
+      near(a);
+    });
+    layer.addEventListener("focusout", function (e) {
+      var a = pointOf(e.target);
+      if (!a || a !== e.target) return;
+      a.firstChild.setAttribute("stroke", "none");
+      self._hideTip();
+    });
   };
 
   /* Arrow keys move the focus along the points by intensity (Home, End: the ends); Escape hides the tooltip. */

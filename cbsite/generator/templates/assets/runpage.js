@@ -642,7 +642,7 @@
         var li = node("li", c.own ? "cbsite-own" : "", ol);
         var a = node("a", "", li);
         a.href = "#component=" + encodeURIComponent(c.path);
-        node("code", "", a, c.path);
+        F.pathInto(node("code", "", a), c.path);
         if (c.own) { li.appendChild(document.createTextNode(" ")); node("strong", "", li, "own time"); }
         li.appendChild(document.createTextNode(" " + F.ms(c.latency) + (F.isNum(c.share) ? " (" + F.pct(c.share) + ")" : "") +
           (c.calls > 1 ? ", " + c.calls + " calls" : "")));
