@@ -45,15 +45,15 @@ from torch.profiler import ProfilerActivity, profile
 
 from cbsite.collector import measure as cb_measure
 from cbsite.collector import profiler as cb_profiler
+from cbsite.collector.collect import collect
+from cbsite.collector.config import CollectConfig
+from cbsite.collector.device import cpu_name
 from cbsite.collector.pipeline import capture_plan as cb_capture_plan
 from cbsite.collector.pipeline import components as cb_components
 from cbsite.collector.pipeline import record as cb_record
-from cbsite.collector.timing import blocks as cb_blocks
-from cbsite.collector.collect import collect
-from cbsite.collector.device import cpu_name
-from cbsite.collector.config import CollectConfig
 from cbsite.collector.providers import provide
 from cbsite.collector.request import CollectRequest
+from cbsite.collector.timing import blocks as cb_blocks
 
 PROVIDER, OPTIONS, BATCHES, SEED = "dlrm", {}, 3, 0
 # Components compared between cbsite and the profiler: the root, every arch, and two leaves.

@@ -44,7 +44,7 @@ from cbsite.collector.collect import collect
 from cbsite.collector.request import CollectRequest
 from cbsite.collector.session.scheduler import plan_jobs, run_jobs
 from cbsite.collector.session.spec import ArmSpec, ProcessJob, Task
-from cbsite.comparison import paired_units
+from cbsite.diff.comparison import paired_units
 
 PROVIDER = "benchmarks.planted:dlrm"
 

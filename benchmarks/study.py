@@ -26,9 +26,9 @@ GRID = ["dense_features=64,512", "embedding_dim=8,32"]
 
 
 def sweep(root: Path, workers: int, pin: bool, budget: float) -> float:
-    from cbsite.collector.request import CollectRequest
-    from cbsite.collector.executors import run_sweep
     from cbsite.collector.config import CollectConfig
+    from cbsite.collector.executors import run_sweep
+    from cbsite.collector.request import CollectRequest
 
     study = cstudy.Study.from_grid("bench", "dlrm-synthetic", GRID, base_options={"size": "tiny"})
     config = CollectConfig(min_run_time=budget, calibrate=False, peak_flops=1e11, peak_bandwidth=1e10, progress=False)

@@ -11,8 +11,8 @@ from typing import Any, Sequence
 
 from cbsite import review
 from cbsite.archive import Run, RunRef, read_run
-from cbsite.comparison import LatencyEvidence, evidence_for
-from cbsite.diff import RunDiff, diff_runs
+from cbsite.diff.comparison import LatencyEvidence, evidence_for
+from cbsite.diff.rundiff import RunDiff, diff_runs
 from cbsite.gate import GateResult, Rule, check, config_rules, parse_rules
 
 

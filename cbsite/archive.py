@@ -570,7 +570,7 @@ def _unfinished(run_dir: Path) -> bool:
     return (run_dir / (COMPONENTS_FILE + PARTIAL)).exists() and not (run_dir / COMPONENTS_FILE).exists()
 
 
-# Top-level folders cbsite keeps beside the models: comparison records (comparison.py), study records (study.py).
+# Top-level folders cbsite keeps beside the models: comparison records (diff/comparison.py), study records (study.py).
 RESERVED_FOLDERS = ("_comparisons", "_studies")
 
 

@@ -10,7 +10,7 @@ A rule is ``[GLOB:]METRIC>+N%``: ``flops>+5%`` (the whole model's total), ``over
 (``peak_memory`` and ``latency`` stand for the ``peak_memory_bytes`` and ``latency_ms`` columns, whose
 names work too). A rule is broken where a per-forward value grew by more than N % of its base value:
 * a value that grew from 0, or a component that is new in the head run, grew by more than any N %;
-* a latency change within the combined IQR of the two runs (`diff.py`'s noise rule) never breaks a rule;
+* a latency change within the combined IQR of the two runs (cbsite/diff/alignment.py's noise rule) never breaks a rule;
 * a value that is missing (failed or skipped component) cannot be judged: it is listed as unknown and
   does not break the rule, so the report says what the gate could not see;
 * every compared phase is checked (or the one `--phase` names); parameter bytes are static and are
@@ -33,11 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cbsite import throughput, traffic
-from cbsite.comparison import NOT_JUDGED_HINT, LatencyEvidence, judgement
+from cbsite import throughput
 from cbsite.config import find_config
-from cbsite.diff import RunDiff
-from cbsite.diffrecord import REL_TOL, ComponentDelta
+from cbsite.diff import traffic
+from cbsite.diff.comparison import NOT_JUDGED_HINT, LatencyEvidence, judgement
+from cbsite.diff.record import REL_TOL, ComponentDelta
+from cbsite.diff.rundiff import RunDiff
 from cbsite.errors import CbsiteError
 
 # Rule metric name -> diff metric (column) name.
@@ -49,7 +50,7 @@ RULE_METRICS = {
     "latency": "latency_ms",
     "latency_ms": "latency_ms",
     "bytes_moved": "bytes_moved",
-    # Sharded runs: bytes the collectives send + receive (or either alone) per forward, cbsite/traffic.py.
+    # Sharded runs: bytes the collectives send + receive (or either alone) per forward, cbsite/diff/traffic.py.
     "comm_bytes": "comm_bytes",
     "comm_bytes_sent": "comm_bytes_sent",
     "comm_bytes_received": "comm_bytes_received",

@@ -1,6 +1,6 @@
 """A diff and its gate in words for people: the PR comment (Markdown), the terminal report (rich), the JSON
 output, and the diff page's address. Renderers only: the gate's rules and judgements are cbsite/gate.py, the
-diff's data cbsite/diff.py, numbers as text cbsite/format.py.
+diff's data cbsite/diff/rundiff.py, numbers as text cbsite/format.py.
 
 Core module: no torch, no jinja2. `cbsite diff` (the CLI) is a thin caller of what is here.
 """
@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from cbsite import format as cfmt
-from cbsite import throughput, traffic
+from cbsite import throughput
 from cbsite.archive import RunRef, list_runs
-from cbsite.comparison import CHANGE_WORDS, NOT_JUDGED, NOT_JUDGED_HINT, LatencyEvidence, judgement
-from cbsite.diff import RunDiff
-from cbsite.diffrecord import LABELS, NO_SHARE, ComponentDelta, display_path, short_type
+from cbsite.diff import traffic
+from cbsite.diff.comparison import CHANGE_WORDS, NOT_JUDGED, NOT_JUDGED_HINT, LatencyEvidence, judgement
+from cbsite.diff.record import LABELS, NO_SHARE, ComponentDelta, display_path, short_type
+from cbsite.diff.rundiff import RunDiff
+from cbsite.diff.summary import capitalise, total_parts
 from cbsite.gate import Breach, GateResult, latency_counts, root_verdicts
-from cbsite.summary import capitalise, total_parts
 
 TOP_N = 5  # contributors per metric in the Markdown summary
 MAX_TABLE_ROWS = 300  # rows of the collapsible full table; a PR comment holds at most 65,536 characters
@@ -327,7 +328,7 @@ def _share_cell(rd: RunDiff, c: ComponentDelta, metric: str, phase: str) -> str:
 
 
 def _traffic_section(rd: RunDiff, phase: str, model: str) -> list[str]:
-    """Sharded runs: the communicating components whose collective bytes changed (cbsite/traffic.py)."""
+    """Sharded runs: the communicating components whose collective bytes changed (cbsite/diff/traffic.py)."""
     changed = [t for t in rd.traffic if t.phase == phase and t.kind != "unchanged"]
     if not changed:
         return []
@@ -445,7 +446,7 @@ def print_table(rd: RunDiff, gate: GateResult | None, console: Any, *, phase: st
 
 def schema_path() -> Path:
     """The JSON schema that `cbsite diff --format json` output follows (shipped in the package)."""
-    return Path(__file__).with_name("diff.schema.json")
+    return Path(__file__).parent / "diff" / "diff.schema.json"
 
 
 def gate_text(gate: GateResult, model: str) -> list[str]:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import polars as pl
 
 from cbsite import format as fmt
-from cbsite.diffrecord import display_path, short_type
+from cbsite.diff.record import display_path, short_type
 
 if TYPE_CHECKING:
     from cbsite.archive import Run

@@ -64,8 +64,8 @@ def plain_step() -> dict:
 
 def collection() -> dict:
     model, ids = wide_model()
-    from cbsite.collector import CollectConfig, profile
     import cbsite.collector.profiler  # noqa: F401 - the collection's imports before the baseline
+    from cbsite.collector import CollectConfig, profile
 
     config = CollectConfig(min_run_time=0.005, warmup=1, calibrate=False, peak_flops=1e11, peak_bandwidth=1e10,
                            progress=False)
@@ -90,8 +90,8 @@ class Pair(nn.Module):
 def over_the_limit() -> dict:
     from collections import OrderedDict
 
-    from cbsite.collector import CollectConfig, profile
     import cbsite.collector.profiler  # noqa: F401 - the collection's imports before the baseline
+    from cbsite.collector import CollectConfig, profile
     from cbsite.collector.memory import data_bytes
 
     torch.manual_seed(0)

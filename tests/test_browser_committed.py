@@ -107,8 +107,9 @@ def test_home_page_what_changed_is_a_table_that_keeps_every_fact(demo_runs, site
 
 def _dlrm_verdicts(runs) -> dict[str, str]:
     """phase -> the whole model's latency verdict of the dlrm v1 -> v2 comparison in the archive."""
-    from cbsite import archive, comparison
-    from cbsite import diff as cdiff
+    from cbsite import archive
+    from cbsite.diff import comparison
+    from cbsite.diff import rundiff as cdiff
 
     base, head = (archive.read_run(archive.resolve_run(f"dlrm@{v}", runs).path) for v in ("v1", "v2"))
     rd = cdiff.diff_runs(base, head)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from cbsite.generator import build_site
-from tests.helpers.latency_archive import COMPARISON_ID, IDS, write_latency_archive
 from tests.helpers.browser import Server, outside
+from tests.helpers.latency_archive import COMPARISON_ID, IDS, write_latency_archive
 
 pytestmark = pytest.mark.browser  # skipped where chromium is missing (tests/conftest.py)
 PAIR = f"diffs/runs/{IDS['v1']}/{IDS['v3']}/"

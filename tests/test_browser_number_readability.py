@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cbsite.diffrecord import CANCEL
+from cbsite.diff.record import CANCEL
 from tests.helpers.readability import NUMBERS, unreadable
 
 VIEWPORT = {"width": 1400, "height": 1000}

@@ -1,4 +1,4 @@
-"""The diff's numpy path (cbsite/diff.py `_Numbers`, `_diff_phase_numpy`) gives what its plain-Python
+"""The diff's numpy path (cbsite/diff/rundiff.py `_Numbers`, `_diff_phase_numpy`) gives what its plain-Python
 reference gives, bit for bit: every component's values, their types (an integer stays an integer) and every float's
 bits (sums in the reference's order), so a site built with it is byte for byte the one built before it."""
 
@@ -12,8 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cbsite import alignment, archive, diffsides
-from cbsite import diff as cdiff
+from cbsite import archive
+from cbsite.diff import alignment, sides
+from cbsite.diff import rundiff as cdiff
 from tests.helpers.runfactory import revisions
 from tests.helpers.site_archives import synthetic_rows
 
@@ -35,7 +36,7 @@ def both_paths(base: pl.DataFrame, head: pl.DataFrame, match_moved: bool,
         fast = cdiff.diff_tables(base, head, match_moved=match_moved)
     assert taken, "the numpy path was not taken"
     with monkeypatch.context() as m:
-        m.setattr(diffsides.Side, "numbers", lambda self: None)
+        m.setattr(sides.Side, "numbers", lambda self: None)
         ref = cdiff.diff_tables(base, head, match_moved=match_moved)
     return fast, ref
 
@@ -124,9 +125,9 @@ def test_numpy_diff_equals_the_reference_on_synthetic_runs(seed: int, damaged: b
 def test_integers_beyond_float_precision_take_the_reference_path(monkeypatch: pytest.MonkeyPatch) -> None:
     base = frame("m", "v1", "r1", n=40, seed=5)
     head = base.with_columns(pl.col("flops") * 2 ** 40)  # FLOP counts past 2**52 in sum
-    side = diffsides.sides(head, "head", {})["forward"]
+    side = sides.sides(head, "head", {})["forward"]
     assert side.numbers() is None
-    assert diffsides.sides(base, "base", {})["forward"].numbers() is not None
+    assert sides.sides(base, "base", {})["forward"].numbers() is not None
     diff = cdiff.diff_tables(base, head)  # the reference, for the phases where one side has no numpy columns
     assert isinstance(diff.totals["forward"]["flops"].delta, int)
 

@@ -1,4 +1,4 @@
-"""cbsite.diff: alignment, attribution, classification, noise and the summary.
+"""cbsite.diff.rundiff: alignment, attribution, classification, noise and the summary.
 
 Property tests draw random component trees (tests/helpers/runfactory.py) and random revisions of them; the
 example tests pin exact numbers on a small two-level model.
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from cbsite import format as cfmt
 from cbsite.archive import Run, read_run
-from cbsite.diff import (
+from cbsite.diff.rundiff import (
     DIFF_METRICS,
     KINDS,
     ComponentDelta,
@@ -435,7 +435,7 @@ def test_a_diff_of_saved_runs_equals_the_diff_in_memory(tmp_path: Any) -> None:
 
 def test_diff_imports_no_torch_and_no_site_library() -> None:
     code = (
-        "import sys, cbsite.diff\n"
+        "import sys, cbsite.diff.rundiff\n"
         "bad = [m for m in ('torch', 'jinja2', 'mkdocs', 'altair') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )

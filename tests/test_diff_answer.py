@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from cbsite import archive, provenance
-from cbsite import diff as cdiff
+from cbsite.diff import rundiff as cdiff
 from cbsite.generator import diffdata, latencydata
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import functools
 
 from cbsite import archive
-from cbsite import diff as cdiff
-from cbsite.clauses import Clause
+from cbsite.diff import rundiff as cdiff
+from cbsite.diff.clauses import Clause
+from cbsite.diff.summary import paragraph
 from cbsite.generator import diffdata
-from cbsite.summary import paragraph
 
 
 def test_chart_labels_are_short_distinct_and_never_start_at_an_index():

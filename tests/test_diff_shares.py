@@ -16,9 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from cbsite import archive
-from cbsite import diff as cdiff
 from cbsite import gate as cgate
-from cbsite.diffrecord import CANCEL, display_path, short_type
+from cbsite.diff import rundiff as cdiff
+from cbsite.diff.record import CANCEL, display_path, short_type
 from cbsite.generator import diffdata
 from tests.helpers.runfactory import make_run, revisions
 
@@ -178,7 +178,8 @@ def test_where_latency_grew_follows_the_verdicts_and_names_each_phase(demo_runs)
     the backward growth out (the noise rule) and the summary explained the forward's small growth only. Judged
     by the comparison, each phase whose verdict is a change gets a clause that names its phase and the largest
     own change among the components judged changed; a phase judged otherwise gets none."""
-    from cbsite import comparison, review
+    from cbsite import review
+    from cbsite.diff import comparison
 
     base, head = _newest(demo_runs / "dlrm" / "v1"), _newest(demo_runs / "dlrm" / "v2")
     rd = cdiff.diff_runs(base, head)
@@ -209,7 +210,8 @@ def test_where_latency_grew_follows_the_verdicts_and_names_each_phase(demo_runs)
 def test_a_comparisons_verdicts_are_judged_once(demo_runs, monkeypatch):
     """A PR comment asks the evidence for its verdicts once per section (summary, where, latency table, gate):
     each a t-test per component, judged once and handed out as copies."""
-    from cbsite import comparison, review, stats
+    from cbsite import review, stats
+    from cbsite.diff import comparison
 
     base, head = _newest(demo_runs / "dlrm" / "v1"), _newest(demo_runs / "dlrm" / "v2")
     rd = cdiff.diff_runs(base, head)

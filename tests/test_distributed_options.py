@@ -107,10 +107,9 @@ def test_a_torchrec_provider_without_torchrec_is_one_line_with_its_install_hint(
 
 @pytest.mark.slow
 def test_distributed_without_a_plan_uses_torchrecs_planner_and_says_which(tmp_path):
-    from tests.test_distributed import torchrun
-
     from cbsite import archive
     from cbsite.collector.distributed.sharding import plan_summary
+    from tests.test_distributed import torchrun
 
     done = torchrun(["dlrm", "-o", "size=tiny", "-o", "num_tables=3", "--model", "planned", "--version", "v0"], tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
@@ -128,9 +127,8 @@ def test_distributed_without_a_plan_uses_torchrecs_planner_and_says_which(tmp_pa
 def test_a_users_unsharded_torchrec_model_is_sharded_by_the_planner(tmp_path):
     """A `module:function` that returns the plain model (tables in an EmbeddingBagCollection) is sharded as the
     built-ins are without a plan, and its plan is recorded where theirs is."""
-    from tests.test_distributed import torchrun
-
     from cbsite import archive
+    from tests.test_distributed import torchrun
 
     done = torchrun(["distributed_models:plain_dlrm", "--model", "users", "--version", "v0"], tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import io
 import gzip
 import hashlib
+import io
 import json
 import re
 import subprocess

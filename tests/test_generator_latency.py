@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from cbsite import comparison, review
 from cbsite import format as cfmt
+from cbsite import review
 from cbsite.archive import read_run
-from cbsite.diff import diff_runs
+from cbsite.diff import comparison
+from cbsite.diff.rundiff import diff_runs
 from cbsite.generator import build_site, diffdata, latencydata
 from tests.helpers.latency_archive import (
     COMPARISON_ID,

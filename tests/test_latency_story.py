@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from cbsite import comparison, review, stats
+from cbsite import review, stats
 from cbsite.cli import main
-from cbsite.diff import diff_runs
+from cbsite.diff import comparison
+from cbsite.diff.rundiff import diff_runs
 from tests.helpers.runfactory import make_run
 
 SPEC = {"": {"tower": {"tower.0": None, "tower.1": None}, "drop": None}}

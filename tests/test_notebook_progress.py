@@ -36,8 +36,9 @@ def test_a_kernel_without_ipywidgets_gets_the_redrawn_line_and_a_log_keeps_its_l
 
 
 def test_profile_in_a_notebook_redraws_its_progress_line_as_components_are_measured(jupyter_kernel, monkeypatch):
-    import cbsite
     from torch import nn
+
+    import cbsite
 
     monkeypatch.setattr(NotebookLine, "LINE_EVERY_S", 0.0)  # every update drawn, however fast the machine
     torch.manual_seed(0)

@@ -56,7 +56,7 @@ def test_wheel_carries_every_template(wheel):
     with zipfile.ZipFile(wheel) as zf:
         shipped = {n[len("cbsite/generator/templates/"):]: hashlib.sha256(zf.read(n)).hexdigest()
                    for n in zf.namelist() if n.startswith("cbsite/generator/templates/") and not n.endswith("/")}
-        assert "cbsite/diff.schema.json" in zf.namelist()
+        assert "cbsite/diff/diff.schema.json" in zf.namelist()
     assert shipped == _digest(TEMPLATES)
     for needed in ("mkdocs.defaults.yml", "pages/run.md.j2", "pages/_macros.j2", "assets/icicle.js", "publish/redirect.html.j2"):
         assert needed in shipped

@@ -16,8 +16,8 @@ import pytest
 
 from cbsite import gate as cgate
 from cbsite import review
-from cbsite.comparison import LatencyEvidence
-from cbsite.diff import diff_runs
+from cbsite.diff.comparison import LatencyEvidence
+from cbsite.diff.rundiff import diff_runs
 from tests.helpers.runfactory import make_run
 
 GOLDEN = Path(__file__).parent / "golden" / "pr_comment.md"

@@ -424,9 +424,9 @@ def bracketed(tmp_path_factory, fast_config_module) -> tuple[Path, str, str]:
 
 @pytest.fixture(scope="module")
 def fast_config_module():
-    from cbsite.collector import CollectConfig
-
     import dataclasses
+
+    from cbsite.collector import CollectConfig
 
     options = dict(min_run_time=0.005, warmup=1, calibrate=False, peak_flops=1e11, peak_bandwidth=1e10,
                    progress=False, phases=("forward",), step=False)  # no whole-model step: not what is tested here
@@ -451,7 +451,7 @@ def test_markdown_and_terminal_diffs_show_paths_as_written(bracketed):
     from rich.console import Console
 
     from cbsite import review
-    from cbsite.diff import diff_runs
+    from cbsite.diff.rundiff import diff_runs
 
     root, base, head = bracketed
     rd = diff_runs(archive.read_run(archive.resolve_run(base, root).path), archive.read_run(archive.resolve_run(head, root).path))

@@ -27,7 +27,7 @@ from torch import nn
 import cbsite
 from cbsite import gate as cgate
 from cbsite.cli import main
-from cbsite.diff import diff_runs
+from cbsite.diff.rundiff import diff_runs
 from cbsite.errors import CbsiteError
 from cbsite.generator import build_site, publish_site
 from cbsite.generator.sitedir import MARKER, locked

@@ -14,7 +14,7 @@ from torch import nn  # noqa: E402
 
 from cbsite.cli import main  # noqa: E402
 from cbsite.collector import profile  # noqa: E402
-from cbsite.diff import diff_runs  # noqa: E402
+from cbsite.diff.rundiff import diff_runs  # noqa: E402
 
 
 class Block(nn.Module):

@@ -14,13 +14,14 @@ import polars as pl
 import pytest
 import torch
 
-from cbsite import archive, comparison, review, schema, stats
+from cbsite import archive, review, schema, stats
 from cbsite import gate as cgate
 from cbsite.collector import CollectConfig, profile
 from cbsite.collector.request import CollectRequest
 from cbsite.collector.session.compare import CompareConfig, compare
 from cbsite.collector.timing.blocks import Block, summarise
-from cbsite.diff import diff_runs
+from cbsite.diff import comparison
+from cbsite.diff.rundiff import diff_runs
 from tests.session_models import mlp
 
 # Paired verdicts and warm-up rules on real timings: run alone (`make test`'s serial part), never beside other tests.

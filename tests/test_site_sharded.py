@@ -11,8 +11,8 @@ import polars as pl
 import pytest
 
 from cbsite import archive, review
-from cbsite import diff as cdiff
 from cbsite import gate as cgate
+from cbsite.diff import rundiff as cdiff
 from cbsite.errors import CbsiteError
 from cbsite.generator import build_site
 

@@ -187,7 +187,7 @@ def _runs(base_step, head_step):
 
 
 def test_diff_summary_and_json_carry_the_throughput_change():
-    from cbsite.diff import diff_runs
+    from cbsite.diff.rundiff import diff_runs
 
     base, head = _runs(_step([10.0]), _step([12.5]))
     rd = diff_runs(base, head)
@@ -204,7 +204,7 @@ def test_diff_summary_and_json_carry_the_throughput_change():
 
 def test_diff_json_with_throughput_breach_follows_the_schema():
     jsonschema = pytest.importorskip("jsonschema")
-    from cbsite.diff import diff_runs
+    from cbsite.diff.rundiff import diff_runs
 
     rd = diff_runs(*_runs(_step([10.0, 10.1, 9.9]), _step([13.0, 13.1, 12.9])))
     gate = cgate.check(rd, cgate.parse_rules(["throughput<-5%"]))
@@ -222,7 +222,7 @@ def test_diff_json_with_throughput_breach_follows_the_schema():
     ],
 )
 def test_throughput_rule_judged_only_with_rounds(base_rounds, head_rounds, passed, not_judged):
-    from cbsite.diff import diff_runs
+    from cbsite.diff.rundiff import diff_runs
 
     rd = diff_runs(*_runs(_step(base_rounds), _step(head_rounds, seed=1)))
     gate = cgate.check(rd, cgate.parse_rules(["throughput<-5%"]))
@@ -237,7 +237,7 @@ def test_throughput_rule_judged_only_with_rounds(base_rounds, head_rounds, passe
 
 
 def test_drop_within_the_limit_holds():
-    from cbsite.diff import diff_runs
+    from cbsite.diff.rundiff import diff_runs
 
     rd = diff_runs(*_runs(_step([10.0, 10.05, 9.95]), _step([10.3, 10.35, 10.25])))  # about 3 % slower
     gate = cgate.check(rd, cgate.parse_rules(["train_throughput<-10%"]))
@@ -245,7 +245,7 @@ def test_drop_within_the_limit_holds():
 
 
 def test_missing_step_is_unknown_not_a_pass_in_silence():
-    from cbsite.diff import diff_runs
+    from cbsite.diff.rundiff import diff_runs
 
     rd = diff_runs(*_runs(_step([10.0, 10.0]), None))
     gate = cgate.check(rd, cgate.parse_rules(["eval_throughput<-5%"]))

@@ -202,8 +202,8 @@ def test_placement_puts_the_tables_where_asked_on_cuda(placement, fast_config):
     from dataclasses import replace
 
     from cbsite.collector.collect import collect
-    from cbsite.collector.request import CollectRequest
     from cbsite.collector.providers.synthetic import shared_collection
+    from cbsite.collector.request import CollectRequest
 
     options = {**TINY, "num_tables": 2, "num_embeddings": [1000, 200], "placement": placement}
     if placement == "uvm_caching":

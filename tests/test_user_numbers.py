@@ -76,7 +76,7 @@ def test_a_zero_floor_judges_by_significance_alone():
     with pytest.raises(CbsiteError, match="the limit is a drop"):
         cgate.parse_rules(["throughput<+0%"])
     # A comparison made with --floor 0 is read back with its own floor, not the default's.
-    from cbsite.comparison import from_record
+    from cbsite.diff.comparison import from_record
 
     assert from_record({"comparison_id": "c", "alpha": 0.01, "floor": 0, "components": []}).floor == 0
 
@@ -148,7 +148,7 @@ def test_compare_with_a_zero_floor_runs_to_its_verdicts(tmp_path, capsys):
     out = capsys.readouterr()
     assert code == 0 and "Traceback" not in out.err, out.err[-3000:]
     assert json.loads(out.out)  # the diff with its verdicts, as JSON
-    from cbsite.comparison import list_comparisons
+    from cbsite.diff.comparison import list_comparisons
 
     (record,) = list_comparisons(tmp_path / "runs")
     assert record["floor"] == 0 and all(c["verdict"]["verdict"] != "unchanged" for c in record["components"])

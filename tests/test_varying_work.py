@@ -15,7 +15,7 @@ from cbsite.collector import CollectConfig, profile
 from cbsite.collector.request import CollectRequest
 from cbsite.collector.session.compare import CompareConfig, compare
 from cbsite.collector.variation import COUNT_NOTE, VARIES_NOTE, probe
-from cbsite.comparison import from_record
+from cbsite.diff.comparison import from_record
 from tests.varying_models import PassesAnIterator, looped
 
 

@@ -235,8 +235,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from cbsite.collector.providers import needs
 
     require("torch", *needs(args.provider))
-    from cbsite.collector.request import CollectRequest, Preprocessing
     from cbsite.collector.executors import run_sweep
+    from cbsite.collector.request import CollectRequest, Preprocessing
 
     config = collect_config(args)
     config = type(config)(**{**config.__dict__, "progress": False})  # points run in workers: one line each

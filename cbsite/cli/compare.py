@@ -91,8 +91,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     require("torch", *needs(args.base), *needs(args.head))
     from cbsite.collector.request import CollectRequest
     from cbsite.collector.session.compare import CompareConfig, compare
-    from cbsite.comparison import from_record
-    from cbsite.diff import diff_runs
+    from cbsite.diff.comparison import from_record
+    from cbsite.diff.rundiff import diff_runs
 
     config = collect_config(args)
     cfg = CompareConfig(processes=args.processes, layout=args.order, pairs=args.pairs, block_s=args.block_time,
@@ -154,7 +154,7 @@ def _remove_worktree(folder: Path) -> None:
 def _add_report_args(p: argparse.ArgumentParser) -> Any:
     g = p.add_argument_group("report and gate")
     g.add_argument("--format", choices=("table", "markdown", "json"), default="table",
-                   help="table (terminal), markdown (a PR comment) or json (see cbsite/diff.schema.json)")
+                   help="table (terminal), markdown (a PR comment) or json (see cbsite/diff/diff.schema.json)")
     g.add_argument("--top", type=int, default=5, help="top contributors shown per metric")
     return g
 

@@ -44,8 +44,8 @@ def kept_demo_run(runs: Path, provider: str, name: str, version: str, options: d
     options, device (kind and CPU name), dtype, intra-op threads, torch version, phases, depth, budget, and at
     least the plugins (with the same options) asked for now. The newest such run, or None."""
     from cbsite import archive
-    from cbsite.collector.device import cpu_name
     from cbsite.collector.config import threads_for
+    from cbsite.collector.device import cpu_name
     from cbsite.provenance import package_versions
 
     torch_version = package_versions(("torch",))["torch"]  # as run.json records it; no torch import in the CLI
@@ -113,8 +113,8 @@ def _study(args: argparse.Namespace, config: Any, say: Any) -> None:
     from dataclasses import replace
 
     from cbsite import study as cstudy
-    from cbsite.collector.request import CollectRequest
     from cbsite.collector.executors import run_sweep
+    from cbsite.collector.request import CollectRequest
 
     provider, name, base_options, grid = DEMO_STUDY
     sweep = cstudy.Study.from_grid(name, provider, grid, base_options=base_options)

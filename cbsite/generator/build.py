@@ -29,11 +29,21 @@ import jinja2
 
 from cbsite import archive, stats, throughput
 from cbsite.archive import Run
-from cbsite.diffrecord import LABELS
+from cbsite.diff.record import LABELS
 from cbsite.errors import CbsiteError
 from cbsite.generator import cache as bcache
-from cbsite.generator import (charts, historydata, jobs, precompress, regressionsdata, rundata, searchpaths, sitedir, studydata,
-                              templating)
+from cbsite.generator import (
+    charts,
+    historydata,
+    jobs,
+    precompress,
+    regressionsdata,
+    rundata,
+    searchpaths,
+    sitedir,
+    studydata,
+    templating,
+)
 from cbsite.generator.catalog import Catalog, load_catalog
 from cbsite.generator.config import SiteConfig, dump_yaml, load_site_config, project_config
 

@@ -42,8 +42,8 @@ import json
 import os
 import pickle
 import re
-import shutil
 import secrets
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
-from cbsite import archive, comparison
+from cbsite import archive
 from cbsite.archive import Run
+from cbsite.diff import comparison
 from cbsite.errors import CbsiteError
 
 

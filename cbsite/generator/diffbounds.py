@@ -13,7 +13,7 @@ from typing import Any
 import polars as pl
 
 from cbsite.archive import Run
-from cbsite.diffrecord import ComponentDelta
+from cbsite.diff.record import ComponentDelta
 from cbsite.generator.rundata import compact_column, site_bounds
 
 # The columns rundata.site_bounds reads (`kind` only in sharded runs).

@@ -5,9 +5,9 @@ phase on open and another when asked for, so a 10,000-component diff page stays 
 Shares are given only where they mean something: an additive metric's own change that is a change (never
 for a latency change within noise, or one whose verdict is unchanged or inconclusive), and never for peak
 memory, whose values are maxima: a peak's own change is the part no child explains, and such parts do not
-add up to the model's change (cbsite/diff.py), so they are shown as amounts, not as shares.
+add up to the model's change (cbsite/diff/rundiff.py), so they are shown as amounts, not as shares.
 Nor are shares given where the parts cancel out (`cancelled`): when the components' own changes move, up and
-down together, more than CANCEL (cbsite/diffrecord.py) times the net change, a share of the net is a large
+down together, more than CANCEL (cbsite/diff/record.py) times the net change, a share of the net is a large
 meaningless number; the page then gives the amounts up, down and net instead.
 Latency follows its verdicts when the diff has evidence (cbsite/generator/latencydata.py).
 Beside the diff, the page reads from the two runs themselves (`RunFacts`): each listed component's bound on each
@@ -25,24 +25,24 @@ from typing import Any, cast
 
 import polars as pl
 
-from cbsite import comparison
-from cbsite import diff as cdiff
 from cbsite import format as cfmt
 from cbsite.archive import Run
-from cbsite.clauses import Clause
-from cbsite.diffrecord import (
+from cbsite.diff import comparison
+from cbsite.diff import rundiff as cdiff
+from cbsite.diff.clauses import Clause
+from cbsite.diff.record import (
     DIFF_METRICS,
     LABELS,
     NO_SHARE,
     ComponentDelta,
     display_path,
 )
+from cbsite.diff.summary import capitalise, clause_text, paragraph, total_parts, total_text
 from cbsite.generator import charts, latencydata
 from cbsite.generator.diffbounds import DiffBounds
 from cbsite.generator.diffranks import MixedOwn, mixed_owns
 from cbsite.generator.latencydata import Judged, latency_changed, latency_columns
 from cbsite.generator.rundata import compact_column, site_bounds
-from cbsite.summary import capitalise, clause_text, paragraph, total_parts, total_text
 
 TOP_N = 10
 # Metrics with a contributors chart, in the order the page shows them.
@@ -427,7 +427,7 @@ def _run_columns(head: Run, phase: str, comps: list[ComponentDelta],
 
     `page`: the head run's page data (rundata.components_json), when the caller has it (the build's worker that
     just computed it): its compacted columns and bounds are taken instead of computed again. They are the same
-    values: a diff's run has one row per path in each phase (cbsite.diff refuses a path twice), compacting is per
+    values: a diff's run has one row per path in each phase (cbsite.diff.rundiff refuses a path twice), compacting is per
     value, and the bound is read from the same compacted values (tests/test_build_speed_diff.py)."""
     if page is not None and phase in page.get("phases", ()) and isinstance(page.get(phase), dict):
         at_page = {p: i for i, p in enumerate(page["path"])}

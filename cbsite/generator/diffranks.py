@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cbsite import diff as cdiff
 from cbsite.archive import Run
-from cbsite.diffrecord import ADDITIVE_METRICS, DIFF_METRICS
-from cbsite.diffsides import Side, sides
+from cbsite.diff import rundiff as cdiff
+from cbsite.diff.record import ADDITIVE_METRICS, DIFF_METRICS
+from cbsite.diff.sides import Side, sides
 
-METRICS = tuple(m for m in DIFF_METRICS if m in ADDITIVE_METRICS)  # own = total - children's (cbsite/diff.py)
+METRICS = tuple(m for m in DIFF_METRICS if m in ADDITIVE_METRICS)  # own = total - children's (cbsite/diff/rundiff.py)
 TOLERANCE = 1e-9  # relative: the same rows give the same sums; anything further is another rank's number
 
 
@@ -32,7 +32,7 @@ class MixedOwn:
 
 
 class _Ranked:
-    """One run's all-ranks phases and each rank's, as the diff reads them (cbsite/diffsides.py)."""
+    """One run's all-ranks phases and each rank's, as the diff reads them (cbsite/diff/sides.py)."""
 
     def __init__(self, run: Run, label: str) -> None:
         self.all = sides(run.rows, label, run.meta)

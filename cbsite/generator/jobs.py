@@ -19,9 +19,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cbsite import archive, provenance, traffic
-from cbsite import diff as cdiff
+from cbsite import archive, provenance
 from cbsite.archive import Run
+from cbsite.diff import rundiff as cdiff
+from cbsite.diff import traffic
 from cbsite.errors import CbsiteError
 from cbsite.generator import cache as bcache
 from cbsite.generator import diffdata, latencydata, regressionsdata, roofline, rundata, runpagedata, templating

@@ -1,6 +1,6 @@
 """Latency verdicts for a diff page: how latency was judged, the session's noise, and a verdict per component.
 
-The evidence is `cbsite.comparison`'s (the rules are there and in `cbsite.stats`): a comparison record of a
+The evidence is `cbsite.diff.comparison`'s (the rules are there and in `cbsite.stats`): a comparison record of a
 paired `cbsite compare` session, else both runs' rounds (`--rounds N`), else none: latency is then *not
 judged*. This module only turns that evidence into what the page and its data file show:
 
@@ -25,10 +25,11 @@ import math
 import statistics
 from typing import Any, Callable, Mapping
 
-from cbsite import comparison, gate, stats
-from cbsite import diff as cdiff
+from cbsite import gate, stats
 from cbsite.archive import Run
-from cbsite.diffrecord import ComponentDelta, display_path
+from cbsite.diff import comparison
+from cbsite.diff import rundiff as cdiff
+from cbsite.diff.record import ComponentDelta, display_path
 
 LISTED = ("regressed", "improved", "inconclusive")  # what a reader acts on; unchanged ones are counted
 MAX_LISTED = 40

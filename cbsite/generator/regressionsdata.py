@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
-from cbsite import diff as cdiff
-from cbsite.diffrecord import display_path
+from cbsite.diff import rundiff as cdiff
+from cbsite.diff.record import display_path
 from cbsite.generator.latencydata import Judged
 
 

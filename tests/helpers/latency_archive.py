@@ -13,7 +13,8 @@ from typing import Any
 
 import polars as pl
 
-from cbsite import comparison, schema, stats
+from cbsite import schema, stats
+from cbsite.diff import comparison
 from tests.helpers.runfactory import make_run, write_archive
 
 SPEC = {"": {"enc": {"enc.a": None, "enc.b": None}, "c": None}}

@@ -39,7 +39,14 @@ from cbsite.collector.capture import moved
 from cbsite.collector.config import DTYPES, threads_for
 from cbsite.collector.distributed import ranks
 from cbsite.collector.distributed.collectives import CollectiveMode, Traffic
-from cbsite.collector.distributed.discovery import Captured, Piece, Resolved, capture_pieces, pieces, promote_grad_buffers
+from cbsite.collector.distributed.discovery import (
+    Captured,
+    Piece,
+    Resolved,
+    capture_pieces,
+    pieces,
+    promote_grad_buffers,
+)
 from cbsite.collector.distributed.group import Group
 from cbsite.collector.distributed.lockstep import Agreement, LockstepResult, measure
 from cbsite.collector.distributed.sharding import planned, same_on_every_rank, with_default_plan

@@ -20,18 +20,17 @@ is flagged instead.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
 import time
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
 from torch.utils.benchmark import Timer
 
-from cbsite.errors import CbsiteError
 from cbsite.collector.counting import count
 from cbsite.collector.distributed.collectives import CollectiveMode, Traffic
 from cbsite.collector.measure import ComponentMeasurement, PhaseResult, per_call, phase_peak
@@ -45,6 +44,7 @@ from cbsite.collector.timing.blocks import (
     timed_block,
 )
 from cbsite.collector.timing.contention import WaitProbe
+from cbsite.errors import CbsiteError
 
 MAX_NUMBER = 2**20
 

@@ -20,7 +20,13 @@ from cbsite.collector import memory
 from cbsite.collector.capture import Capture, Rider
 from cbsite.collector.config import DTYPES, Batch, CollectConfig
 from cbsite.collector.counting import Counts
-from cbsite.collector.measure import REAL_COUNT_BELOW_S, ComponentMeasurement, Known, NothingToDifferentiate, PhaseResult
+from cbsite.collector.measure import (
+    REAL_COUNT_BELOW_S,
+    ComponentMeasurement,
+    Known,
+    NothingToDifferentiate,
+    PhaseResult,
+)
 from cbsite.collector.pipeline.capture_plan import CaptureOutOfMemory, Planned
 from cbsite.collector.pipeline.failures import error_text, traceback_text
 from cbsite.collector.pipeline.progress import progress_bar

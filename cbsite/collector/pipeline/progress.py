@@ -53,7 +53,14 @@ def progress_bar(enabled: bool, total: int):
     but rich draws its bar there where ipywidgets is installed; without it, one line redrawn in place."""
     if enabled and not sys.stderr.isatty() and not _notebook_bar():
         return NotebookLine() if in_notebook() else LineProgress()
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     return Progress(
         TextColumn("[bold]{task.description}", justify="left"),

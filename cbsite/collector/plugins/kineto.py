@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from cbsite.collector.quiet_profiler import quiet_profiler
 from cbsite.collector.plugins.base import PhaseContext
+from cbsite.collector.quiet_profiler import quiet_profiler
 
 
 @dataclass

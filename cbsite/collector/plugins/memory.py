@@ -32,9 +32,9 @@ import torch
 
 from cbsite.artifacts import scrubbed
 from cbsite.collector.cpu_memory import allocation_nodes
-from cbsite.collector.quiet_profiler import quiet_profiler
 from cbsite.collector.plugins import memory_timeline
 from cbsite.collector.plugins.base import Option, PhaseContext, PluginResult, Profiler, RunContext
+from cbsite.collector.quiet_profiler import quiet_profiler
 
 CPU_STATUS = ("CUDA allocator snapshot not available on CPU: the timeline shows the CPU allocator's "
               "allocations and frees as torch.profiler records them")

@@ -17,8 +17,8 @@ from cbsite.collector.providers.dlrm import (
     one_or_list,
     recsys_batches,
     seeded_build,
-    sparse_options,
     span,
+    sparse_options,
 )
 
 NAME = "deepfm"

@@ -24,13 +24,14 @@ from typing import Any, Callable
 import polars as pl
 import pyarrow as pa
 
-from cbsite import archive, comparison, schema, stats
+from cbsite import archive, schema, stats
 from cbsite.archive import Run
 from cbsite.collector import hierarchy, peaks
 from cbsite.collector.session import rounds
 from cbsite.collector.session.scheduler import LAYOUTS, plan_jobs, run_jobs
 from cbsite.collector.session.spec import ArmSpec, ProcessJob, Task
-from cbsite.diff import diff_runs
+from cbsite.diff import comparison
+from cbsite.diff.rundiff import diff_runs
 from cbsite.errors import CbsiteError
 
 DEFAULT_PROCESSES = 6
@@ -237,7 +238,14 @@ def _collect_with_path(request: Any, sys_path: tuple[str, ...]) -> Run:
 
 
 def _run_with_progress(jobs: list[ProcessJob], layout: str, progress: bool) -> Any:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                    TimeRemainingColumn(), disable=not progress)

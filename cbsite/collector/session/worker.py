@@ -72,6 +72,7 @@ def run_process(job: ProcessJob) -> ProcessResult:
 
 def _run(job: ProcessJob) -> ProcessResult:
     import torch
+    from torch.utils.benchmark import Timer
 
     from cbsite.collector.capture import describe
     from cbsite.collector.measure import ComponentMeasurement, NothingToDifferentiate
@@ -79,7 +80,6 @@ def _run(job: ProcessJob) -> ProcessResult:
     from cbsite.collector.pipeline.capture_plan import CaptureOutOfMemory
     from cbsite.collector.timing.blocks import TimingConfig, before_block, block_size
     from cbsite.collector.timing.contention import WaitProbe
-    from torch.utils.benchmark import Timer
 
     torch.set_num_threads(job.threads)
     result = ProcessResult(process=job.process, pid=os.getpid(), threads=torch.get_num_threads())

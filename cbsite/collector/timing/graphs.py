@@ -17,7 +17,6 @@ import torch
 
 from cbsite.collector.random_values import normal_values
 
-
 Graph = tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor]]  # (roots, grad_outputs, wrt)
 
 

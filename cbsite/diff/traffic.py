@@ -2,9 +2,9 @@
 
 A sharded run's rows carry `comm_bytes_sent` / `comm_bytes_received` (per call, the slowest rank's row) and the
 `collectives` a component issues. `diff_traffic` aligns two runs' communicating components by path within each
-phase (as `cbsite.diff` does; a sharding type's piece, e.g. `...output_dist.row_wise`, is present on one side
+phase (as `cbsite.diff.rundiff` does; a sharding type's piece, e.g. `...output_dist.row_wise`, is present on one side
 only when the plan changed, while its stage, `...output_dist`, is on both) and gives each one's bytes per
-forward (per call x calls; `comm_bytes` = sent + received) on both sides. `cbsite.diff.RunDiff.traffic` holds
+forward (per call x calls; `comm_bytes` = sent + received) on both sides. `cbsite.diff.rundiff.RunDiff.traffic` holds
 the result, the gate's `comm_bytes*` rules read it (cbsite/gate.py) and the diff page lists it.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 import polars as pl
 
 from cbsite import format as cfmt
-from cbsite.diffrecord import display_path
+from cbsite.diff.record import display_path
 
 METRICS = ("comm_bytes", "comm_bytes_sent", "comm_bytes_received")
 _COLUMNS = ("path", "phase", "order", "call_count", "comm_bytes_sent", "comm_bytes_received", "collectives")

@@ -1,6 +1,6 @@
 """The diff's vocabulary: the metrics it compares, the kinds of change, their labels, the records it returns
 (`Total`, `ComponentDelta`, `Cancelled`) and the rule that says what a change is. Data only; the rules of
-alignment and attribution are in cbsite/diff.py's docstring."""
+alignment and attribution are in cbsite/diff/rundiff.py's docstring."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ class Total:
 
 @dataclass(frozen=True)
 class ComponentDelta:
-    """One aligned component in one phase. Values are per-forward totals (cbsite/diff.py's docstring)."""
+    """One aligned component in one phase. Values are per-forward totals (cbsite/diff/rundiff.py's docstring)."""
 
     path: str
     phase: str

@@ -1,6 +1,6 @@
 """Aligning two runs' phases and computing every per-forward number of a diff: deltas, own changes, noise, kinds
 and moves, on numpy columns where the numbers allow and on plain lists (the reference) where they do not. The
-rules are in cbsite/diff.py's docstring; one run's phase as columns is cbsite/diffsides.py."""
+rules are in cbsite/diff/rundiff.py's docstring; one run's phase as columns is cbsite/diff/sides.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 
 from cbsite import schema
-from cbsite.diffrecord import (
+from cbsite.diff.record import (
     ADDITIVE_METRICS,
     DIFF_METRICS,
     REL_TOL,
@@ -19,7 +19,7 @@ from cbsite.diffrecord import (
     Total,
     is_change,
 )
-from cbsite.diffsides import Numbers, Side
+from cbsite.diff.sides import Numbers, Side
 
 # --- one phase ---------------------------------------------------------------------------------
 
@@ -118,7 +118,7 @@ def _numpy_deltas(bn: Numbers, hn: Numbers, at: _Aligned) -> _Deltas:
 
 
 def _numpy_peak_own(d: _Deltas, parent: np.ndarray) -> None:
-    """Peak memory: the part of the change that no single child shows (cbsite/diff.py's docstring)."""
+    """Peak memory: the part of the change that no single child shows (cbsite/diff/rundiff.py's docstring)."""
     delta, dm = d.delta["peak_memory_bytes"], d.delta_missing["peak_memory_bytes"]
     zero = np.zeros(len(delta), dtype=delta.dtype)
     up, down = zero.copy(), zero.copy()
@@ -271,7 +271,7 @@ def _diff_phase_reference(phase: str, base: Side, head: Side, pairs: list[tuple[
             own[m][k] = o
         d = delta["peak_memory_bytes"][k]
         if d is not None:
-            # Peak memory: the part of the change that no single child shows (cbsite/diff.py's docstring).
+            # Peak memory: the part of the change that no single child shows (cbsite/diff/rundiff.py's docstring).
             own["peak_memory_bytes"][k] = d - (min(up[k], d) if d > 0 else max(down[k], d) if d < 0 else 0)
             if parent >= 0:
                 up[parent], down[parent] = max(up[parent], d), min(down[parent], d)
@@ -335,7 +335,7 @@ def _diff_phase_reference(phase: str, base: Side, head: Side, pairs: list[tuple[
 
 
 def _classify(base: dict[str, Any], head: dict[str, Any], delta: dict[str, Any], noise: dict[str, bool]) -> str:
-    """The first metric of DIFF_METRICS that changed decides (cbsite/diff.py's docstring)."""
+    """The first metric of DIFF_METRICS that changed decides (cbsite/diff/rundiff.py's docstring)."""
     for m in DIFF_METRICS:
         if delta[m] is None or noise[m]:
             continue

@@ -2,15 +2,15 @@
 
 One implementation serves the site's diff pages and the CLI's `cbsite diff`, PR summary and gate.
 Pure data: polars rows in, dataclasses out (`RunDiff`, its summary as `clauses`); words live in
-cbsite/summary.py, numbers as text in cbsite/format.py. The machinery is cbsite/diffsides.py (one run's
-phase as columns) and cbsite/alignment.py (two phases aligned, every number computed).
+cbsite/diff/summary.py, numbers as text in cbsite/format.py. The machinery is cbsite/diff/sides.py (one run's
+phase as columns) and cbsite/diff/alignment.py (two phases aligned, every number computed).
 
 The rules
 ---------
 * **Alignment.** Components are aligned by `path` within each phase. Only phases present in both runs
   are compared; a phase present in one run only is named in `RunDiff.warnings`. With
   `match_moved=True`, components present on one side only are also matched by structure
-  (see cbsite/alignment.py `match_moved`) and reported as `moved`; components whose paths match are never moved.
+  (see cbsite/diff/alignment.py `match_moved`) and reported as `moved`; components whose paths match are never moved.
 * **Per-forward totals.** Every value compared is a total per forward of the whole model:
   per-call value x `call_count` for the per-call metrics (FLOPs, latency, bytes moved), with
   `call_count == 0` (a container that is never called) counted as 1, so a module called twice counts
@@ -31,7 +31,7 @@ The rules
   ancestors that merely inherit it get 0 (with self_delta = delta every ancestor would tie with the
   leaf and crowd `top()`). `share = self_delta / root delta`; these shares do not sum to 1 and may
   exceed 1, since any one of several components can explain the same peak.
-* **Shares in words** (`summary`, from the structured `clauses`: cbsite/clauses.py, cbsite/summary.py). A
+* **Shares in words** (`summary`, from the structured `clauses`: cbsite/diff/clauses.py, cbsite/diff/summary.py). A
   share is written only where it means something: never for peak memory (NO_SHARE), never where the own
   changes cancel out (`RunDiff.cancelled`: up and down together above CANCEL x |net|; the diff page uses the
   same rule), and only between 0 % and 100 %; otherwise the amounts.
@@ -60,10 +60,11 @@ from typing import Any, cast
 
 import polars as pl
 
-from cbsite import alignment, schema, traffic
+from cbsite import schema
 from cbsite.archive import Run
-from cbsite.clauses import Clause, summary_clauses
-from cbsite.diffrecord import (
+from cbsite.diff import alignment, traffic
+from cbsite.diff.clauses import Clause, summary_clauses
+from cbsite.diff.record import (
     CANCEL,
     DIFF_METRICS,
     KINDS,
@@ -73,10 +74,10 @@ from cbsite.diffrecord import (
     Total,
     check_metric,
 )
-from cbsite.diffsides import sides
+from cbsite.diff.sides import sides
+from cbsite.diff.summary import paragraph
 from cbsite.errors import CbsiteError
 from cbsite.format import json_safe
-from cbsite.summary import paragraph
 
 
 @dataclass
@@ -88,7 +89,7 @@ class RunDiff:
     totals: dict[str, dict[str, Total]]  # phase -> metric -> Total
     components: list[ComponentDelta]  # phase by phase, each in pre-order of head (removed where they were)
     warnings: list[str] = field(default_factory=list)
-    # Sharded runs: collective bytes per communicating component (cbsite/traffic.py TrafficDelta); [] otherwise.
+    # Sharded runs: collective bytes per communicating component (cbsite/diff/traffic.py TrafficDelta); [] otherwise.
     traffic: list[Any] = field(default_factory=list)
     # Answers of for_phase, top and cancelled, which the site and the summary ask for a dozen times each over the
     # same components; kept while `components` is the same list of the same length (a diff's components are not
@@ -178,7 +179,7 @@ class RunDiff:
 
     def clauses(self, latency: dict[str, str] | None = None,
                 latency_counts: Callable[[ComponentDelta], bool] | None = None) -> list[Clause]:
-        """The summary as data, one `Clause` per fact in the order the summary says them (cbsite/clauses.py).
+        """The summary as data, one `Clause` per fact in the order the summary says them (cbsite/diff/clauses.py).
 
         `latency` (phase -> the whole model's latency verdict, `cbsite.stats`), when latency was judged: a
         total is then a change only where its verdict is regressed or improved, unchanged where it is
@@ -191,7 +192,7 @@ class RunDiff:
     def summary(self, latency: dict[str, str] | None = None,
                 latency_counts: Callable[[ComponentDelta], bool] | None = None) -> str:
         """One plain-text paragraph in words: totals with ratios, where the change is, counts, warnings
-        (`clauses` in words, cbsite/summary.py)."""
+        (`clauses` in words, cbsite/diff/summary.py)."""
         return paragraph(self.clauses(latency, latency_counts))
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""A diff's summary clauses (cbsite/clauses.py) in words: the one paragraph that the terminal, the PR comment,
+"""A diff's summary clauses (cbsite/diff/clauses.py) in words: the one paragraph that the terminal, the PR comment,
 the JSON output and the diff page print, and each clause alone for the home page. A clause never starts with a
 path, so no path is ever capitalised."""
 
@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 from cbsite import format as cfmt
 from cbsite import throughput
-from cbsite.clauses import Clause
-from cbsite.diffrecord import LABELS, display_path, short_type
+from cbsite.diff.clauses import Clause
+from cbsite.diff.record import LABELS, display_path, short_type
 
 # Singular form used in "the FLOP growth".
 GROWTH_LABELS = {**LABELS, "flops": "FLOP"}

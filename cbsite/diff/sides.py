@@ -1,6 +1,6 @@
 """One run's phase as the diff reads it: the component tree in pre-order (plain lists) and its per-forward totals,
 own shares and latency widths (numpy columns, with the plain-list reference they reproduce bit for bit). The
-rules are in cbsite/diff.py's docstring."""
+rules are in cbsite/diff/rundiff.py's docstring."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 
 from cbsite import schema
-from cbsite.diffrecord import ADDITIVE_METRICS, DIFF_METRICS, PER_CALL_METRICS, REL_TOL
+from cbsite.diff.record import ADDITIVE_METRICS, DIFF_METRICS, PER_CALL_METRICS, REL_TOL
 from cbsite.errors import CbsiteError
 
 # Columns the diff reads; everything else in a row is presentation.

@@ -1,6 +1,6 @@
 """A diff's summary as data: one `Clause` per fact (a total that moved or did not, where a change is, the
 components' kinds, what lacks numbers, the step's throughput, a warning), in the order the summary says them.
-cbsite/summary.py turns them into words; the home page (generator/diffdata.py) groups them; nothing reads the
+cbsite/diff/summary.py turns them into words; the home page (generator/diffdata.py) groups them; nothing reads the
 words back.
 
 Which facts are said follows these rules:
@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from cbsite import format as cfmt
 from cbsite import throughput
-from cbsite.comparison import NOT_JUDGED
-from cbsite.diffrecord import (
+from cbsite.diff.comparison import NOT_JUDGED
+from cbsite.diff.record import (
     KINDS,
     NO_SHARE,
     ComponentDelta,
@@ -34,7 +34,7 @@ from cbsite.diffrecord import (
 )
 
 if TYPE_CHECKING:
-    from cbsite.diff import RunDiff
+    from cbsite.diff.rundiff import RunDiff
 
 TOTAL_STATUSES = ("changed", "noise", "unchanged", "unknown", "undecided")
 WHERE_FORMS = ("cancelled", "tie", "own", "offset", "most", "largest")
