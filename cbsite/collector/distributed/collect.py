@@ -140,10 +140,10 @@ def _said_when_stopped(rank: int, stage: Stage) -> Iterator[None]:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stopped)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)
+    yield
+    # Restored only when the collection ends well: a failing rank keeps the handler while its error unwinds to the
+    # CLI, where torchrun's SIGTERM would otherwise replace the error with a bare "terminated".
+    signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)
 
 
 def collect_distributed(request: CollectRequest, group: Group) -> archive.Run | None:
