@@ -140,9 +140,15 @@ def _said_when_stopped(rank: int, stage: Stage) -> Iterator[None]:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stopped)
-    yield
-    # Restored only when the collection ends well: a failing rank keeps the handler while its error unwinds to the
-    # CLI, where torchrun's SIGTERM would otherwise replace the error with a bare "terminated".
+    try:
+        yield
+    except CbsiteError:
+        # The rank's error is on its way to the CLI, which prints it; torchrun's SIGTERM landing before that would
+        # replace it with a bare "terminated", so the handler stays to say that no run was written.
+        raise
+    except BaseException:
+        signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)
+        raise
     signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)
 
 
