@@ -45,6 +45,19 @@ def page(browser, request):
         yield pg
 
 
+@pytest.fixture(scope="module")
+def phone(browser):
+    """A phone: 390 px wide, touch input, recording page errors; one per module, shared by its tests."""
+    from tests.helpers.browser import PHONE
+
+    context = browser.new_context(viewport=PHONE, has_touch=True, is_mobile=True)
+    pg = context.new_page()
+    pg.errors = []
+    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
+    yield pg
+    context.close()
+
+
 # The tests' own archive: the demo runs (every demo model with the full demo's plugins, the DLRM comparison, the
 # demo study, the sharded runs) at the current schema; tests/data/README.md says how it was made. No test reads
 # the repository's runs/, which `cbsite demo` writes.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from cbsite.generator.templating import environment
-from tests.test_browser_phone import PHONE, page_urls
+from tests.test_browser_phone import page_urls
 
 pytestmark = pytest.mark.browser  # skipped where chromium is missing (tests/conftest.py)
 
@@ -26,16 +26,6 @@ LINES = """() => Array.from(document.querySelectorAll('.cbsite-path')).filter(e 
       top = box.top; lines[lines.length - 1] += n.data[i];
     }
     return [e.textContent, lines]; })"""
-
-
-@pytest.fixture(scope="module")
-def phone(browser):
-    context = browser.new_context(viewport=PHONE, has_touch=True, is_mobile=True)
-    pg = context.new_page()
-    pg.errors = []
-    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
-    yield pg
-    context.close()
 
 
 def _mid_name_breaks(drawn: list) -> list:

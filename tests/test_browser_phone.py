@@ -10,12 +10,13 @@ from urllib.parse import quote
 
 import pytest
 
+from tests.helpers.browser import PHONE
+
 CHROMIUM = Path("/usr/bin/chromium")
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian's chromium is not installed (make browser)"),
 ]
-PHONE = {"width": 390, "height": 844}
 
 
 def _first(folder: Path) -> Path:
@@ -45,17 +46,6 @@ def page_urls(built: Path) -> dict[str, str]:
         "history": rel(history) + "#component=" + quote(longest, safe=""),
         "regressions": "regressions/",
     }
-
-
-@pytest.fixture(scope="module")
-def phone(browser):
-    """A phone: 390 px wide, touch input, recording page errors."""
-    context = browser.new_context(viewport=PHONE, has_touch=True, is_mobile=True)
-    pg = context.new_page()
-    pg.errors = []
-    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
-    yield pg
-    context.close()
 
 
 def _settle(page, url: str) -> None:

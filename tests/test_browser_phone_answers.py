@@ -7,19 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_browser_phone import PHONE, page_urls
+from tests.helpers.browser import PHONE
+from tests.test_browser_phone import page_urls
 
 pytestmark = pytest.mark.browser  # skipped where chromium is missing (tests/conftest.py)
-
-
-@pytest.fixture(scope="module")
-def phone(browser):
-    context = browser.new_context(viewport=PHONE, has_touch=True, is_mobile=True)
-    pg = context.new_page()
-    pg.errors = []
-    pg.on("pageerror", lambda e: pg.errors.append(str(e)))
-    yield pg
-    context.close()
 
 
 def _open(page, url: str) -> None:

@@ -145,3 +145,6 @@ def check_short_lazy_diff_page(page, server_url: str, url: str) -> int:
     assert page.evaluate("document.querySelector('details#contributors .cbsite-chart svg').getBoundingClientRect().width") > 300
     assert page.errors == []
     return height
+
+
+PHONE = {"width": 390, "height": 844}  # the phone viewport of the 390 px tests (the `phone` fixture)
