@@ -106,7 +106,7 @@ def test_compare_on_a_planted_pair_says_one_verdict_everywhere(tmp_path: Path, c
 
     runs = tmp_path / "runs"
     common = ["--runs", str(runs), "--budget", "0.02", "--peak-flops", "1e11", "--peak-bandwidth", "1e10",
-              "--threads", "1", "--batches", "1", "--no-step", "--no-progress"]
+              "--no-calibrate", "--threads", "1", "--batches", "1", "--no-step", "--no-progress"]
     code = main(["compare", PROVIDER, PROVIDER, "-H", "repeat=3", "--model", "mlp", "--processes", "3", "--pairs", "4",
                  "--block-time", "0.004", *common])
     terminal = capsys.readouterr().out

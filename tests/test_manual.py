@@ -164,7 +164,9 @@ def test_the_readmes_own_model_examples_run_as_written(tmp_path):
     (tmp_path / "mymodels.py").write_text(provider)
     bindir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "CBSITE_RUNS": str(tmp_path / "runs")}
-    line = command.replace(".venv/bin/", "") + " --budget 0.02 --no-step --no-progress"
+    # Given peaks and no calibration: what the example shows is the provider and its options, not the peaks.
+    line = command.replace(".venv/bin/", "") + (" --budget 0.02 --no-step --no-progress --peak-flops 1e11"
+                                                " --peak-bandwidth 1e10 --no-calibrate")
     proc = subprocess.run(line, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
@@ -178,7 +180,7 @@ def test_the_readmes_own_model_examples_run_as_written(tmp_path):
     assert first["flops"][0] == 2 * 32 * 16 * 128  # Linear(16, 128) on a batch of 32
 
     (tmp_path / "nb").mkdir()
-    # The CLI line above calibrates; the cell takes given peaks instead: what it shows is the call, not the peaks.
+    # The cell takes given peaks too: what it shows is the call, not the peaks.
     script = notebook.replace("min_run_time=0.05", "min_run_time=0.01, step=False, calibrate=False, peak_flops=1e11, "
                                                    "peak_bandwidth=1e10")
     assert script != notebook, "the README's cell no longer sets min_run_time=0.05"

@@ -43,7 +43,7 @@ def test_profile_in_a_notebook_redraws_its_progress_line_as_components_are_measu
     monkeypatch.setattr(NotebookLine, "LINE_EVERY_S", 0.0)  # every update drawn, however fast the machine
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
-    config = cbsite.CollectConfig(min_run_time=0.01, peak_flops=1e11, peak_bandwidth=1e10)
+    config = cbsite.CollectConfig(min_run_time=0.01, peak_flops=1e11, peak_bandwidth=1e10, calibrate=False)
     stderr = io.StringIO()
     with contextlib.redirect_stderr(stderr):
         run = cbsite.profile(model, torch.randn(8, 16), model_name="mlp", version="v1", config=config)

@@ -452,6 +452,7 @@ def test_a_collection_calibrates_while_it_builds_the_model_and_the_build_leaves_
     assert session_models.BUILT_WITH_THREADS == [device.free_cores() - 1]  # the calibration's core left to it
     assert torch.get_num_threads() == before  # and the caller's own setting back afterwards
     assert run.meta["device"]["peak_source"]["flops"].startswith("calibrated")
+    assert run.meta["calibration"] == {"calibrated": True, "drift_checked": True, "skipped": None}
 
 
 def test_the_clean_worker_starts_without_torch_in_the_caller():

@@ -244,7 +244,8 @@ def test_configuration_file_and_cli_selection(tmp_path, monkeypatch):
     work.mkdir(parents=True)
     monkeypatch.chdir(work)  # the file is found from the working directory upwards
     common = ["collect", "tinymodel:build", "--runs", str(tmp_path / "runs"), "--budget", "0.002",
-              "--phases", "forward", "--no-progress"]
+              "--phases", "forward", "--no-progress", "--no-step", "--peak-flops", "1e11", "--peak-bandwidth", "1e10",
+              "--no-calibrate"]
     assert main(common) == 0
     assert main(common + ["--plugin", "trace", "--plugin-option", "trace.iterations=1", "--version", "v1"]) == 0
     by_version = {ref.version: archive.read_run(ref.path) for ref in archive.list_runs(tmp_path / "runs")}

@@ -71,7 +71,8 @@ def test_killed_collect_leaves_nothing_a_reader_sees_and_gc_removes_the_rest(sig
     tmp.mkdir()
     env = {**os.environ, "TMPDIR": str(tmp), "CBSITE_QUIET": "1"}
     args = ["collect", "nanogpt", "-o", "size=tiny", "--max-depth", "1", "--phases", "forward", "--budget", "0.005",
-            "--peak-flops", "1e11", "--peak-bandwidth", "1e10", "--no-progress", "--no-step", "--runs", str(root),
+            "--peak-flops", "1e11", "--peak-bandwidth", "1e10", "--no-calibrate", "--no-progress", "--no-step",
+            "--max-component-s", "0.5", "--runs", str(root),
             "--plugin", "trace", "--plugin", "log", "--version", "v1"]
     proc = subprocess.Popen([sys.executable, "-c", SAVE_HOOK, *args], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -417,7 +417,8 @@ def test_provider_and_forward_errors_are_one_line_with_the_traceback_in_a_file(t
     monkeypatch.syspath_prepend(str(tmp_path))
     for provider, expected, label in (("userpkg_rel:raises", "ValueError: cannot load the weights second line", "provider"),
                                       ("userpkg_rel:bad_forward", "RuntimeError", "forward")):
-        code = main(["collect", provider, "--runs", str(tmp_path / "runs"), "--no-progress", "--budget", "0.001"])
+        code = main(["collect", provider, "--runs", str(tmp_path / "runs"), "--no-progress", "--budget", "0.001",
+                     "--peak-flops", "1e11", "--peak-bandwidth", "1e10", "--no-calibrate"])
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1 and expected in err, err
         log = Path(err.rsplit("full traceback in ", 1)[1].rstrip(")\n"))

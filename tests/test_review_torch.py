@@ -112,7 +112,8 @@ def test_collect_version_auto_names_the_commit_and_the_dirty_tree(tmp_path: Path
     monkeypatch.delitem(sys.modules, "tinymodel", raising=False)  # another test's tinymodel may be loaded
     runs = tmp_path / "runs"  # outside the repo; an untracked runs/ inside it would not make it dirty either
     argv = ["collect", "tinymodel:make", "--model", "tiny", "--version", "auto", "--runs", str(runs), "--budget", "0.005",
-            "--phases", "forward", "--no-progress", "--peak-flops", "1e11", "--peak-bandwidth", "1e10", "--batches", "1"]
+            "--phases", "forward", "--no-progress", "--peak-flops", "1e11", "--peak-bandwidth", "1e10", "--no-calibrate",
+            "--no-step", "--max-component-s", "0.5", "--batches", "1"]
 
     assert main(argv) == 0
     (repo / "untracked.txt").write_text("not part of the model")  # untracked files do not count

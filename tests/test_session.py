@@ -439,7 +439,8 @@ def test_base_rev_compares_two_git_revisions_in_abba_processes(tmp_path, monkeyp
     runs = tmp_path / "runs"
     code = main(["compare", "toypkg.models:mlp", "toypkg.models:mlp", "--base-rev", "HEAD~1", "--model", "toy",
                  "--runs", str(runs), "--processes", "10", "--pairs", "3", "--block-time", "0.004", "--budget", "0.02",
-                 "--no-progress", "--phases", "forward", "--no-step", "--fail-on", "layers.*:latency>+20%"])
+                 "--no-progress", "--phases", "forward", "--no-step", "--peak-flops", "1e11", "--peak-bandwidth", "1e10",
+                 "--no-calibrate", "--fail-on", "layers.*:latency>+20%"])
     assert code == 1  # the planted slowdown breaks the rule
     record = comparison.list_comparisons(runs)[-1]
     assert record["layout"] == "abba" and record["base"]["sys_path"]

@@ -107,7 +107,7 @@ def test_cache_on_counts_as_cache_off_through_the_cli(api_runs, provider_module,
 
     runs = tmp_path / "runs"
     assert main(["collect", f"tiny_cached_lms:{name}", "--runs", str(runs), "--budget", "0.005", "--no-step",
-                 "--no-progress", "--peak-flops", "1e11", "--peak-bandwidth", "1e10"]) == 0
+                 "--no-progress", "--peak-flops", "1e11", "--peak-bandwidth", "1e10", "--no-calibrate"]) == 0
     (ref,) = archive.list_runs(runs)
     _assert_same_counts(_rows(archive.read_run(ref.path)), api_runs[(name, False)], name)
 

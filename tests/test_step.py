@@ -146,7 +146,7 @@ def test_collect_records_step_in_run_json_and_show_prints_it(tmp_path, capsys):
 
     runs = tmp_path / "runs"
     common = ["nanogpt", "-o", "size=tiny", "--max-depth", "1", "--budget", "0.005", "--peak-flops", "1e11",
-              "--peak-bandwidth", "1e10", "--no-progress", "--runs", str(runs)]
+              "--peak-bandwidth", "1e10", "--no-calibrate", "--no-progress", "--runs", str(runs)]
     assert main(["collect", *common, "--version", "v1"]) == 0
     assert main(["collect", *common, "--version", "v2", "--no-step"]) == 0
     refs = {r.version: r for r in list_runs(runs)}

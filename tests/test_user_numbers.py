@@ -108,7 +108,7 @@ def test_a_memory_limit_near_the_starting_memory_is_refused_with_the_figure_it_n
         return subprocess.run(
             [sys.executable, "-m", "cbsite", "collect", "tests.session_models:mlp", "-o", "width=32", "-o", "batch=4",
              "--memory-limit", limit, "--budget", "0.01", "--no-progress", "--peak-flops", "1e11",
-             "--peak-bandwidth", "1e10", "--runs", str(tmp_path / "runs")],
+             "--peak-bandwidth", "1e10", "--no-calibrate", "--runs", str(tmp_path / "runs")],
             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False)
 
     for limit in ("350MB", "420MB"):
@@ -144,7 +144,7 @@ def test_compare_with_a_zero_floor_runs_to_its_verdicts(tmp_path, capsys):
     code = main(["compare", "tests.session_models:mlp", "tests.session_models:mlp", "-B", "width=32", "-H", "width=32",
                  "--floor", "0", "--processes", "2", "--pairs", "2", "--block-time", "0.002", "--budget", "0.01",
                  "--phases", "forward", "--no-step", "--no-progress", "--peak-flops", "1e11", "--peak-bandwidth", "1e10",
-                 "--format", "json", "--runs", str(tmp_path / "runs")])
+                 "--no-calibrate", "--format", "json", "--runs", str(tmp_path / "runs")])
     out = capsys.readouterr()
     assert code == 0 and "Traceback" not in out.err, out.err[-3000:]
     assert json.loads(out.out)  # the diff with its verdicts, as JSON

@@ -107,7 +107,7 @@ FAST = ["--no-progress", "--no-step", "--peak-flops", "1e11", "--peak-bandwidth"
 @pytest.mark.slow
 def test_compare_workers_die_with_a_killed_compare(tmp_path):
     argv = ["compare", "tests.session_models:mlp", "tests.session_models:mlp", "-H", "repeat=1", "--processes", "4",
-            "--pairs", "200", "--block-time", "0.05", "--budget", "0.01", *FAST]
+            "--pairs", "200", "--block-time", "0.05", "--budget", "0.01", "--no-calibrate", *FAST]
     started, published = _kill_parent_when(argv, tmp_path, lambda pid, out: "timing " in out and _workers(pid))
     assert any("spawn_main" in cmd for cmd in started.values())
     time.sleep(1)
@@ -116,7 +116,9 @@ def test_compare_workers_die_with_a_killed_compare(tmp_path):
 
 @pytest.mark.slow
 def test_round_workers_die_with_a_killed_collect(tmp_path):
-    argv = ["collect", "tests.session_models:mlp", "--rounds", "3", "--budget", "0.5", *FAST]
+    # The first round (this process) is the wait before the round workers start: a short budget and cap keep it short,
+    # and each worker round still times its components for seconds.
+    argv = ["collect", "tests.session_models:mlp", "--rounds", "3", "--budget", "0.1", "--max-component-s", "1", *FAST]
     # The collection's calibration worker lives through the whole collection; a second worker is a round's.
     started, published = _kill_parent_when(argv, tmp_path, lambda pid, out: len(_workers(pid)) >= 2)
     assert sum("spawn_main" in cmd for cmd in started.values()) >= 2

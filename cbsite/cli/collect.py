@@ -66,6 +66,9 @@ def add_collect_args(groups: Groups) -> Groups:
                    help="peak FLOP/s used for MFU (default: the device table on GPU, calibrated on CPU)")
     t.add_argument("--peak-bandwidth", type=float, default=None,
                    help="peak bytes/s used for bandwidth utilisation (default: table on GPU, calibrated on CPU)")
+    t.add_argument("--no-calibrate", action="store_true",
+                   help="with both --peak-flops and --peak-bandwidth: no CPU calibration at the start and end of the "
+                        "run, so no drift check either (run.json `calibration` says so)")
     t.add_argument("--memory-limit", default=None, metavar="SIZE",
                    help="most memory the collecting process may hold on CPU, e.g. 20GB (default: 90%% of what is "
                         "available at the start); a component that needs more fails as 'out of memory', its "
@@ -124,6 +127,7 @@ def collect_config(args: argparse.Namespace, plugins: tuple[tuple[str, ...], dic
         dtype=args.dtype,
         peak_flops=args.peak_flops,
         peak_bandwidth=args.peak_bandwidth,
+        calibrate=not _no_calibrate(args),
         num_threads=args.threads,
         step=not args.no_step,
         count_twins_once=not getattr(args, "count_every_twin", False),
@@ -133,6 +137,18 @@ def collect_config(args: argparse.Namespace, plugins: tuple[tuple[str, ...], dic
         # A bar on a terminal, occasional lines in a log; none with -q.
         progress=not args.no_progress and verbosity(args) >= 0,
     )
+
+
+def _no_calibrate(args: argparse.Namespace) -> bool:
+    """--no-calibrate, refused without both peaks: MFU and bandwidth utilisation would have no denominator."""
+    if not getattr(args, "no_calibrate", False):
+        return False
+    missing = [flag for flag, value in (("--peak-flops", args.peak_flops), ("--peak-bandwidth", args.peak_bandwidth))
+               if value is None]
+    if missing:
+        raise CbsiteError(f"--no-calibrate needs both peaks: give {' and '.join(missing)} too (e.g. --peak-flops 1e11 "
+                          "--peak-bandwidth 1e10), or leave --no-calibrate out to calibrate the CPU's peaks")
+    return True
 
 
 def collect_request(args: argparse.Namespace) -> Any:
@@ -180,8 +196,9 @@ def cmd_collect(args: argparse.Namespace) -> int:
     # A CPU collection calibrates in a clean worker: started now, with its start calibration as its first job, so that
     # its interpreter, its torch import and the calibration run beside this process's imports and the model's build,
     # and the collection waits for less of it (device.start_calibration takes that job).
-    first = start_job(args.dtype, args.threads or DEFAULT_CPU_THREADS) if args.device == "cpu" else None
-    with kept_worker(start_now=True, first=first) if args.device == "cpu" else contextlib.nullcontext():
+    calibrates = args.device == "cpu" and not _no_calibrate(args)
+    first = start_job(args.dtype, args.threads or DEFAULT_CPU_THREADS) if calibrates else None
+    with kept_worker(start_now=True, first=first) if calibrates else contextlib.nullcontext():
         from cbsite.collector.collect import collect
 
         note_stale(args.runs)

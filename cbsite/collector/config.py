@@ -30,8 +30,8 @@ class CollectConfig:
     The fields are `cbsite collect`'s options by the same names (`max_depth` is --max-depth), except:
     `min_run_time` is --budget, `num_threads` --threads, `step=False` --no-step, `count_twins_once=False`
     --count-every-twin, `memory_limit` --memory-limit in bytes (the CLI also takes "20GB"), `progress=False`
-    --no-progress, `plugins`/`plugin_options` --plugin/--plugin-option, `phases` a tuple (--phases a,b);
-    `warmup`, `calibrate` and `capture_all_at_once` have no option.
+    --no-progress, `calibrate=False` --no-calibrate, `plugins`/`plugin_options` --plugin/--plugin-option, `phases` a
+    tuple (--phases a,b); `warmup` and `capture_all_at_once` have no option.
     """
 
     max_depth: int | None = None

@@ -138,7 +138,7 @@ def _profile(model: nn.Module, batches: Sequence[Batch], config: CollectConfig, 
         (*load_before, *record.load_warnings(num_threads, "after"), *peak_warnings,
          *record.memory_warnings(measured.out_of_memory(), limit)),
         step, record.Rounds(rounds.noise, len(rounds.samples), rounds.session), hierarchy_record,
-        _memory_record(planned, measured, remeasured, stages, limit, device),
+        _memory_record(planned, measured, remeasured, stages, limit, device), record.Calibration.of(config, device_info),
     )
     return _run(run_record, rows, rounds, plugins)
 

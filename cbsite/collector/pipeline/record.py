@@ -65,6 +65,34 @@ class Setup:
 
 
 @dataclass(frozen=True)
+class Calibration:
+    """Whether the run measured its CPU peaks at its start (`device.calibration.start`) and again at its end, the drift
+    check (`device.calibration.end`: a run warning when the two differ by more than 10 %); `skipped` says why not, so
+    that a given peak is never read as a checked one."""
+
+    calibrated: bool
+    drift_checked: bool
+    skipped: str | None
+
+    @classmethod
+    def of(cls, config: CollectConfig, device: Mapping[str, Any]) -> "Calibration":
+        """From the device entry once the peak check has run (peaks.check_peaks calibrates the end)."""
+        measured = device.get("calibration")
+        measured = measured if isinstance(measured, Mapping) else {}
+        calibrated = isinstance(measured.get("start"), Mapping)
+        if calibrated:
+            skipped = None
+        elif device.get("kind") != "cpu":
+            skipped = "not a CPU: the peaks come from the device table or were given"
+        elif config.peak_flops is not None and config.peak_bandwidth is not None:
+            # --no-calibrate, calibrate=False, or a sharded run's ranks, which never calibrate beside each other
+            skipped = "calibration off: both peaks were given and are used as they are"
+        else:
+            skipped = "calibration off (calibrate=False): a peak not given is missing, and so are the ratios over it"
+        return cls(calibrated, isinstance(measured.get("end"), Mapping), skipped)
+
+
+@dataclass(frozen=True)
 class Wall:
     """Where the time went: the whole collection, the seconds inside timed regions (what no collector can avoid; the
     rest is capture, warm-up, counting passes and calibration), and the seconds per stage."""
@@ -157,6 +185,7 @@ class RunRecord:
     rounds: Rounds
     hierarchy: Mapping[str, Any]
     memory: Memory
+    calibration: Calibration
 
     def to_json(self) -> dict[str, Any]:
         """run.json: these keys in this order (archive readers and the site read it by key)."""
@@ -169,6 +198,7 @@ class RunRecord:
             "created_at": self.created_at,
             "versions": self.versions,
             "device": setup.device,
+            "calibration": asdict(self.calibration),
             "dtype": setup.dtype,
             "provider": origin.provider,
             "config": setup.config,
