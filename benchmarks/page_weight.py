@@ -18,7 +18,9 @@ opened --repeat times in a fresh browser context (empty cache) at 1400x1000 and 
   quiet): `cpu` is its thread time, which the machine's load barely changes (wall times on a loaded machine grow
   with the run queue), split by what it was spent on: script (compile, evaluate, calls, timers, events), style and
   layout, paint (paint, composite, raster on the main thread), parse (HTML, CSS) and the rest (GC, idle-time work
-  that is not script, unattributed task time); `longest` is the longest single task (thread time);
+  that is not script, unattributed task time); `longest` is the longest single task (thread time); `worker` is the
+  page's web workers' thread time (Material's search worker building its index from search_index.json), which
+  competes with the main thread for the cores;
 * CDP Performance.getMetrics at the end: ScriptDuration, LayoutDuration (+RecalcStyleDuration) and TaskDuration
   (wall times, so loaded).
 
@@ -156,12 +158,22 @@ def _complete_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def main_thread_work(trace: dict[str, Any]) -> dict[str, float]:
+def _event_url(e: dict[str, Any]) -> str:
+    args = e.get("args") or {}
+    data = args.get("data") or args.get("beginData") or {}
+    return str(data.get("url", "")) if isinstance(data, dict) else ""
+
+
+def main_thread_work(trace: dict[str, Any], origin: str = "") -> dict[str, float]:
     """The renderer main thread's thread time (ms) in a trace: in all (its top-level tasks), by kind of work (each
-    event's own time, less its children's, to its kind or its nearest ancestor's), and its longest task."""
+    event's own time, less its children's, to its kind or its nearest ancestor's), and its longest task. With
+    `origin`, the page's renderer is the one whose events load from it (a trace can hold another renderer's)."""
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     mains = {(e["pid"], e["tid"]) for e in events
              if e.get("ph") == "M" and e.get("name") == "thread_name" and e.get("args", {}).get("name") == "CrRendererMain"}
+    if origin:
+        ours = {(e.get("pid"), e.get("tid")) for e in events if _event_url(e).startswith(origin)} & mains
+        mains = ours or mains
     complete = [e for e in _complete_events(events) if (e.get("pid"), e.get("tid")) in mains]
 
     def top_tasks(thread: tuple[int, int]) -> list[dict[str, Any]]:
@@ -196,6 +208,23 @@ def main_thread_work(trace: dict[str, Any]) -> dict[str, float]:
     return {"cpu_ms": sum(t.get("tdur", 0) for t in tasks) / 1000,
             **{f"{cat}_ms": v for cat, v in work.items()},
             "longest_ms": max((t.get("tdur", 0) for t in tasks), default=0) / 1000}
+
+
+def worker_work(trace: dict[str, Any]) -> dict[str, float]:
+    """The page's web workers' thread time (ms) in a trace (Material's search worker building its index): on another
+    thread, yet on a 2-core machine it competes with the main thread for the cores."""
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    workers = {(e["pid"], e["tid"]) for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"
+               and "Worker" in str(e.get("args", {}).get("name", ""))}
+    total = 0.0
+    ends: dict[tuple[int, int], float] = {}
+    for e in sorted((e for e in _complete_events(events) if (e.get("pid"), e.get("tid")) in workers
+                     and e["name"] in TOP_TASKS and "tdur" in e), key=lambda e: e["ts"]):
+        thread = (e["pid"], e["tid"])
+        if e["ts"] >= ends.get(thread, -1.0):  # a nested task is counted in the outer one
+            total += e["tdur"] / 1000
+            ends[thread] = e["ts"] + e.get("dur", 0)
+    return {"worker_ms": total}
 
 
 def open_page(browser, url: str, ready: str, detail: bool = False) -> dict[str, float]:
@@ -235,7 +264,8 @@ def open_page(browser, url: str, ready: str, detail: bool = False) -> dict[str, 
         return {"wire_kb": wire / 1024, "raw_kb": raw / 1024, "requests": len(responses), "dcl_ms": seen["dcl"],
                 "ready_ms": seen["ready"], "interactive_ms": max(seen["dcl"], seen["ready"], long_end),
                 "long_tasks": len(seen["long"]),
-                **main_thread_work(trace),
+                **main_thread_work(trace, origin="{0.scheme}://{0.netloc}/".format(urlsplit(url))),
+                **worker_work(trace),
                 "ScriptDuration_ms": metrics.get("ScriptDuration", 0) * 1000,
                 "LayoutDuration_ms": (metrics.get("LayoutDuration", 0) + metrics.get("RecalcStyleDuration", 0)) * 1000,
                 "TaskDuration_ms": metrics.get("TaskDuration", 0) * 1000}
@@ -246,7 +276,7 @@ def open_page(browser, url: str, ready: str, detail: bool = False) -> dict[str, 
 COLUMNS = [("wire_kb", "wire kB"), ("raw_kb", "raw kB"), ("requests", "req"), ("dcl_ms", "DCL"), ("ready_ms", "ready"),
            ("interactive_ms", "interactive"), ("long_tasks", "long"), ("cpu_ms", "cpu"), ("script_ms", "script"),
            ("style+layout_ms", "style+layout"), ("paint_ms", "paint"), ("parse_ms", "parse"), ("gc_ms", "gc"),
-           ("other_ms", "other"), ("longest_ms", "longest"), ("ScriptDuration_ms", "ScriptDur"),
+           ("other_ms", "other"), ("longest_ms", "longest"), ("worker_ms", "worker"), ("ScriptDuration_ms", "ScriptDur"),
            ("LayoutDuration_ms", "LayoutDur"), ("TaskDuration_ms", "TaskDur")]
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-BOUND_COLOURS = {"compute": "#1f6fb4", "memory": "#d9730d", "overhead": "#7f7f7f"}  # also in runpage.js
+BOUND_COLOURS = {"compute": "#1f6fb4", "memory": "#d9730d", "overhead": "#7f7f7f"}  # also in rundata.js
 SUSPECT_COLOUR = "#7b3294"  # a point above a peak (rundata.site_bounds); in the legend only where drawn
 MAX_ROOFLINE_POINTS = 1500  # the slowest leaves per forward; a 10,000-component run keeps a small chart
 POINT_COLUMNS = ("path", "phase", "bound", "ai", "flops_s", "mfu", "bw")

@@ -2,7 +2,7 @@
 
 A person searches a component path to find that component; an entry per path and per version would repeat
 the same paths hundreds of times in an index that every page fetches. So each distinct path of a model gets
-one entry, addressed `<run page>#find=PATH` (the run page opens that component, runpage.js), on the run that
+one entry, addressed `<run page>#find=PATH` (the run page opens that component, runlinks.js), on the run that
 stands for the newest version holding it (the newest run of each version, as in trends and diffs).
 
 The entries go straight into the search plugin's index (Material's, or MkDocs' own) when the site is built:

@@ -342,28 +342,12 @@
       root.setAttribute("data-ready", "1");
     }).catch(failed);
   }
-  /* The page's state in its address, as the run page keeps it (runpage.js mountAddress): #phase=P (the icicle's
+  /* The page's state in its address, as the run page keeps it (runlinks.js mountAddress): #phase=P (the icicle's
      phase; the table follows it when the address is applied) and #zoom=PATH (the icicle's zoomed node), joined by
-     "&". A link with them opens the page so, and back/forward to such an address applies it again; a change is
-     written with history.replaceState (no scroll, no history entry). Defaults (the first phase, no zoom) are left
-     out; a plain anchor (#latency) is not a state, and an address with no hash at all is the defaults. */
-  var HASH_KEYS = ["phase", "zoom"];
-  function readHash() {
-    var out = {};
-    location.hash.replace(/^#/, "").split("&").forEach(function (part) {
-      var eq = part.indexOf("=");
-      if (eq <= 0 || HASH_KEYS.indexOf(part.slice(0, eq)) < 0) return;
-      try { out[part.slice(0, eq)] = decodeURIComponent(part.slice(eq + 1)); } catch (e) { /* a malformed value */ }
-    });
-    return out;
-  }
-  function writeHash(state) {
-    var hash = HASH_KEYS.filter(function (k) { return state[k] !== null && state[k] !== undefined; })
-      .map(function (k) { return k + "=" + encodeURIComponent(state[k]); }).join("&");
-    if ((hash ? "#" + hash : "") === location.hash || !history.replaceState) return;
-    if (!hash && location.hash && !Object.keys(readHash()).length) return;  // a plain anchor stays
-    history.replaceState(history.state, "", hash ? "#" + hash : location.pathname + location.search);
-  }
+     "&" (address.js, which the run page's address shares). A link with them opens the page so, and back/forward to
+     such an address applies it again. Defaults (the first phase, no zoom) are left out; a plain anchor (#latency) is
+     not a state, and an address with no hash at all is the defaults. */
+  var address = new window.CbsiteAddress(["phase", "zoom"]);
   function mountAddress(diff, head, icicle) {
     var phaseSel = document.getElementById("cbsite-phase");
     var tableSel = document.querySelector("#cbsite-difftable select[aria-label='phase']");
@@ -371,16 +355,11 @@
       return { phase: phaseSel.value !== diff.phases[0] ? phaseSel.value : null,
                zoom: icicle.zoom > 0 ? head.path[icicle.zoom] : null };
     };
-    var choose = function (sel, value) {
-      if (!sel || sel.value === value) return;
-      if (!Array.prototype.some.call(sel.options, function (o) { return o.value === value; })) return;
-      sel.value = value;
-      sel.dispatchEvent(new Event("change"));
-    };
+    var choose = window.CbsiteAddress.choose;
     var applying = false;
-    var save = function () { if (!applying) writeHash(current()); };
+    var save = function () { if (!applying) address.write(current()); };
     var apply = function (first) {
-      var h = readHash(), plain = location.hash.replace(/^#/, "") !== "";
+      var h = address.read(), plain = location.hash.replace(/^#/, "") !== "";
       if (!Object.keys(h).length && (first || plain)) return;
       applying = true;
       choose(phaseSel, h.phase || diff.phases[0]);

@@ -1,7 +1,7 @@
 /* The run page's roofline, drawn as SVG from roofline.json (cbsite/generator/roofline.py) without Vega: log-log
    axes, the dashed bandwidth roof to the ridge then flat at peak FLOP/s, one point per leaf component and phase
    coloured by what bounds it. Hover or keyboard focus shows a point's numbers; a click or Enter opens the
-   component (`#component=<path>`, which runpage.js follows). The chart is one tab stop: arrow keys move along
+   component (`#component=<path>`, which runlinks.js follows). The chart is one tab stop: arrow keys move along
    the points by intensity. */
 (function () {
   "use strict";
@@ -11,6 +11,7 @@
   /* The dark scheme ("slate"): the compute blue lighter, as in the icicle's legend (charts.js did the same). */
   var DARK = { "#1f6fb4": "#4a9bd9" };
   var SHAPE_ORDER = ["forward", "backward"];
+  var POINTS_PER_TASK = 400;
 
   function el(name, attrs, parent) {
     var e = document.createElementNS(NS, name);
@@ -43,8 +44,10 @@
     return [];
   }
   /* FLOP per byte as plain decimals ("0.05", "0.2", "20", "1,000"): SI prefixes would read "50m". */
+  var PLAIN = null;  // one formatter: making one per label costs more than the labels' drawing
   function plain(v) {
-    return Number(F.sig(v, 3)).toLocaleString("en-US", { maximumFractionDigits: 12 });
+    PLAIN = PLAIN || new Intl.NumberFormat("en-US", { maximumFractionDigits: 12 });
+    return PLAIN.format(Number(F.sig(v, 3)));
   }
   /* FLOP/s with an SI prefix and no unit on the axis ("500M", "2T"): the unit is in the title. */
   function si(v) { return F.rate(v); }
@@ -62,7 +65,7 @@
 
   Roofline.prototype._hideTip = function () { if (this.tip.parentNode) this.tip.parentNode.removeChild(this.tip); };
 
-  Roofline.prototype.draw = function () {
+  Roofline.prototype.draw = function (inParts) {
     var self = this, d = this.data, box = this.box, p = d.points;
     var width = Math.max(240, box.clientWidth || 0);
     this.width = box.clientWidth;
@@ -115,29 +118,36 @@
       peak.textContent = "peak " + F.flops(d.peak_flops) + "/s";
     }
 
-    // The points: a link each (click or Enter opens the component); only the focused one is a tab stop.
-    var layer = el("g", { "class": "cbsite-roof-points" }, svg);
-    var order = [];
-    this.links = [];
-    for (var i = 0; i < n; i++) {
-      var path = p.path[i], colour = ink(d.bounds[p.bound[i]] || "#7f7f7f"), x = X(p.ai[i]), y = Y(p.flops_s[i]);
-      var a = el("a", { href: "#component=" + encodeURIComponent(path), "class": "cbsite-roof-point", tabindex: -1,
-        "data-index": i, "aria-label": (path || d.model) + " " + p.phase[i] + ", " + (p.bound[i] || "no bound") }, layer);
-      var shape = SHAPE_ORDER.indexOf(p.phase[i]) === 1
-        ? el("rect", { x: x - 3.8, y: y - 3.8, width: 7.6, height: 7.6 }, a)
-        : el("circle", { cx: x, cy: y, r: 4.4 }, a);
-      shape.setAttribute("fill", colour);
-      shape.setAttribute("fill-opacity", 0.85);
-      shape.setAttribute("stroke", "none");
-      this.links.push(a);
-      order.push(i);
-    }
-    order.sort(function (a, b) { return p.ai[a] - p.ai[b] || p.flops_s[a] - p.flops_s[b]; });
-    this.order = order;
-    if (this.links.length) this.links[order[Math.min(this.focused, n - 1)]].setAttribute("tabindex", 0);
-    svg.addEventListener("keydown", function (e) { self._key(e); });
-    this._listen(layer);
-    this._legend();
+    // The points: a link each (click or Enter opens the component); only the focused one is a tab stop. `inParts`:
+    // made a few hundred per task (the first drawing, in idle time), their layer put in the chart once all are made.
+    var layer = el("g", { "class": "cbsite-roof-points", "fill-opacity": 0.85, stroke: "none" });
+    var order = [], links = [], drawing = this.drawing = (this.drawing || 0) + 1, next = 0;
+    var part = function () {
+      if (self.drawing !== drawing) return;  // drawn again since (a new width, the other scheme)
+      var end = inParts ? Math.min(n, next + POINTS_PER_TASK) : n;
+      for (var i = next; i < end; i++) {
+        var path = p.path[i], colour = ink(d.bounds[p.bound[i]] || "#7f7f7f"), x = X(p.ai[i]), y = Y(p.flops_s[i]);
+        var a = el("a", { href: "#component=" + encodeURIComponent(path), "class": "cbsite-roof-point", tabindex: -1,
+          "data-index": i, "aria-label": (path || d.model) + " " + p.phase[i] + ", " + (p.bound[i] || "no bound") }, layer);
+        var shape = SHAPE_ORDER.indexOf(p.phase[i]) === 1
+          ? el("rect", { x: x - 3.8, y: y - 3.8, width: 7.6, height: 7.6 }, a)
+          : el("circle", { cx: x, cy: y, r: 4.4 }, a);
+        shape.setAttribute("fill", colour);
+        links.push(a);
+        order.push(i);
+      }
+      next = end;
+      if (next < n) { setTimeout(part, 0); return; }
+      order.sort(function (a, b) { return p.ai[a] - p.ai[b] || p.flops_s[a] - p.flops_s[b]; });
+      self.links = links;
+      self.order = order;
+      if (links.length) links[order[Math.min(self.focused, n - 1)]].setAttribute("tabindex", 0);
+      svg.appendChild(layer);
+      svg.addEventListener("keydown", function (e) { self._key(e); });
+      self._listen(layer);
+      self._legend();
+    };
+    part();
   };
 
   /* The legend under the plot: the bounds' colours present in the data, then the phases' shapes. */
@@ -240,26 +250,58 @@
     a.focus();
   };
 
+  /* `fn` once the run page's first screen and its table are in (runpage.js, the mount, sets data-ready). */
+  function whenPageReady(fn) {
+    var page = document.getElementById("cbsite-run");
+    if (!page || page.hasAttribute("data-ready") || typeof MutationObserver === "undefined") { fn(); return; }
+    var seen = new MutationObserver(function () {
+      if (page.hasAttribute("data-ready")) { seen.disconnect(); fn(); }
+    });
+    seen.observe(page, { attributes: true, attributeFilter: ["data-ready"] });
+  }
+
+  /* The roofline is below the first screen: it is drawn when it nears the viewport, or else once the page is ready
+     and idle. Until it is on the screen the browser skips its style, layout and paint (content-visibility), so a
+     drawing off the screen costs its script only; its box keeps the chart's height meanwhile. */
   function start() {
     var box = document.querySelector("[data-cbsite-roofline]");
     if (!box) return;
-    fetch(box.getAttribute("data-cbsite-roofline")).then(function (r) {
-      if (!r.ok) throw new Error(box.getAttribute("data-cbsite-roofline") + ": " + r.status);
+    box.style.minHeight = HEIGHT + "px";
+    box.style.contentVisibility = "auto";
+    box.style.containIntrinsicSize = "auto " + (HEIGHT + 40) + "px";
+    var url = box.getAttribute("data-cbsite-roofline"), wanted = false, chart = null, near = null;
+    var json = fetch(url).then(function (r) {
+      if (!r.ok) throw new Error(url + ": " + r.status);
       return r.json();
-    }).then(function (json) {
-      var chart = new Roofline(box, json.roofline);
-      chart.draw();
-      window.cbsiteRoofline = chart;
-      // Drawn again at a new width (a turned phone, a resized window) and in the other colour scheme.
-      if (typeof ResizeObserver !== "undefined") {
-        new ResizeObserver(function () { if (box.clientWidth && box.clientWidth !== chart.width) chart.draw(); }).observe(box);
-      }
-      if (typeof MutationObserver !== "undefined") {
-        var was = dark();
-        new MutationObserver(function () { if (dark() !== was) { was = dark(); chart.draw(); } })
-          .observe(document.body, { attributes: true, attributeFilter: ["data-md-color-scheme"] });
-      }
-    }).catch(function (err) { box.textContent = "roofline unavailable: " + err.message; });
+    });
+    var show = function () {
+      if (wanted) return;
+      wanted = true;
+      if (near) near.disconnect();
+      json.then(function (data) {
+        chart = new Roofline(box, data.roofline);
+        chart.draw(true);
+        window.cbsiteRoofline = chart;
+        // Drawn again at a new width (a turned phone, a resized window) and in the other colour scheme.
+        if (typeof ResizeObserver !== "undefined") {
+          new ResizeObserver(function () { if (box.clientWidth && box.clientWidth !== chart.width) chart.draw(); }).observe(box);
+        }
+        if (typeof MutationObserver !== "undefined") {
+          var was = dark();
+          new MutationObserver(function () { if (dark() !== was) { was = dark(); chart.draw(); } })
+            .observe(document.body, { attributes: true, attributeFilter: ["data-md-color-scheme"] });
+        }
+      }).catch(function (err) { box.textContent = "roofline unavailable: " + err.message; });
+    };
+    if (typeof IntersectionObserver !== "undefined") {
+      near = new IntersectionObserver(function (entries) {
+        if (entries.some(function (e) { return e.isIntersecting; })) show();
+      }, { rootMargin: "50% 0px" });
+      near.observe(box);
+    }
+    whenPageReady(function () {
+      if (window.requestIdleCallback) window.requestIdleCallback(show, { timeout: 2000 }); else setTimeout(show, 200);
+    });
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
   else start();

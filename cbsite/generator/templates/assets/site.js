@@ -1,6 +1,6 @@
 /* Site-wide behaviour, on every page (extra_javascript):
    - search results carry the query (?find=), so a run page opens the component whose path (or a part of it)
-     was searched for (runpage.js), a component's own result that component; Material's own ?h= holds the
+     was searched for (runlinks.js), a component's own result that component; Material's own ?h= holds the
      matched terms, not the path they came from, and its ?q= would open the search box again over the page;
    - a page opened from disk (file://) says why navigation, search, tables and charts do not work there;
    - the first Tab stop is a "Skip to content" link (Material draws one only on pages with a table of contents,

@@ -4,7 +4,9 @@
   "use strict";
 
   /* spec: { columns: [{key, label, title, numeric, value(i), cell(i, td)}], count, visible(column) -> shown?,
-             text(i) -> string to filter on, depth(i) -> int, sort: {key, desc}, pageSize, onRow(i) } */
+             text(i) -> string to filter on, depth(i) -> int, sort: {key, desc}, pageSize, onRow(i),
+             tableClass: classes of the <table> from the start (the layout the page expects, laid out once),
+             firstRows: rows of the first drawing put in at once, the others a frame at a time (refresh) } */
   function Table(container, spec) {
     this.c = container;
     this.spec = spec;
@@ -61,7 +63,7 @@
     var wrap = document.createElement("div");
     wrap.className = "cbsite-table-wrap";
     var table = document.createElement("table");
-    table.className = "cbsite-table";
+    table.className = "cbsite-table" + (spec.tableClass ? " " + spec.tableClass : "");
     var thead = document.createElement("thead"), tr = document.createElement("tr");
     this.headers = {};
     spec.columns.forEach(function (col) {
@@ -162,32 +164,34 @@
     this.refresh();
   };
 
+  /* The rows of the page shown. The first drawing, where spec.firstRows is given, puts that many rows in at once and
+     the rest of the page a frame at a time, so that building a long table never holds the main thread for long;
+     spec.onRefresh, and whenDrawn's callbacks, run once every row is in. */
   Table.prototype.refresh = function () {
     var spec = this.spec, self = this;
     var rows = this.rows();
     var pages = Math.max(1, Math.ceil(rows.length / this.pageSize));
     this.page = Math.max(0, Math.min(this.page, pages - 1));
-    var start = this.page * this.pageSize;
-    var frag = document.createDocumentFragment();
-    rows.slice(start, start + this.pageSize).forEach(function (i) {
-      var tr = document.createElement("tr");
-      tr.setAttribute("data-index", i);
-      spec.columns.forEach(function (col) {
-        var td = document.createElement("td");
-        if (col.numeric) td.className = "num";
-        // A column not chosen keeps its (hidden, empty) cell: the n-th cell is the n-th header's.
-        if (!self._shows(col)) { td.hidden = true; tr.appendChild(td); return; }
-        col.cell(i, td);
-        tr.appendChild(td);
-      });
-      if (spec.onRow) tr.addEventListener("click", function (e) {
-        if (e.target.closest("a, button")) return;  // links and buttons do their own thing
-        spec.onRow(i);
-      });
-      frag.appendChild(tr);
-    });
+    var start = this.page * this.pageSize, shown = rows.slice(start, start + this.pageSize);
+    var step = this.drawings || !spec.firstRows ? shown.length : spec.firstRows;
+    var drawing = this.drawings = (this.drawings || 0) + 1;
+    this.pending = true;
     this.tbody.textContent = "";
-    this.tbody.appendChild(frag);
+    var put = function (from) {
+      if (self.drawings !== drawing) return;  // a newer drawing replaced these rows
+      var frag = document.createDocumentFragment();
+      shown.slice(from, from + step).forEach(function (i) { frag.appendChild(self._row(i)); });
+      self.tbody.appendChild(frag);
+      if (from + step < shown.length) {
+        requestAnimationFrame(function () { setTimeout(function () { put(from + step); }, 0); });
+        return;
+      }
+      self.pending = false;
+      if (spec.onRefresh) spec.onRefresh(self);
+      var waiting = self.waiting || [];
+      self.waiting = [];
+      waiting.forEach(function (fn) { fn(); });
+    };
     for (var key in this.headers) {
       var th = this.headers[key];
       th.removeAttribute("aria-sort");
@@ -197,7 +201,30 @@
     this.pageInfo.textContent = " page " + (this.page + 1) + " of " + pages + " ";
     this.prev.disabled = this.page === 0;
     this.next.disabled = this.page >= pages - 1;
-    if (spec.onRefresh) spec.onRefresh(self);
+    put(0);
+  };
+
+  /* `fn` once the rows of the page shown are all in (at once where they are). */
+  Table.prototype.whenDrawn = function (fn) {
+    if (!this.pending) fn(); else (this.waiting = this.waiting || []).push(fn);
+  };
+
+  Table.prototype._row = function (i) {
+    var spec = this.spec, self = this, tr = document.createElement("tr");
+    tr.setAttribute("data-index", i);
+    spec.columns.forEach(function (col) {
+      var td = document.createElement("td");
+      if (col.numeric) td.className = "num";
+      // A column not chosen keeps its (hidden, empty) cell: the n-th cell is the n-th header's.
+      if (!self._shows(col)) { td.hidden = true; tr.appendChild(td); return; }
+      col.cell(i, td);
+      tr.appendChild(td);
+    });
+    if (spec.onRow) tr.addEventListener("click", function (e) {
+      if (e.target.closest("a, button")) return;  // links and buttons do their own thing
+      spec.onRow(i);
+    });
+    return tr;
   };
 
   global.CbsiteTable = Table;
