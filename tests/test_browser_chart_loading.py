@@ -1,6 +1,8 @@
 """Vega charts load as they are needed: a chart is drawn when its box nears the viewport (a chart in a closed
 <details> when it is opened), the Vega bundle is loaded on the first chart's need, never by a script tag, and a
-point of a model's trend chart opens that run's page, by mouse and by keyboard."""
+point of a model's trend chart opens that run's page, by mouse and by keyboard. Two bundles: vega.js, the Vega runtime
+for the model and study pages' charts (compiled to Vega when the site is built), and vega-lite.js for the diff page's
+Vega-Lite contributors."""
 
 from __future__ import annotations
 
@@ -31,8 +33,8 @@ def site(tmp_path_factory):
     server.close()
 
 
-def _vega(page) -> list[str]:
-    return [r for r in page.requests if r.endswith("/vega.js")]
+def _vega(page, bundle: str = "vega.js") -> list[str]:
+    return [r for r in page.requests if r.endswith("/" + bundle)]
 
 
 def _drawn(page) -> list[bool]:
@@ -45,7 +47,8 @@ def test_no_page_loads_vega_by_a_script_tag(site):
     _, built = site
     pages = {p.relative_to(built).as_posix(): p.read_text() for p in built.rglob("index.html")}
     assert any('data-cbsite-chart="' in text for text in pages.values())
-    assert [p for p, text in pages.items() if re.search(r"<script[^>]*vega\.js", text)] == []
+    assert [p for p, text in pages.items() if re.search(r"<script[^>]*vega(-lite)?\.js", text)] == []
+    assert [p for p, text in pages.items() if "vega-lite.js" in text] == []
     assert [p for p, text in pages.items() if "vega.js" in text] == ["models/toy/index.html"]
     assert '<link rel="preload" href="../../assets/cbsite/vega.js" as="script">' in pages["models/toy/index.html"]
 
@@ -74,11 +77,12 @@ def test_diff_charts_in_a_closed_section_wait_for_it_and_bring_vega(site, page):
     page.wait_for_load_state("networkidle")
     page.wait_for_timeout(500)
     assert page.locator("#contributors [data-cbsite-chart]").count() >= 1
-    assert not any(_drawn(page)) and _vega(page) == []  # nothing of Vega for a closed section
+    assert not any(_drawn(page)) and _vega(page) == [] and _vega(page, "vega-lite.js") == []  # nothing for a closed section
     page.click("#contributors > summary")
     page.wait_for_function("document.querySelector('#contributors [data-cbsite-chart] svg') !== null", timeout=20000)
     assert page.locator("#contributors [data-cbsite-chart] svg").first.is_visible()
-    assert len(_vega(page)) == 1
+    # The contributors are Vega-Lite: their bundle, once, and not the runtime alone besides.
+    assert len(_vega(page, "vega-lite.js")) == 1 and _vega(page) == []
     assert page.errors == [] and outside(page.requests, {server.port}) == []
 
 

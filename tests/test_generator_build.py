@@ -45,11 +45,14 @@ def built(archive, tmp_path_factory) -> tuple[Path, Path]:
 
 
 def test_pages_and_data_files_exist(built, archive):
+    from tests.helpers import vega_specs
+
     site, _ = built
     assert (site / "index.html").is_file()
     for model in ("dlrm", "toy"):
         assert (site / "models" / model / "index.html").is_file()
-        assert json.loads((site / "models" / model / "trends.json").read_text())["latency_ms"]["layer"]
+        latency = json.loads((site / "models" / model / "trends.json").read_text())["latency_ms"]
+        assert {m["type"] for m in vega_specs.drawn(latency)} >= {"line", "symbol"} and vega_specs.rows(latency)
     run_dirs = sorted((site / "runs").glob("*/*/*"))
     assert len(run_dirs) == 4
     for d in run_dirs:
@@ -102,8 +105,13 @@ def test_offline_no_external_resources(built):
         assert not external.search(text), page
         assert "fonts.googleapis" not in text
         assert page.stat().st_size < MAX_PAGE_BYTES
-    bundle = (site / "assets/cbsite/vega.js").read_text()
-    assert "window.cbsiteVegaEmbed" in bundle and bundle.startswith("/*")
+    # Two bundles: the Vega runtime alone for the model and study pages' Vega charts, and Vega-Lite with vega-embed
+    # for the diff page's contributors.
+    vega = (site / "assets/cbsite/vega.js").read_text()
+    assert "window.cbsiteVega=" in vega.replace(" ", "") and vega.startswith("/*")
+    assert "vegaEmbed" not in vega and "vega-lite" not in vega
+    vega_lite = (site / "assets/cbsite/vega-lite.js").read_text()
+    assert "window.cbsiteVegaLite=" in vega_lite.replace(" ", "") and vega_lite.startswith("/*") and "vega-lite" in vega_lite
 
 
 def test_search_splits_paths_and_skips_tables(built):

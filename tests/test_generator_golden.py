@@ -56,14 +56,38 @@ def test_golden(project, name):
 
 
 def test_golden_chart_specs_are_valid_vega_lite(project):
-    """The build skips Altair's validation for speed; the golden specs are validated here."""
+    """The build skips Altair's validation for speed; the golden specs are validated here: the diff's contributors
+    as the page holds them (Vega-Lite), the trends as the Vega-Lite they are compiled from (every chart and layer:
+    band, lines, points, step throughput) and as the Vega the page holds, which draws."""
     import json
 
-    specs = json.loads((project / FILES["diff_charts.json"]).read_text())
-    specs.update(json.loads((project / "docs/models/dlrm/trends.json").read_text()))
-    assert specs
-    for spec in specs.values():
-        alt.Chart.from_dict({"$schema": alt.SCHEMA_URL, **spec}) if "layer" not in spec else alt.LayerChart.from_dict(spec)
+    import vl_convert
+
+    from cbsite.generator import charts
+    from tests.helpers.site_archives import golden_runs
+
+    diff = json.loads((project / FILES["diff_charts.json"]).read_text())
+    assert diff
+    for spec in diff.values():
+        alt.Chart.from_dict({"$schema": alt.SCHEMA_URL, **spec})
+    runs = golden_runs()
+    versions = sorted({r.version for r in runs})
+    totals = {r.run_id: {"forward": {"latency_ms": 2.0, "latency_p25_ms": 1.9, "latency_p75_ms": 2.2, "flops": 4e9,
+                                     "param_bytes": 1e6, "peak_memory_bytes": 1e7},
+                         "backward": {"latency_ms": 4.0, "flops": 8e9, "peak_memory_bytes": 2e7}} for r in runs}
+    for r in runs:
+        r.meta["step"] = {"batch_size": 8, **{mode: {"status": "measured", "ms": 3.0, "p25_ms": 2.8, "p75_ms": 3.3,
+                                                     "examples_per_s": 2666.0} for mode in ("train", "eval")}}
+    newest = {max(r.run_id for r in runs if r.version == v) for v in versions}
+    sources = {**charts.trend_charts(versions, runs, newest, totals), **charts.step_trend_charts(versions, runs, newest)}
+    assert set(sources) == {"latency_ms", "flops", "param_bytes", "peak_memory_bytes", "step_ms", "examples_per_s"}
+    assert [len(sources[m]["layer"]) for m in ("latency_ms", "flops", "step_ms")] == [3, 2, 3]  # the band where p25-p75
+    for spec in sources.values():
+        alt.LayerChart.from_dict(spec)
+    trends = json.loads((project / "docs/models/dlrm/trends.json").read_text())
+    assert trends
+    for spec in trends.values():
+        assert "<path" in vl_convert.vega_to_svg(spec)  # valid Vega: it draws its marks
 
 
 def test_golden_diff_page_says_what_changed(project):

@@ -28,14 +28,6 @@ def _with_step(folder: Path, train_ms: float, eval_ms: float, batch: int = 64) -
     (folder / "run.json").write_text(json.dumps(meta))
 
 
-def _rows(spec: dict) -> list[dict]:
-    """A chart's data rows, inline or in Altair's top-level datasets (one copy of each distinct row)."""
-    found = [r for values in spec.get("datasets", {}).values() for r in values]
-    found += spec.get("data", {}).get("values", [])
-    found += [r for layer in spec.get("layer", []) for r in layer.get("data", {}).get("values", [])]
-    return list({json.dumps(r, sort_keys=True): r for r in found}.values())
-
-
 @pytest.fixture(scope="module")
 def stepped(tmp_path_factory):
     base = tmp_path_factory.mktemp("step")
@@ -50,14 +42,18 @@ def stepped(tmp_path_factory):
 
 
 def test_the_model_trends_chart_step_throughput_per_version(stepped):
+    from tests.helpers import vega_specs
+
     specs = json.loads((stepped / "models" / "toy" / "trends.json").read_text())
     assert {"step_ms", "examples_per_s"} <= set(specs)
-    data = _rows(specs["step_ms"])
+    data = vega_specs.rows(specs["step_ms"])
     train = {r["version"]: r for r in data if r["phase"] == "train step"}
     assert set(train) == {"v1", "v2"} and train["v2"]["value"] == 2.5 and train["v2"]["lo"] == pytest.approx(2.375)
     assert {r["version"] for r in data if r["phase"] == "eval forward"} == {"v1", "v2"}
     assert "band: p25-p75" in specs["step_ms"]["title"]["text"]
-    rates = _rows(specs["examples_per_s"])
+    band = next(m for m in vega_specs.drawn(specs["step_ms"]) if m["type"] == "area")
+    assert (vega_specs.encoding(band)["y"]["field"], vega_specs.encoding(band)["y2"]["field"]) == ("lo", "hi")
+    rates = vega_specs.rows(specs["examples_per_s"])
     assert {(r["version"], r["phase"]): r["value"] for r in rates}[("v1", "train step")] == pytest.approx(32000)
     html = (stepped / "models" / "toy" / "index.html").read_text()
     assert 'data-cbsite-chart="step_ms"' in html and 'data-cbsite-chart="examples_per_s"' in html
@@ -72,12 +68,12 @@ def test_run_and_diff_pages_give_the_step_figures(stepped):
 
 
 @pytest.mark.browser
-def test_the_step_trends_are_drawn_in_the_browser(stepped):
-    from tests.helpers.browser import Server, launched_browser, recording_page
+def test_the_step_trends_are_drawn_in_the_browser(stepped, browser):
+    from tests.helpers.browser import Server, recording_page
 
     server = Server(stepped)
     try:
-        with launched_browser() as browser, recording_page(browser, {"width": 1400, "height": 1000}) as page:
+        with recording_page(browser, {"width": 1400, "height": 1000}) as page:
             page.goto(server.url + "models/toy/")
             for key in ("step_ms", "examples_per_s"):
                 page.wait_for_selector(f"[data-cbsite-chart='{key}'] svg", timeout=20000)

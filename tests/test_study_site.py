@@ -76,6 +76,8 @@ def built(tmp_path_factory):
 
 
 def test_study_page_has_charts_per_axis_points_and_configuration(built):
+    from tests.helpers import vega_specs
+
     page = (built / "studies" / "dlrm-grid" / "index.html").read_text()
     specs = json.loads((built / "studies" / "dlrm-grid" / "charts.json").read_text())
     for axis in ("dense_features", "sparse_features"):
@@ -84,22 +86,22 @@ def test_study_page_has_charts_per_axis_points_and_configuration(built):
         assert f'data-cbsite-study-chart="{axis}|latency_forward_ms"' in page
     spec = specs["dense_features|latency_forward_ms"]
     # One line per series (the model and each component class); one panel per value of the other axis.
-    series = {r["series"] for r in spec["linear"]["data"]["values"]}
+    series = {r["series"] for r in vega_specs.rows(spec["linear"])}
     assert {"model", "SparseArch", "DenseArch", "OverArch"} <= series
-    assert {r["held"] for r in spec["linear"]["data"]["values"]} == {"sparse_features=4", "sparse_features=32"}
-    assert spec["log"]["spec"]["layer"][0]["encoding"]["y"]["scale"]["type"] == "log"
-    assert spec["linear"]["facet"]["sort"] == ["sparse_features=4", "sparse_features=32"]  # the grid's order, not text order
+    assert {r["held"] for r in vega_specs.rows(spec["linear"])} == {"sparse_features=4", "sparse_features=32"}
+    assert vega_specs.scale(spec["log"], "y")["type"] == "log" and vega_specs.scale(spec["linear"], "y")["type"] == "linear"
+    assert vega_specs.facet_order(spec["linear"]) == ["sparse_features=4", "sparse_features=32"]  # the grid's order, not text order
     # Examples/s: the whole model's step timing apart from the forward alone of the model and its parts, each series
     # saying what it measures (its tooltip too).
-    step = specs["sparse_features|step_examples_per_s"]["linear"]["data"]["values"]
+    step = vega_specs.rows(specs["sparse_features|step_examples_per_s"]["linear"])
     assert {r["series"] for r in step} == {"model: training step", "model: eval forward"}
     assert sorted(r["value"] for r in step if r["series"] == "model: training step") == pytest.approx(sorted(
         8000 / (d / 64 * (1 + f / 32)) for d in (64, 512, 4096) for f in (4, 32) if (d, f) != (4096, 32)))  # the runs' step
-    forward = specs["sparse_features|examples_per_s"]["linear"]["data"]["values"]
+    forward = vega_specs.rows(specs["sparse_features|examples_per_s"]["linear"])
     assert {r["series"] for r in forward} == {"model: forward", "SparseArch: forward", "DenseArch: forward", "OverArch: forward"}
     assert all("forward of" in r["measures"] for r in forward) and all("step timing" in r["measures"] for r in step)
-    tips = [t.get("title", t["field"]) for t in specs["sparse_features|examples_per_s"]["linear"]["spec"]["layer"][0]["encoding"]["tooltip"]]
-    assert tips == ["point", "series", "measures", "examples/s", "spread"], tips
+    tips = [vega_specs.tooltip_keys(m) for m in vega_specs.drawn(specs["sparse_features|examples_per_s"]["linear"])]
+    assert tips == [["point", "series", "measures", "examples/s", "spread"]] * 3, tips  # line, points, spread bars
     # The table links every done point's run and says why the failed one has none.
     assert page.count('href="../../runs/dlrm-grid/') == 5
     assert "MemoryError: planted" in page and "failed" in page
@@ -118,10 +120,11 @@ def test_study_charts_draw_the_spread_of_rounds_and_runs(built):
     draws them as rule bars and its tooltip gives the interval and the number of repeats; a point measured once
     has none, and the page says how many such points there are."""
     from cbsite.generator import studydata
+    from tests.helpers import vega_specs
 
     specs = json.loads((built / "studies" / "dlrm-grid" / "charts.json").read_text())
     spec = specs["sparse_features|latency_forward_ms"]["linear"]
-    rows = {(r["label"], r["series"]): r for r in spec["data"]["values"]}
+    rows = {(r["label"], r["series"]): r for r in vega_specs.rows(spec)}
     # Rounds: the model (an estimated root, summed again per round) spans the lowest to the highest factor.
     model = rows[("dense_features-64.sparse_features-4", "model")]
     assert (model["lo"], model["hi"]) == pytest.approx((min(ROUND_FACTORS) * model["value"], max(ROUND_FACTORS) * model["value"]))
@@ -134,16 +137,20 @@ def test_study_charts_draw_the_spread_of_rounds_and_runs(built):
     # Once: no bar, and the tooltip says so.
     single = rows[(SINGLE, "model")]
     assert "lo" not in single and single["interval"] == studydata.NO_SPREAD
-    # Drawn: a rule layer from lo to hi over the lines, in the series' colours; the tooltip's last line is the spread.
-    layers = spec["spec"]["layer"]
-    assert [layer["mark"]["type"] for layer in layers] == ["line", "rule"]
-    assert (layers[1]["encoding"]["y"]["field"], layers[1]["encoding"]["y2"]["field"]) == ("lo", "hi")
-    assert layers[1]["encoding"]["color"]["scale"] == layers[0]["encoding"]["color"]["scale"]
-    assert layers[0]["encoding"]["tooltip"][-1] == {"field": "interval", "type": "nominal", "title": "spread"}
+    # Drawn: rules from lo to hi over the lines and their points, in the series' colours; the tooltip's last line
+    # is the spread.
+    line, points, rule = vega_specs.drawn(spec)
+    assert (line["type"], points["type"], rule["type"]) == ("line", "symbol", "rule")
+    enc = vega_specs.encoding(rule)
+    assert (enc["y"]["field"], enc["y2"]["field"]) == ("lo", "hi")
+    assert enc["stroke"] == vega_specs.encoding(line)["stroke"] == {"field": "series", "scale": "color"}
+    colours = vega_specs.scale(spec, "color")
+    assert set(colours["domain"]) == {r["series"] for r in rows.values()} and len(colours["range"]) == len(colours["domain"])
+    assert vega_specs.tooltip_keys(line)[-1] == "spread" and '"spread": isValid(datum["interval"])' in vega_specs.encoding(line)["tooltip"]["signal"]
     # Rounds re-time, they do not re-measure memory or count parameters: no spread there from rounds.
-    memory = specs["sparse_features|peak_memory_bytes"]["linear"]["data"]["values"]
+    memory = vega_specs.rows(specs["sparse_features|peak_memory_bytes"]["linear"])
     assert not [r for r in memory if "lo" in r and r["label"] != TWICE]
-    assert not any("lo" in r for r in specs["sparse_features|param_bytes"]["linear"]["data"]["values"])
+    assert not any("lo" in r for r in vega_specs.rows(specs["sparse_features|param_bytes"]["linear"]))
     page = (built / "studies" / "dlrm-grid" / "index.html").read_text()
     assert "its runs where the point was run more than once (1), else its rounds, <code>--rounds N</code> (2); " \
            "2 of 5 points measured once have no bar." in page
@@ -166,16 +173,12 @@ def test_study_charts_sum_component_classes():
 
 
 @pytest.mark.browser
-def test_study_page_draws_its_charts_in_a_browser(built):
-    from playwright.sync_api import sync_playwright
-
-    from tests.helpers.browser import CHROMIUM, Server, draw_every
+def test_study_page_draws_its_charts_in_a_browser(built, browser):
+    from tests.helpers.browser import Server, draw_every, recording_page
 
     server = Server(built)
     try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"])
-            page = browser.new_page()
+        with recording_page(browser, {"width": 1280, "height": 720}) as page:
             errors: list[str] = []
             page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(str(e)))
@@ -205,7 +208,6 @@ def test_study_page_draws_its_charts_in_a_browser(built):
                 "(b) => { const s = document.querySelector('[data-cbsite-study-chart] svg'); return s && s.innerHTML !== b; }",
                 arg=before, timeout=30000)
             assert page.locator("[data-cbsite-study-chart] svg").count() == n
-            browser.close()
     finally:
         server.close()
     assert not errors, errors

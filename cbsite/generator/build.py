@@ -319,6 +319,8 @@ def _render(catalog: Catalog, site: SiteConfig, docs: Path, warnings: list[str],
     for e in diffs:  # the last consecutive diff of each model is "what changed most" on the home page
         if e.base.model == e.head.model and e.url.startswith("diffs/" + e.head.model + "/"):
             latest_change[e.head.model] = e
+    # Models whose newest diff judged a latency regression first: the home page answers "what got slower" first.
+    latest_change = dict(sorted(latest_change.items(), key=lambda kv: (not (kv[1].digest or {}).get("regressed"), kv[0])))
     writer.page("", "pages/home.md.j2", catalog=catalog, newest=newest, latest_change=latest_change,
                 totals=totals, warnings=warnings, regressions=regressions)
     studies = studydata.render(studydata.find_studies(catalog.runs()), docs, writer, templating.dump_json)
@@ -373,9 +375,10 @@ def _write_assets(docs: Path, cache: bcache.BuildCache | None = None) -> None:
     for src in sorted((templating.TEMPLATES / "assets").iterdir()):
         if src.is_file():
             shutil.copyfile(src, target / src.name)
-    # The bundle takes a second or more to build in each new process: a cached build keeps it.
-    bundle = cache.memo("vega", charts.bundle_versions(), charts.vega_bundle) if cache is not None else charts.vega_bundle()
-    (target / "vega.js").write_text(bundle)
+    # The chart bundles take a second or more to build in each new process: a cached build keeps them.
+    bundles = cache.memo("vega", charts.bundle_versions(), charts.bundles) if cache is not None else charts.bundles()
+    for name, script in bundles.items():
+        (target / name).write_text(script)
 
 
 def _mkdocs_build(project: Path, out: Path, strict: bool, quiet: bool, epoch: int, plugin: Any = None,

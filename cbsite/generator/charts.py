@@ -1,7 +1,8 @@
-"""Vega-Lite specs built with Altair, and the offline Vega bundle that renders them in the browser.
+"""Vega-Lite specs built with Altair, and the offline bundles that draw them in the browser.
 
-Specs are written as JSON files and handed to vega-embed by `assets/charts.js`; Altair's own HTML would load
-Vega from a CDN or paste ~900 KB into every page.
+Specs are written as JSON files and drawn by `assets/charts.js`: the trend and study charts compiled to Vega at build
+time, the diff page's contributors as Vega-Lite. Altair's own HTML would load Vega from a CDN or paste ~900 KB into
+every page.
 """
 
 from __future__ import annotations
@@ -32,20 +33,72 @@ def _vl_version() -> str | None:
     return major_minor if major_minor in vl_convert.get_vegalite_versions() else None
 
 
+# The site's two offline bundles (assets/cbsite/). The model and study pages' charts are compiled to Vega at
+# build time and drawn by the Vega runtime alone (a third less script, no Vega-Lite compile in the browser). The diff
+# page's contributors charts stay Vega-Lite: compiling each diff's would cost build time per diff, and diffdata edits
+# their spec after it is made; their bundle adds Vega-Lite and vega-embed, and only diff pages load it.
+VEGA_BUNDLE = "vega.js"
+VEGA_LITE_BUNDLE = "vega-lite.js"
+
+# The bundles' runtime, imported by the URL vl-convert's bundler resolves offline (its `vega` name is not the module).
+VEGA_MODULE = "https://cdn.jsdelivr.net/npm/vega@{version}/+esm"
+
+
+def bundles() -> dict[str, str]:
+    """The site's chart bundles, {file name: script}, each built once per process (it takes seconds)."""
+    return {VEGA_BUNDLE: vega_bundle(), VEGA_LITE_BUNDLE: vega_lite_bundle()}
+
+
 @functools.lru_cache(maxsize=1)
 def vega_bundle() -> str:
-    """Vega + Vega-Lite + vega-embed as one classic script, built once per process (it takes seconds).
+    """The Vega runtime as one classic script, for the chart files compiled to Vega: `window.cbsiteVega`, {View, parse}."""
+    runtime = VEGA_MODULE.format(version=vl_convert.get_vega_version())
+    return _script("The Vega runtime", "cbsiteVega",
+                   f'import {{View, parse}} from "{runtime}";\nwindow.cbsiteVega = {{View: View, parse: parse}};')
 
-    The bundle declares top-level names (`const n=...`): wrapped in a function they cannot collide with other
-    scripts, and the guard makes loading it twice harmless. Only `window.cbsiteVegaEmbed` is exported.
-    """
-    body = vl_convert.javascript_bundle("window.cbsiteVegaEmbed = vegaEmbed;", vl_version=_vl_version())
-    return "/* Vega, Vega-Lite and vega-embed, bundled by vl-convert-python. */\n(function () {\nif (window.cbsiteVegaEmbed) return;\n" + body + "\n})();\n"
+
+@functools.lru_cache(maxsize=1)
+def vega_lite_bundle() -> str:
+    """Vega, Vega-Lite and vega-embed as one classic script, for the Vega-Lite chart files (the diff page's):
+    `window.cbsiteVegaLite`, {embed}."""
+    return _script("Vega, Vega-Lite and vega-embed", "cbsiteVegaLite", "window.cbsiteVegaLite = {embed: vegaEmbed};")
+
+
+def _script(what: str, name: str, snippet: str) -> str:
+    """`snippet` bundled with what it imports. The bundle declares top-level names (`const n=...`): wrapped in a
+    function they cannot collide with other scripts, and the guard on `window[name]` makes loading it twice harmless."""
+    body = vl_convert.javascript_bundle(snippet, vl_version=_vl_version())
+    return f"/* {what}, bundled by vl-convert-python. */\n(function () {{\nif (window.{name}) return;\n" + body + "\n})();\n"
 
 
 def bundle_versions() -> list[str]:
-    """What the Vega bundle depends on, for the build cache."""
-    return [getattr(vl_convert, "__version__", ""), alt.SCHEMA_VERSION]
+    """What the bundles depend on, for the build cache."""
+    return [getattr(vl_convert, "__version__", ""), vl_convert.get_vega_version(), alt.SCHEMA_VERSION,
+            VEGA_BUNDLE, VEGA_LITE_BUNDLE]
+
+
+def vega_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """A Vega-Lite spec compiled to the Vega spec the page draws: the browser then runs neither Vega-Lite's compiler
+    nor vega-embed. `usermeta.height` is the height its box holds until it is drawn (charts.js `reserve`)."""
+    out: dict[str, Any] = vl_convert.vegalite_to_vega(spec, vl_version=_vl_version())
+    out.pop("$schema", None)  # the page's runtime is the bundle's; nothing reads it
+    height = reserved_height(spec)
+    if height is not None:
+        out["usermeta"] = {"height": height}
+    return out
+
+
+def reserved_height(spec: dict[str, Any]) -> int | None:
+    """The height in px a chart's box holds before it is drawn: its plot, title and axes; a faceted chart's rows of
+    panels, each the inner plot and its facet header. None where the spec says no height."""
+    if isinstance(spec.get("height"), (int, float)):
+        return int(spec["height"]) + 70
+    inner, facet = spec.get("spec"), spec.get("facet")
+    if not isinstance(inner, dict) or not isinstance(inner.get("height"), (int, float)) or not facet:
+        return None
+    panels = len(facet["sort"]) if isinstance(facet.get("sort"), list) else 1
+    columns = spec["columns"] if isinstance(spec.get("columns"), int) and spec["columns"] > 0 else panels
+    return -(-panels // columns) * (int(inner["height"]) + 20) + 70
 
 
 def _finish(chart: alt.TopLevelMixin) -> dict[str, Any]:
@@ -75,9 +128,15 @@ AXIS_FORMAT = {"latency_ms": MS_FORMAT, "flops": "~s", "param_bytes": "~s", "pea
 
 def trend_specs(versions: Sequence[str], runs: Sequence[Run], newest_ids: set[str],
                 totals: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """One chart per total across versions: a line through each version's newest run, a point per run, and
-    for latency the band between the newest runs' quartiles (p25-p75). None for a single version: one point
-    is no trend (the model page says so)."""
+    """`trend_charts` as the model page's trends.json holds them: compiled to Vega."""
+    return {metric: vega_spec(spec) for metric, spec in trend_charts(versions, runs, newest_ids, totals).items()}
+
+
+def trend_charts(versions: Sequence[str], runs: Sequence[Run], newest_ids: set[str],
+                 totals: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """The Vega-Lite of the trends, one chart per total across versions: a line through each version's newest run,
+    a point per run, and for latency the band between the newest runs' quartiles (p25-p75). None for a single
+    version: one point is no trend (the model page says so)."""
     if len(versions) < 2:
         return {}
     records: list[dict[str, Any]] = []
@@ -114,7 +173,12 @@ STEP_MODES = {"train": "train step", "eval": "eval forward"}
 
 
 def step_trend_specs(versions: Sequence[str], runs: Sequence[Run], newest_ids: set[str]) -> dict[str, dict[str, Any]]:
-    """The step throughput across versions, as `trend_specs` draws the totals: ms per training iteration and per
+    """`step_trend_charts` as the model page's trends.json holds them: compiled to Vega."""
+    return {metric: vega_spec(spec) for metric, spec in step_trend_charts(versions, runs, newest_ids).items()}
+
+
+def step_trend_charts(versions: Sequence[str], runs: Sequence[Run], newest_ids: set[str]) -> dict[str, dict[str, Any]]:
+    """The Vega-Lite of the step throughput across versions, as `trend_specs` draws the totals: ms per training iteration and per
     inference forward (band: p25-p75 of the newest run), and examples per second; one series per mode.
     Empty for a single version or when no run measured its step."""
     if len(versions) < 2:
@@ -134,7 +198,8 @@ def step_trend_specs(versions: Sequence[str], runs: Sequence[Run], newest_ids: s
                 rows["step_ms"].append(row)
             if _number(record.get("examples_per_s")):
                 rows["examples_per_s"].append({**common, "metric": "examples_per_s", "value": record["examples_per_s"]})
-    return {metric: _trend_chart(rows[metric], versions, title, AXIS_FORMAT["latency_ms"] if metric == "step_ms" else "~s", "mode")
+    return {metric: _trend_chart(rows[metric], versions, title, AXIS_FORMAT["latency_ms"] if metric == "step_ms" else "~s",
+                                 "mode")
             for metric, title in STEP_METRICS if rows[metric]}
 
 
@@ -203,7 +268,7 @@ def contributors_spec(rows: list[dict[str, Any]], title: str, axis_format: str =
     """Horizontal bars of the largest per-component deltas, signed, biggest first.
 
     The same spec as `_contributors_chart`, byte for byte (tests/golden/diff_charts.json pins it), from a
-    per-title template.
+    per-title template. Vega-Lite (the diff page draws it with vega-embed): its caller sets its axes after.
     """
     spec = json.loads(_contributors_template(title, axis_format))
     spec["data"] = {"values": [dict(r) for r in rows]}

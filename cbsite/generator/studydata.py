@@ -42,7 +42,7 @@ from cbsite import format as fmt
 from cbsite import study as cstudy
 from cbsite import tree
 from cbsite.archive import Run
-from cbsite.generator.charts import MS_FORMAT, PERCENT_FORMAT, _finish, value_axis
+from cbsite.generator.charts import MS_FORMAT, PERCENT_FORMAT, _finish, value_axis, vega_spec
 
 METRICS = (
     ("latency_forward_ms", "Forward latency (ms)"),
@@ -358,7 +358,7 @@ def chart_specs(view: StudyView, records: list[dict[str, Any]]) -> dict[str, dic
             held_all = {r["held"] for r in rows}
             panels = [h for h in grid if h in held_all] + sorted(held_all - set(grid))
             colours = series_colours(view.series, metric)
-            specs[f"{key}|{metric}"] = {scale: _spec(rows, key, metric, title, numeric, order, panels, scale == "log", colours)
+            specs[f"{key}|{metric}"] = {scale: vega_spec(_spec(rows, key, metric, title, numeric, order, panels, scale == "log", colours))
                                         for scale in ("linear", "log")}
     return specs
 

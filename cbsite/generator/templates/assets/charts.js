@@ -1,24 +1,33 @@
-/* Render the Vega-Lite specs of a page: every element with data-cbsite-chart="KEY" gets spec KEY of the JSON
-   file named by its data-cbsite-specs attribute, once its box nears the viewport (a chart inside a closed
-   <details> waits until it is opened). vega.js (the offline bundle, beside this file) defines cbsiteVegaEmbed;
-   a page without its script tag gets it loaded on the first chart's need. */
+/* Render the charts of a page: every element with data-cbsite-chart="KEY" gets spec KEY of the JSON file named by
+   its data-cbsite-specs attribute, once its box nears the viewport (a chart inside a closed <details> waits until
+   it is opened). Two kinds of spec, each drawn by its own offline bundle beside this file (charts.py), loaded on the
+   first chart's need and never by a script tag: a Vega spec (the model and study pages', compiled from Vega-Lite when
+   the site was built) by the Vega runtime alone, vega.js; a Vega-Lite spec (the diff page's contributors) by
+   vega-embed, vega-lite.js, which only diff pages load. */
 (function () {
   "use strict";
   var cache = {};
   var here = document.currentScript && document.currentScript.src;
-  var vegaLoading = null;
-  /* The embed function: the page's own vega.js, or the bundle loaded once, on first need. */
-  function vega() {
-    if (window.cbsiteVegaEmbed) return Promise.resolve(window.cbsiteVegaEmbed);
-    if (!vegaLoading) vegaLoading = new Promise(function (resolve, reject) {
+  /* The bundles: each file and the global it defines (vega.js: {View, parse}; vega-lite.js: {embed}). */
+  var BUNDLES = { vega: { file: "vega.js", api: "cbsiteVega" }, vegaLite: { file: "vega-lite.js", api: "cbsiteVegaLite" } };
+  var loading = {};
+  /* A bundle's API, loaded once, on first need. */
+  function bundle(kind) {
+    var b = BUNDLES[kind];
+    if (window[b.api]) return Promise.resolve(window[b.api]);
+    if (!loading[kind]) loading[kind] = new Promise(function (resolve, reject) {
       var s = document.createElement("script");
-      s.src = here ? here.replace(/charts\.js(\?.*)?$/, "vega.js") : "vega.js";
-      s.onload = function () { window.cbsiteVegaEmbed ? resolve(window.cbsiteVegaEmbed) : reject(new Error("vega.js defined no chart renderer")); };
-      s.onerror = function () { vegaLoading = null; reject(new Error(s.src + " did not load")); };
+      s.src = here ? here.replace(/charts\.js(\?.*)?$/, b.file) : b.file;
+      s.onload = function () { window[b.api] ? resolve(window[b.api]) : reject(new Error(b.file + " defined no chart renderer")); };
+      s.onerror = function () { loading[kind] = null; reject(new Error(s.src + " did not load")); };
       document.head.appendChild(s);
     });
-    return vegaLoading;
+    return loading[kind];
   }
+  function vega() { return bundle("vega"); }
+  function isVega(spec) { return Array.isArray(spec.marks); }
+  /* The bundle that draws `spec`. */
+  function bundleFor(spec) { return bundle(isVega(spec) ? "vega" : "vegaLite"); }
   /* Call `draw` once `el` nears the viewport (a screen ahead), or at once where IntersectionObserver is missing. */
   function whenNear(el, draw) {
     if (typeof IntersectionObserver === "undefined") { draw(); return; }
@@ -29,20 +38,39 @@
     }, { rootMargin: "100% 0px" });
     seen.observe(el);
   }
-  /* Embed `spec` in `el` in the page's scheme, loading Vega first where needed; resolves to vega-embed's result.
-     Charts are drawn one at a time, each in a task of its own: several charts near at once were one long task,
-     and the first was painted only when the last was drawn. */
+  function nextTask() { return new Promise(function (go) { setTimeout(go, 0); }); }
+  /* Draw `spec` in `el` in the page's scheme, loading its bundle first where needed; resolves to {view, finalize}.
+     Charts are drawn one at a time, and each in two tasks (its dataflow built, then run and painted): several
+     charts near at once were one long task, and the first was painted only when the last was drawn. */
   var turn = Promise.resolve();
   function embed(el, spec) {
-    var drawn = turn.then(function () { return new Promise(function (go) { setTimeout(go, 0); }); }).then(vega).then(function (vegaEmbed) {
-      var scheme = dark() ? "dark" : "light", t = themed(spec);
-      return vegaEmbed(el, t[0], t[1]).then(function (result) {
+    var drawn = turn.then(nextTask).then(function () { return bundleFor(spec); }).then(function (api) {
+      var scheme = dark() ? "dark" : "light";
+      return (isVega(spec) ? drawVega(api, el, spec) : embedVegaLite(api, el, spec)).then(function (result) {
         el.setAttribute("data-cbsite-scheme", scheme);  // what it was drawn in: a chart far away is redrawn when near
         return result;
       });
     });
     turn = drawn.catch(function () {});  // the next chart waits for this one, drawn or failed
     return drawn;
+  }
+  /* A Vega spec drawn as SVG by the Vega runtime, its tooltips shown by `tooltip`; the element's earlier drawing is
+     replaced. */
+  function drawVega(V, el, spec) {
+    var view = new V.View(V.parse(vegaSpec(spec), dark() ? DARK_CONFIG : undefined), { renderer: "svg", tooltip: tooltip });
+    return nextTask().then(function () {
+      if (el.cbsiteView) el.cbsiteView.finalize();
+      el.cbsiteView = view;
+      el.textContent = "";
+      return view.initialize(el).runAsync();
+    }).then(function () {
+      return { view: view, finalize: function () { view.finalize(); } };
+    });
+  }
+  /* A Vega-Lite spec compiled and drawn as SVG by vega-embed (its own tooltips). */
+  function embedVegaLite(VL, el, spec) {
+    var t = themed(spec);
+    return VL.embed(el, t[0], t[1]);
   }
   function specs(url) {
     if (!cache[url]) cache[url] = fetch(url).then(function (r) {
@@ -56,12 +84,15 @@
     var scheme = document.body && document.body.getAttribute("data-md-color-scheme");
     return scheme === "slate";
   }
-  /* The dark scheme: a transparent background, grid lines dimmer than the data (Vega's dark grid is bright), and
-     mid greys and the dark blue lighter. */
+  /* The dark scheme: Vega's dark theme (light text, as vega-themes' "dark" compiles to Vega) on a transparent
+     background, grid lines dimmer than the data, and mid greys and the dark blue lighter. */
+  var DARK_CONFIG = {
+    axis: { domainColor: "#8a8f99", gridColor: "#3a3f4b", gridOpacity: 1, tickColor: "#8a8f99" },
+    style: { "guide-label": { fill: "#fff" }, "guide-title": { fill: "#fff" }, "group-title": { fill: "#fff" }, cell: { stroke: "#888" } },
+    title: { subtitleColor: "#fff" }
+  };
   var DARK_INK = { "#555555": "#c8c8c8", "#1f6fb4": "#4a9bd9" };
-  function darken(spec) {
-    spec.config = Object.assign({}, spec.config, { background: "transparent" });
-    spec.config.axis = Object.assign({ gridColor: "#3a3f4b", gridOpacity: 1, domainColor: "#8a8f99", tickColor: "#8a8f99" }, spec.config.axis);
+  function lighterInk(spec) {
     (function walk(node) {
       if (Array.isArray(node)) { node.forEach(function (v, k) { if (typeof v === "string" && DARK_INK[v]) node[k] = DARK_INK[v]; else walk(v); }); return; }
       if (!node || typeof node !== "object") return;
@@ -74,12 +105,65 @@
     })(spec);
     return spec;
   }
-  /* vega-embed's spec and options for the page's scheme now: [spec, options] (the spec copied before darkening). */
+  /* A Vega spec for the page's scheme now (copied before it is changed). */
+  function vegaSpec(spec) {
+    if (!dark()) return spec;
+    var copy = lighterInk(JSON.parse(JSON.stringify(spec)));
+    copy.background = "transparent";
+    return copy;
+  }
+  /* A Vega-Lite spec and vega-embed's options for the page's scheme now: [spec, options]. */
   function themed(spec) {
     var opts = { actions: false, renderer: "svg" };
     if (!dark()) return [spec, opts];
     opts.theme = "dark";
-    return [darken(JSON.parse(JSON.stringify(spec))), opts];
+    var copy = lighterInk(JSON.parse(JSON.stringify(spec)));
+    copy.config = Object.assign({}, copy.config, { background: "transparent" });
+    copy.config.axis = Object.assign({}, DARK_CONFIG.axis, copy.config.axis);
+    return [copy, opts];
+  }
+  /* Tooltips as vega-embed's vega-tooltip drew them (the same element, rows and light look), without its code: beside
+     the pointer, kept inside the window; a value object is a table of its keys and values. */
+  var tip = null;
+  var TIP_STYLE = "#vg-tooltip-element{visibility:hidden;padding:8px;position:fixed;z-index:1000;font-family:sans-serif;" +
+    "font-size:11px;border-radius:3px;box-shadow:2px 2px 4px rgba(0,0,0,.1);background-color:rgba(255,255,255,.95);" +
+    "border:1px solid #d9d9d9;color:black;pointer-events:none}#vg-tooltip-element.visible{visibility:visible}" +
+    "#vg-tooltip-element h2{margin-top:0;margin-bottom:10px;font-size:13px}#vg-tooltip-element table{border-spacing:0}" +
+    "#vg-tooltip-element td{overflow:hidden;text-overflow:ellipsis;padding-top:2px;padding-bottom:2px}" +
+    "#vg-tooltip-element td.key{color:#808080;max-width:150px;text-align:right;padding-right:4px}" +
+    "#vg-tooltip-element td.value{display:block;max-width:300px;max-height:7em;text-align:left}";
+  function tooltip(handler, event, item, value) {
+    if (!tip) {
+      var style = document.createElement("style");
+      style.textContent = TIP_STYLE;
+      document.head.appendChild(style);
+      tip = document.createElement("div");
+      tip.id = "vg-tooltip-element";
+      tip.className = "vg-tooltip light-theme";
+      document.body.appendChild(tip);
+    }
+    if (value == null || value === "") { tip.classList.remove("visible"); return; }
+    tip.textContent = "";
+    if (typeof value === "object" && !Array.isArray(value)) {
+      var table = document.createElement("table");
+      Object.keys(value).forEach(function (key) {
+        if (value[key] === undefined) return;
+        var text = value[key] !== null && typeof value[key] === "object" ? JSON.stringify(value[key]) : String(value[key]);
+        if (key === "title") { var h = document.createElement("h2"); h.textContent = text; tip.appendChild(h); return; }
+        var row = table.insertRow(), k = row.insertCell(), v = row.insertCell();
+        k.className = "key"; k.textContent = key;
+        v.className = "value"; v.textContent = text;
+      });
+      tip.appendChild(table);
+    } else {
+      tip.textContent = String(value);
+    }
+    tip.classList.add("visible");
+    var box = tip.getBoundingClientRect(), x = event.clientX + 10, y = event.clientY + 10;
+    if (x + box.width > window.innerWidth) x = Math.max(0, event.clientX - 10 - box.width);
+    if (y + box.height > window.innerHeight) y = Math.max(0, event.clientY - 10 - box.height);
+    tip.style.left = x + "px";
+    tip.style.top = y + "px";
   }
   /* Call `redraw` when the palette toggle switches the scheme on <body>. */
   function onSchemeChange(redraw) {
@@ -137,25 +221,23 @@
      minimum height would all count as near the viewport, and the page would jump as each is drawn. */
   function reserve(el, spec) {
     if (el.querySelector("svg")) return;
-    if (typeof spec.height === "number") { el.style.minHeight = (spec.height + 70) + "px"; return; }
-    // A faceted chart (the study page's): its rows of panels, each the inner plot and its facet header.
-    var inner = spec.spec, facet = spec.facet;
-    if (!inner || typeof inner.height !== "number" || !facet) return;
-    var panels = Array.isArray(facet.sort) ? facet.sort.length : 1, columns = spec.columns > 0 ? spec.columns : panels;
-    el.style.minHeight = (Math.ceil(panels / columns) * (inner.height + 20) + 70) + "px";
+    // A Vega spec carries it (charts.py `reserved_height`); a Vega-Lite spec's is its plot's height and its title and axes.
+    if (spec.usermeta && typeof spec.usermeta.height === "number") el.style.minHeight = spec.usermeta.height + "px";
+    else if (typeof spec.height === "number") el.style.minHeight = (spec.height + 70) + "px";
   }
   function renderAll() {
-    // The bundle starts loading as soon as a chart's box may be seen, beside the fetch of the specs, not after it;
-    // a page whose charts are all in closed sections loads none of it.
-    Array.prototype.forEach.call(document.querySelectorAll("[data-cbsite-chart], [data-cbsite-study-chart]"), function (el) {
-      whenNear(el, function () { vega().catch(function () {}); });  // a failure is shown by the chart that needs it
+    // A bundle starts loading as soon as a chart's box that needs it may be seen, before the charts ahead of it are
+    // drawn; a page whose charts are all in closed sections loads none. The study page's charts are all Vega.
+    // A failure to load is shown by the chart that needs it.
+    Array.prototype.forEach.call(document.querySelectorAll("[data-cbsite-study-chart]"), function (el) {
+      whenNear(el, function () { vega().catch(function () {}); });
     });
     Array.prototype.forEach.call(document.querySelectorAll("[data-cbsite-chart]"), function (el) {
       specs(el.getAttribute("data-cbsite-specs")).then(function (all) {
         var spec = all[el.getAttribute("data-cbsite-chart")];
         if (!spec) return;
         reserve(el, spec);
-        whenNear(el, function () { render(el); });
+        whenNear(el, function () { bundleFor(spec).catch(function () {}); render(el); });
       }).catch(function (err) { el.textContent = "chart unavailable: " + err.message; });
     });
   }
@@ -163,8 +245,8 @@
   function redrawDrawn() {
     Array.prototype.forEach.call(document.querySelectorAll("[data-cbsite-chart][data-cbsite-drawn]"), render);
   }
-  // The study page's charts (study.js): its own specs, drawn through the same theme, lazily and with Vega on need.
-  window.CbsiteCharts = { themed: themed, onSchemeChange: onSchemeChange, whenNear: whenNear, reserve: reserve, vega: vega, embed: embed };
+  // The study page's charts (study.js): its own Vega specs, drawn through the same theme, lazily and with Vega on need.
+  window.CbsiteCharts = { onSchemeChange: onSchemeChange, whenNear: whenNear, reserve: reserve, vega: vega, embed: embed };
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", renderAll);
   else renderAll();
   // The palette toggle switches the scheme on <body>: draw the charts again in the new one.

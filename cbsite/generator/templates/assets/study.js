@@ -1,6 +1,7 @@
 /* A study page's charts: charts.json holds {"<axis>|<metric>": {"linear": spec, "log": spec}}; every element with
    data-cbsite-study-chart gets its spec, and the page's log-scale checkbox swaps every chart to the other one.
-   charts.js (loaded before this file) draws them: lazily, in the page's scheme, with Vega loaded on need. */
+   Each spec is Vega, compiled when the site was built; charts.js (loaded before this file) draws them: lazily, in
+   the page's scheme, with the Vega runtime loaded on need. */
 (function () {
   "use strict";
   var all = null;
@@ -14,7 +15,7 @@
     Array.prototype.forEach.call(els, function (el) {
       var spec = all[el.getAttribute("data-cbsite-study-chart")];
       if (!spec) return;
-      // vega-embed names its container "Vega visualization": keep the page's name of the chart (what it shows).
+      // Vega sets its container's label from the spec's description: keep the page's name of the chart (what it shows).
       var name = el.getAttribute("data-cbsite-name") || el.getAttribute("aria-label");
       if (name) el.setAttribute("data-cbsite-name", name);
       // Drawn when it nears the viewport, in the page's scheme, with Vega loaded on the first chart's need (charts.js).
