@@ -155,3 +155,66 @@ def test_diff_files_from_the_run_pages_data_equal_those_computed(tmp_path: Any, 
         assert a.read_bytes() == b.read_bytes(), name
     kinds = {c.kind for c in rd.components}
     assert ("removed" in kinds and "added" in kinds) if not same_tree else kinds <= {"increased", "decreased", "unchanged"}
+
+
+@pytest.mark.parametrize("same_tree", [True, False])
+def test_diff_bounds_from_the_base_runs_page_data_equal_those_read(tmp_path: Any, same_tree: bool) -> None:
+    """The build's workers take the base run's bounds from its page data (diffdata.RunFacts.know_page) instead of
+    reading them from its rows (diffbounds.run_bounds): the same labels, so the page and its data are the same."""
+    from cbsite.generator import diffdata, latencydata, runpagedata
+    from tests.helpers.site_archives import synthetic_run
+
+    base = archive.read_run(synthetic_run(tmp_path, "m", "v1", n=200, seed=1, trace_every=7))
+    head = archive.read_run(synthetic_run(tmp_path, "m", "v2", n=200 if same_tree else 230, seed=1 if same_tree else 2,
+                                          scale=1.6, minutes=1, trace_every=7))
+    rd = cdiff.diff_runs(base, head)
+    judged = latencydata.judge(None, base, head, rd)
+    read = diffdata.RunFacts.of(rd, base, head)
+    taken = diffdata.RunFacts.of(rd, base, head)
+    taken.know_page("base", runpagedata.run_data(base, [])[1])
+    for phase in rd.phases:
+        labels = read.bounds.side("base", phase)
+        assert taken.bounds._read[("base", phase)] == labels  # taken, not read again
+        assert any(labels.values())
+    assert diffdata.answer(rd, "m", judged, taken) == diffdata.answer(rd, "m", judged, read)
+    taken_files, read_files = diffdata.diff_files(rd, judged, head, None, taken), diffdata.diff_files(rd, judged, head, None, read)
+    assert taken_files == read_files
+    # Another tree: some components' labels changed (the column names the older one), so the base side was read.
+    changed = [v for phase in rd.phases for v in read_files[f"diff.{phase}.json"]["bound_was"] if v is not None]
+    assert bool(changed) is not same_tree
+
+
+def _rounded_reference(values: list[Any], digits: int) -> list[Any]:
+    from cbsite.generator.diffdata import _floats, _whole
+    from cbsite.generator.rundata import compact_column
+
+    return _whole(compact_column(_floats(values), digits))
+
+
+_NUMBERS = st.one_of(
+    st.none(), st.integers(-(2 ** 60), 2 ** 60), st.integers(-(10 ** 6), 10 ** 6),
+    # a tie at the last kept digit (…5 followed by zeros), where rounding goes to the even digit
+    st.builds(lambda q, k, s: s * (q * 10 ** k + 5 * 10 ** (k - 1)), st.integers(100, 99999), st.integers(1, 14),
+              st.sampled_from([1, -1])),
+    st.floats(allow_nan=True, allow_infinity=True), st.booleans())
+
+
+@PROPERTY
+@given(st.lists(_NUMBERS, max_size=60), st.sampled_from([3, 4]))
+def test_diff_numbers_rounded_as_integers_equal_those_rounded_as_floats(values: list[Any], digits: int) -> None:
+    """diffdata.rounded rounds the integers of a diff column (FLOPs, bytes) in integer arithmetic: the values
+    and their types are those of formatting each as a float and reading it back (compact_column), 2**53 and beyond
+    included."""
+    from cbsite.generator.diffdata import rounded
+
+    assert repr(rounded(values, digits)) == repr(_rounded_reference(values, digits))
+
+
+def test_diff_numbers_rounded_at_their_edges() -> None:
+    from cbsite.generator.diffdata import rounded
+
+    values = [0, 999, 1000, 1005, 1015, 9995, 12350, 12250, -12350, 2 ** 53 - 1, -(2 ** 53 - 1), 2 ** 53, 9006999999999999]
+    # rounded up to 2**53 or beyond: a float, as the float way leaves it
+    assert repr(rounded(values)) == repr([0, 999, 1000, 1000, 1020, 10000, 12400, 12200, -12400, 9.01e15, -9.01e15,
+                                          9.01e15, 9.01e15])
+    assert repr(rounded(values)) == repr(_rounded_reference(values, 3))

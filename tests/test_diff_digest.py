@@ -57,11 +57,15 @@ def test_change_digest_groups_the_summary_clauses_and_keeps_every_word():
     assert d["notes"] == ["Parameter memory: own changes cancel out (+2.56 MB up, \u22122.56 MB down, \u221232 B net; "
                           "some own changes unknown)", "The largest part of the latency growth (38%) is in a.b",
                           "Forward components: 27 increased, 2 unchanged"]
+    assert d["regressed"] is True  # the forward latency total was judged regressed
     words = lambda t: {w.strip(",.;:()").lower() for w in t.split()} - {""}  # noqa: E731
     kept = " ".join(d["largest"] + [d["totals"]] + d["notes"])
     assert words(summary.split(": ", 1)[1]) == words(kept)
     nothing = [Clause("nothing", model="m", version="b", base_model="m", base_version="a")]
-    assert diffdata.change_digest(nothing) == {"largest": [], "totals": "", "notes": [paragraph(nothing)]}
+    assert diffdata.change_digest(nothing) == {"largest": [], "totals": "", "notes": [paragraph(nothing)],
+                                               "regressed": False}
+    noise_only = [c for c in clauses if c.metric != "latency_ms" or c.status == "noise"]
+    assert diffdata.change_digest(noise_only)["regressed"] is False  # within noise is not a regression
 
 
 def test_change_digest_of_a_real_diff_says_what_its_summary_says(demo_runs):

@@ -17,12 +17,14 @@ are not shown as own changes but per rank (diffranks.py).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+import numpy as np
 import polars as pl
 
 from cbsite import format as cfmt
@@ -66,9 +68,40 @@ class RunFacts:
         m = self.mixed.get((c.path, c.phase))
         return m is not None and metric in m.metrics
 
+    def know_page(self, side: str, page: dict[str, Any]) -> None:
+        """Take `side`'s bounds from its run page's data (rundata.components_json, which the build's worker has
+        just computed) instead of reading them again from its rows: the same labels of the same rounded values
+        (diffbounds.run_bounds), for the paths that have a row in each phase (status is never null in a row)."""
+        for phase in page.get("phases", ()):
+            cols = page[phase]
+            self.bounds.know(side, phase, {p: b for p, s, b in zip(page["path"], cols["status"], cols["bound"])
+                                           if s is not None})
+
     def own(self, c: ComponentDelta, metric: str) -> float | None:
         """The own change the page shows: None where it would mix ranks."""
         return None if self.mixes(c, metric) else c.self_delta[metric]
+
+    def owns(self, comps: list[ComponentDelta], metric: str) -> list[float | None]:
+        """`own` of each of `comps`; without sharded sides (nothing mixes) the own changes as they are."""
+        if not self.mixed:
+            return [c.self_delta[metric] for c in comps]
+        return [self.own(c, metric) for c in comps]
+
+    def unmixed(self, comps: list[ComponentDelta], metric: str) -> list[ComponentDelta]:
+        """`comps` without those whose own change of `metric` would mix ranks."""
+        return [c for c in comps if not self.mixes(c, metric)] if self.mixed else comps
+
+    def bound_was(self, comps: list[ComponentDelta], phase: str) -> list[str | None]:
+        """`bounds.row(c)["bound_was"]` of each of `comps` (all of `phase`), each side's labels looked up once."""
+        base, head = self.bounds.side("base", phase), self.bounds.side("head", phase)
+        out: list[str | None] = []
+        for c in comps:
+            if c.kind in ("added", "removed") or c.base_path is None:
+                out.append(None)
+                continue
+            was = base.get(c.base_path)
+            out.append(was if was is not None and was != head.get(c.path) else None)
+        return out
 
     def per_rank(self, c: ComponentDelta, metric: str) -> list[str]:
         """Each rank's own change where the all-ranks one mixes ranks: ["rank 0 +1.2 ms", "rank 1 \u22120.4 ms"]."""
@@ -101,16 +134,18 @@ def change_digest(clauses: list[Clause], largest: int = 3) -> dict[str, Any]:
     kept: `largest`, the latency changes, then the `largest` other totals that moved most ("2.9× forward FLOPs
     (+12.6 MFLOP)"), each group by |ln(head / base)| as the ratio reads; `totals`, the first sentence's other parts in their order
     (smaller changes, "within noise", "unchanged ..."); `notes`, every other clause as a sentence of its own
-    without its full stop ("The largest part of the FLOP growth ...")."""
+    without its full stop ("The largest part of the FLOP growth ..."); `regressed`, whether a latency total was
+    judged regressed (the home page lists those models first)."""
     if not clauses or clauses[0].kind != "title":
-        return {"largest": [], "totals": "", "notes": [paragraph(clauses)] if clauses else []}
+        return {"largest": [], "totals": "", "notes": [paragraph(clauses)] if clauses else [], "regressed": False}
     model = clauses[0].model or "?"
     changed = sorted((c for c in clauses if c.kind == "total" and c.status == "changed"), key=lambda c: -_magnitude(c))
     moved = [c for c in changed if c.metric == "latency_ms"] + [c for c in changed if c.metric != "latency_ms"][:largest]
     shown = {total_text(c) for c in moved}
     rest = [p for p in total_parts(clauses) if p not in shown]
     notes = [capitalise(clause_text(c, model)) for c in clauses if c.kind not in ("title", "total")]
-    return {"largest": [total_text(c) for c in moved], "totals": ", ".join(rest), "notes": notes}
+    regressed = any(c.metric == "latency_ms" and c.verdict == "regressed" for c in changed)
+    return {"largest": [total_text(c) for c in moved], "totals": ", ".join(rest), "notes": notes, "regressed": regressed}
 
 
 def _magnitude(c: Clause) -> float:
@@ -167,7 +202,7 @@ def _changes(rd: cdiff.RunDiff, metric: str, phase: str, judged: Judged | None,
     them); latency with evidence counts only components whose verdict is a change. An own change that would mix
     ranks (`RunFacts.mixes`) is not one."""
     if metric != "latency_ms" or judged is None or not judged.judged:
-        return [c for c in rd.top(metric, phase, len(rd.components)) if not facts.mixes(c, metric)]
+        return facts.unmixed(rd.top(metric, phase, len(rd.components)), metric)
     rows = [(i, c) for i, c in enumerate(rd.for_phase(phase))
             if c.self_delta[metric] not in (None, 0) and latency_changed(c, judged) and not facts.mixes(c, metric)]
     # rows hold known own changes only (None was filtered out above)
@@ -240,10 +275,11 @@ def answer(rd: cdiff.RunDiff, model: str, judged: Judged | None = None,
                 continue
             latency.append(_latency_row(c, model, judged, facts) | {"own": delta_text("latency_ms", c.self_delta["latency_ms"])})
         mixed = sorted((c for c in rd.for_phase(phase) if facts.mixes(c, "latency_ms") and _latency_counts(c, judged)),
-                       key=lambda c: -abs(c.delta["latency_ms"] or 0))[:ANSWER_MIXED_N]
+                       key=lambda c: -abs(c.delta["latency_ms"] or 0))[:ANSWER_MIXED_N] if facts.mixed else []
         growth = {}
         for metric in ("flops", "peak_memory_bytes"):
-            rows = [c for c in _changes(rd, metric, phase, None, facts) if not _folded(c, metric)][:ANSWER_GROWTH_N]
+            rows = list(itertools.islice((c for c in _changes(rd, metric, phase, None, facts)
+                                          if not _folded(c, metric)), ANSWER_GROWTH_N))
             if rows:
                 growth[metric] = [{"label": display_path(c.path, model), "kind": c.kind,
                                    "own": delta_text(metric, c.self_delta[metric])} for c in rows]
@@ -370,6 +406,8 @@ def _shares(rd: cdiff.RunDiff, phase: str, metric: str, judged: Judged | None,
     if metric == "latency_ms":
         judged = judged or Judged(None, None)
         return [c.share[metric] if latency_changed(c, judged) and not facts.mixes(c, metric) else None for c in comps]
+    if not facts.mixed:
+        return [c.share[metric] for c in comps]
     return [None if facts.mixes(c, metric) else c.share[metric] for c in comps]
 
 
@@ -389,10 +427,41 @@ def _whole(values: list[Any]) -> list[Any]:
 SIDE_METRICS = ("latency_ms",)
 SHARE_METRICS = ("flops", "param_bytes", "latency_ms")  # peak memory has none (NO_SHARE); bytes moved no column
 DIGITS = 3  # deltas and shares as the one formatter prints them (cbsite/format.py: 3 significant digits)
-# The head run's own columns the icicle draws and its tooltip reads (assets/runpage.js mountIcicle), per call as
+# The head run's own columns the icicle draws and its tooltip reads (assets/runicicle.js), per call as
 # the run page's components.json has them, aligned with the diff's rows; `bound` is computed as rundata does.
 RUN_COLUMNS = ("status", "error", "latency_ms", "flops", "peak_memory_bytes", "mfu", "bandwidth_util", "bytes_moved")
 PHASE_FILE = "diff.{phase}.json"
+
+_EXACT = 2 ** 53  # integers below this are exact as floats
+_POW10 = np.array([10 ** k for k in range(19)], dtype=np.int64)
+
+
+def rounded(values: list[Any], digits: int = DIGITS) -> list[Any]:
+    """`_whole(compact_column(_floats(values), digits))`: each number to `digits` significant digits, whole results
+    as integers. The same values in a fraction of the time: the integers below 2**53 (FLOPs, bytes: exact as
+    floats) are rounded together in integer arithmetic (`_round_ints`), where formatting each as a float and
+    parsing it back is slow for large ones; the other values go the float way."""
+    exact = [type(v) is int and -_EXACT < v < _EXACT for v in values]
+    if not any(exact):
+        return _whole(compact_column(_floats(values), digits))
+    ints = iter(_round_ints([v for v, e in zip(values, exact) if e], digits))
+    others = iter(_whole(compact_column(_floats([v for v, e in zip(values, exact) if not e]), digits)))
+    return [next(ints) if e else next(others) for e in exact]
+
+
+def _round_ints(values: list[int], digits: int) -> list[int | float]:
+    """What `"%.{digits}g" % v` reads back as, written whole (`_whole`), for integers |v| < 2**53: each rounded to
+    `digits` significant digits, a tie to the even last digit (as float formatting rounds the exact value)."""
+    v = np.fromiter(values, dtype=np.int64, count=len(values))
+    a = np.abs(v)
+    # searchsorted: how many digits each has; scale: 10 ** the digits dropped
+    scale = _POW10[np.maximum(np.searchsorted(_POW10, a, side="right") - digits, 0)]
+    q, r = np.divmod(a, scale)
+    a = (q + ((2 * r > scale) | ((2 * r == scale) & (q % 2 == 1)))) * scale
+    out: list[int | float] = np.where(v < 0, -a, a).tolist()
+    if int(a.max(initial=0)) >= _EXACT:  # rounded up to 2**53 or more: a float, as _whole leaves it
+        out = [x if -_EXACT < x < _EXACT else float(x) for x in out]
+    return out
 
 
 def encode_paths(paths: list[str]) -> tuple[list[int], list[str]]:
@@ -493,9 +562,9 @@ def diff_files(rd: cdiff.RunDiff, judged: Judged | None = None, head: Run | None
             dicts = [getattr(c, key) for c in comps]
             cols[key] = {m: compact_column([d[m] for d in dicts]) for m in SIDE_METRICS}
         deltas = [c.delta for c in comps]
-        cols["delta"] = {m: _whole(compact_column(_floats([d[m] for d in deltas]), DIGITS)) for m in DIFF_METRICS}
+        cols["delta"] = {m: rounded([d[m] for d in deltas]) for m in DIFF_METRICS}
         # The icicle colours a node by its own change, so a regressed leaf shows where its ancestors' sums hide it.
-        cols["own"] = {m: _whole(compact_column(_floats([facts.own(c, m) for c in comps]), DIGITS)) for m in DIFF_METRICS}
+        cols["own"] = {m: rounded(facts.owns(comps, m)) for m in DIFF_METRICS}
         cols["share"] = {m: compact_column(_shares(rd, phase, m, judged, facts), DIGITS) for m in SHARE_METRICS}
         if facts.mixed:
             cols["mixed"] = [_per_rank_column(facts.mixed.get((c.path, phase))) for c in comps]
@@ -510,7 +579,7 @@ def diff_files(rd: cdiff.RunDiff, judged: Judged | None = None, head: Run | None
                 facts.bounds.know("head", phase, {c.path: b for c, b in zip(comps, cols["run"]["bound"])
                                                   if c.kind != "removed"})
         if facts.bounds.runs["base"] is not None:
-            cols["bound_was"] = [facts.bounds.row(c)["bound_was"] for c in comps]
+            cols["bound_was"] = facts.bound_was(comps, phase)
         file = PHASE_FILE.format(phase=phase)
         index["files"][phase] = file
         files[file] = cols
@@ -520,7 +589,7 @@ def diff_files(rd: cdiff.RunDiff, judged: Judged | None = None, head: Run | None
 def _per_rank_column(m: MixedOwn | None) -> dict[str, dict[str, Any]] | None:
     if m is None:
         return None
-    return {metric: {str(r): v for r, v in zip(ranks, _whole(compact_column(_floats(list(ranks.values())), DIGITS)))}
+    return {metric: {str(r): v for r, v in zip(ranks, rounded(list(ranks.values())))}
             for metric, ranks in m.per_rank.items()}
 
 

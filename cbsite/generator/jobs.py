@@ -15,7 +15,7 @@ import contextlib
 import gc
 import multiprocessing
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,9 @@ def diff_job(job: tuple[Path, Path, Path, str, dict[str, Any] | None]) -> dict[s
         return {"error": str(exc)}
     judged = latencydata.judge(record, base, head, rd)
     facts = diffdata.RunFacts.of(rd, base, head)  # bounds on each side; own changes that mix ranks (sharded)
+    base_page = _PAGES.get(str(base_path))  # the base run's page data, when this worker computed it a moment ago
+    if base_page is not None:
+        facts.know_page("base", base_page)
     tops = diffdata.top_rows(rd, model, judged, facts)
     page = _PAGES.get(str(head_path))  # the head run's page data, when this worker has just computed it
     for name, data in diffdata.diff_files(rd, judged, head, page, facts).items():  # diff.json and one file per phase
@@ -90,6 +93,25 @@ def _worker_start() -> None:
     gc.set_threshold(10_000, 20, 20)
 
 
+def _started() -> None:
+    """A task that does nothing: one per worker, so that the pool starts them all at once (Pool.get)."""
+
+
+@contextlib.contextmanager
+def _one_polars_thread() -> Iterator[None]:
+    """POLARS_MAX_THREADS=1 in the environment of the worker processes started within (unless the user set it):
+    each worker has a core of its own, and polars' threads in a worker only contend with the other workers
+    (polars reads the variable once, when it is imported, so it must be there when the process starts)."""
+    if "POLARS_MAX_THREADS" in os.environ:
+        yield
+        return
+    os.environ["POLARS_MAX_THREADS"] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop("POLARS_MAX_THREADS", None)
+
+
 def _read(path: Path) -> Run:
     """archive.read_run; a worker keeps the last few runs it read, since a run's page and the diffs it takes
     part in are next to each other in its jobs (Jobs), so it reads each run about once instead of three times."""
@@ -120,8 +142,12 @@ class Pool:
         if self.pool is None and not self.failed:
             try:
                 ctx = multiprocessing.get_context("spawn")
-                self.pool = self.stack.enter_context(concurrent.futures.ProcessPoolExecutor(
+                pool = self.stack.enter_context(concurrent.futures.ProcessPoolExecutor(
                     max_workers=_workers(), mp_context=ctx, initializer=_worker_start))
+                with _one_polars_thread():  # the workers are started now, while their environment says so
+                    for _ in range(_workers()):
+                        pool.submit(_started)
+                self.pool = pool
             except (OSError, RuntimeError):
                 self.failed = True
         return self.pool
