@@ -27,14 +27,26 @@ def fast_config():
     return CollectConfig(min_run_time=0.005, warmup=1, calibrate=False, peak_flops=1e11, peak_bandwidth=1e10, progress=False)
 
 
-# Browser tests (the harness lives in tests/helpers/browser.py): one chromium per module, and a page at the
-# module's VIEWPORT (1400 x 1000 unless the module says otherwise), recording requests and console errors.
-@pytest.fixture(scope="module")
-def browser():
+# Browser tests (the harness lives in tests/helpers/browser.py): one chromium per test session (per xdist worker),
+# each test in contexts of its own; a page at the module's VIEWPORT (1400 x 1000 unless the module says otherwise),
+# recording requests and console errors.
+@pytest.fixture(scope="session")
+def chromium():
+    """The session's chromium. Tests take `browser`, `page` or `phone`, which close the contexts they open."""
     from tests.helpers.browser import launched_browser
 
     with launched_browser() as b:
         yield b
+
+
+@pytest.fixture
+def browser(chromium):
+    """The session's chromium; any context the test leaves open (a failed assertion before its close) is closed
+    after it, so that no state reaches the next test."""
+    from tests.helpers.browser import closing_new_contexts
+
+    with closing_new_contexts(chromium):
+        yield chromium
 
 
 @pytest.fixture
@@ -46,11 +58,11 @@ def page(browser, request):
 
 
 @pytest.fixture(scope="module")
-def phone(browser):
+def phone(chromium):
     """A phone: 390 px wide, touch input, recording page errors; one per module, shared by its tests."""
     from tests.helpers.browser import PHONE
 
-    context = browser.new_context(viewport=PHONE, has_touch=True, is_mobile=True)
+    context = chromium.new_context(viewport=PHONE, has_touch=True, is_mobile=True)
     pg = context.new_page()
     pg.errors = []
     pg.on("pageerror", lambda e: pg.errors.append(str(e)))
@@ -80,24 +92,16 @@ def demo_runs(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def demo_site(demo_runs, tmp_path_factory) -> Path:
-    """The tests' demo archive built once per session, by the first xdist worker that needs it (`cbsite build`,
-    default options, its pool of two workers), for every test that only reads the site; a test that changes a site
-    or builds with other options builds its own."""
+    """The tests' demo archive built once per session, by the first xdist worker that needs it, for every test that
+    only reads the site: `cbsite build` with default options and its pool of two workers, in a process that cannot
+    import torch (tests/helpers/no_torch_build.py), as on a docs machine. A test that changes a site or builds with
+    other options builds its own."""
+    from tests.helpers.no_torch_build import build_without_torch
     from tests.helpers.shared_builds import made_once
 
     def make(folder: Path) -> None:
-        from cbsite.generator import build_site
-
         shutil.copytree(demo_runs, folder / "runs")
-        jobs = os.environ.get("CBSITE_BUILD_JOBS")
-        os.environ["CBSITE_BUILD_JOBS"] = "2"
-        try:
-            build_site(folder / "runs", folder / "site", quiet=True)
-        finally:
-            if jobs is None:
-                os.environ.pop("CBSITE_BUILD_JOBS", None)
-            else:
-                os.environ["CBSITE_BUILD_JOBS"] = jobs
+        build_without_torch(folder / "runs", folder / "site", jobs=2)
 
     return made_once(tmp_path_factory, "demo-site", make) / "site"
 
@@ -128,6 +132,7 @@ def committed_site(demo_site):
     server.close()
 
 
+@pytest.hookimpl(trylast=True)  # after `-m` has deselected: the order is that of the tests that run
 def pytest_collection_modifyitems(config, items):
     """GPU and browser tests are real code paths, skipped (not deselected) where torch sees no CUDA device or
     Debian's chromium is missing (`make browser` installs it). Modules run longest first (`_by_expected_length`)."""
@@ -151,12 +156,20 @@ def pytest_collection_modifyitems(config, items):
 def _by_expected_length(items: list[pytest.Item]) -> None:
     """Modules holding a slow test first, then those driving the browser, then the rest, each group in file order
     and each module's tests in theirs. `make test` hands whole modules to the xdist workers in this order (--dist
-    loadscope --no-loadscope-reorder): a long module taken last would leave the other core idle at the end."""
+    loadscope --no-loadscope-reorder): a long module taken last would leave the other core idle at the end.
+
+    Before them all, the smallest module that reads `demo_site`: the first worker builds that session site while
+    the other starts on the slow modules, instead of both reaching the browser modules and one waiting for it."""
     def module(item: pytest.Item) -> str:
         return item.nodeid.split("::")[0]
 
     rank: dict[str, int] = {}
+    sizes: dict[str, int] = {}
     for item in items:
         own = 0 if item.get_closest_marker("slow") else 1 if item.get_closest_marker("browser") else 2
         rank[module(item)] = min(rank.get(module(item), 2), own)
+        if "demo_site" in getattr(item, "fixturenames", ()):
+            sizes[module(item)] = sizes.get(module(item), 0) + 1
+    if sizes:
+        rank[min(sizes, key=lambda m: (sizes[m], m))] = -1
     items.sort(key=lambda item: rank[module(item)])

@@ -565,7 +565,8 @@ def test_study_examples_per_second_says_what_each_series_measures(demo_runs, sit
     with its value in examples/s, the training step's the run's own step figure."""
     server, _ = site
     page.goto(server.url + "studies/demo-dense-sparse/")
-    draw_every(page, "[data-cbsite-study-chart]", "svg .mark-line")  # charts are drawn as they near the viewport
+    # The examples-per-second charts, each drawn as it nears the viewport (the others are other tests' subject).
+    draw_every(page, "[data-cbsite-study-chart$='examples_per_s']", "svg .mark-line")
     charts = page.evaluate(EPS_CHARTS)
     axes = ["dense_features", "sparse_features"]
     assert sorted(c["key"] for c in charts) == sorted(f"{a}|{m}" for a in axes for m in ("examples_per_s", "step_examples_per_s"))

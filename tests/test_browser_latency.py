@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from cbsite.generator import build_site
 from tests.helpers.browser import Server, outside
-from tests.helpers.latency_archive import COMPARISON_ID, IDS, write_latency_archive
+from tests.helpers.latency_archive import COMPARISON_ID, IDS
 
 pytestmark = pytest.mark.browser  # skipped where chromium is missing (tests/conftest.py)
 PAIR = f"diffs/runs/{IDS['v1']}/{IDS['v3']}/"
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
-    base = tmp_path_factory.mktemp("latency-browser")
-    runs = write_latency_archive(base / "runs", rounds=False)
-    built = build_site(runs, base / "site", quiet=True)
+def site(latency_site):
+    """The session's latency site (its cmp model is the one these pages show) over HTTP. Tests only read it."""
+    _, built, _ = latency_site
     server = Server(built)
     yield server, built
     server.close()
@@ -60,8 +58,8 @@ def test_table_shows_verdict_ratio_and_interval_and_colours_only_verdicts(site, 
     assert outside(page.requests, {server.port}) == []
 
 
-def test_icicle_by_latency_change_draws_only_verdicts_and_its_tooltip_is_whole(site, page):
-    server, built = site
+def test_icicle_by_latency_change_draws_only_verdicts_and_its_tooltip_is_whole(site, page, tmp_path):
+    server, _ = site
     page.goto(server.url + PAIR)
     page.wait_for_selector("#cbsite-diff[data-ready='1']", timeout=20000)
     page.select_option("#cbsite-colour", "delta_latency_ms")
@@ -101,7 +99,7 @@ def test_icicle_by_latency_change_draws_only_verdicts_and_its_tooltip_is_whole(s
     assert clipped == []
     assert tip.evaluate("e => e.scrollHeight <= e.clientHeight + 1")  # nothing cut at its own bottom
     assert page.errors == []
-    page.screenshot(path=str(built.parent / "latency-diff.png"))
+    page.screenshot(path=str(tmp_path / "latency-diff.png"))  # not beside the shared site, which tests only read
 
 
 def test_model_page_links_the_comparison(site, page):

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from cbsite.generator import build_site
-from tests.helpers.browser import Server, outside
+from tests.helpers.browser import Server, outside, served_html
 from tests.helpers.readability import CONTRASTS, LABELS, check_labels
 from tests.helpers.site_archives import readable_archive
 
@@ -30,12 +30,22 @@ UNCLIPPED = """(sel) => {
   return out; }"""
 
 
+# A Perfetto UI that never answers: the site's "Open in Perfetto" goes to it.
+SILENT = "<!DOCTYPE html><html><head><meta charset='utf-8'><title>silent</title></head><body>no answer</body></html>"
+
+
 @pytest.fixture(scope="module")
-def site(tmp_path_factory):
+def silent(tmp_path_factory):
+    with served_html(tmp_path_factory.mktemp("silent"), SILENT) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory, silent):
     base = tmp_path_factory.mktemp("readable-browser")
     runs = base / "runs"
     readable_archive(runs, head_trace_every=5)
-    built = build_site(runs, base / "site", quiet=True)
+    built = build_site(runs, base / "site", perfetto_origin=silent.url.rstrip("/"), quiet=True)
     server = Server(built)
     yield server, built
     server.close()
@@ -224,41 +234,26 @@ def test_charts_follow_the_dark_scheme(site, page):
     assert page.errors == []
 
 
-SILENT = "<!DOCTYPE html><html><head><meta charset='utf-8'><title>silent</title></head><body>no answer</body></html>"
-
-
-def test_perfetto_that_does_not_answer_is_said_on_the_page(site, browser, tmp_path):
+def test_perfetto_that_does_not_answer_is_said_on_the_page(site, silent, browser):
     """Offline, the Perfetto tab shows only a browser error: the run page itself says what happened."""
-    _, built = site
-    silent_dir = tmp_path / "silent"
-    silent_dir.mkdir()
-    (silent_dir / "index.html").write_text(SILENT)
-    silent = Server(silent_dir)
-    server = None
-    try:
-        out = build_site(built.parent / "runs", tmp_path / "site", perfetto_origin=silent.url.rstrip("/"), quiet=True)
-        server = Server(out)
-        context = browser.new_context(viewport=VIEWPORT)
-        page = context.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        _open(page, _run(server, out, "v1"))
-        page.evaluate("window.CbsitePerfetto.answerMs = 300")
-        page.select_option("#cbsite-table select.cbsite-depth", "")
-        button = page.locator("button.cbsite-perfetto").first
-        assert silent.url.rstrip("/") in button.get_attribute("title")
-        with context.expect_page():
-            button.click()
-        toast = page.locator(".cbsite-toast")
-        toast.wait_for(timeout=5000)
-        assert "has not answered" in toast.inner_text() and _inside_viewport(toast.bounding_box())
-        assert toast.locator("a").get_attribute("href") == button.get_attribute("data-trace")
-        assert errors == []
-        context.close()
-    finally:
-        silent.close()
-        if server is not None:
-            server.close()
+    server, out = site
+    context = browser.new_context(viewport=VIEWPORT)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    _open(page, _run(server, out, "v1"))
+    page.evaluate("window.CbsitePerfetto.answerMs = 300")
+    page.select_option("#cbsite-table select.cbsite-depth", "")
+    button = page.locator("button.cbsite-perfetto").first
+    assert silent.url.rstrip("/") in button.get_attribute("title")
+    with context.expect_page():
+        button.click()
+    toast = page.locator(".cbsite-toast")
+    toast.wait_for(timeout=5000)
+    assert "has not answered" in toast.inner_text() and _inside_viewport(toast.bounding_box())
+    assert toast.locator("a").get_attribute("href") == button.get_attribute("data-trace")
+    assert errors == []
+    context.close()
 
 
 def test_a_page_opened_from_disk_says_why_it_does_not_work(site, browser):
@@ -271,24 +266,3 @@ def test_a_page_opened_from_disk_says_why_it_does_not_work(site, browser):
     assert "cbsite serve" in banner.inner_text() and banner.is_visible()
     assert _inside_viewport(banner.bounding_box())
     context.close()
-
-
-def test_version_selector_shows_aliases(site, browser, tmp_path):
-    from cbsite.generator import publish_site
-
-    _, built = site
-    out = tmp_path / "published"
-    publish_site(built.parent / "runs", out, "1.0", quiet=True)
-    publish_site(built.parent / "runs", out, "2.0", aliases=["latest"], set_default=True, quiet=True)
-    server = Server(out)
-    try:
-        context = browser.new_context(viewport=VIEWPORT)
-        page = context.new_page()
-        page.goto(server.url)
-        page.wait_for_url("**/latest/", timeout=10000)
-        page.wait_for_selector(".md-version__list .md-version__item", state="attached", timeout=10000)
-        items = [t.strip() for t in page.locator(".md-version__list .md-version__link").all_text_contents()]
-        assert any("2.0" in t and "latest" in t for t in items)
-        context.close()
-    finally:
-        server.close()

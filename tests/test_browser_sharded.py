@@ -10,16 +10,16 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.helpers.browser import launched_browser, outside, recording_page
+from tests.helpers.browser import outside, recording_page
 
-COMMUNICATION = "#c2185b"  # runpage.js KIND
+COMMUNICATION = "#c2185b"  # rundata.js KIND
 pytestmark = pytest.mark.browser  # skipped where chromium is missing (tests/conftest.py)
 
 
 @contextlib.contextmanager
-def _run_page(address: str) -> Iterator[Any]:
-    """A fresh chromium page at 1400 x 1000 on the run page at `address`, once its data are drawn."""
-    with launched_browser() as browser, recording_page(browser, {"width": 1400, "height": 1000}) as page:
+def _run_page(browser, address: str) -> Iterator[Any]:
+    """A fresh page of the session's chromium at 1400 x 1000 on the run page at `address`, once its data are drawn."""
+    with recording_page(browser, {"width": 1400, "height": 1000}) as page:
         page.goto(address)
         page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=15000)
         yield page
@@ -40,10 +40,10 @@ def _rows(page):
         return [window.cbsiteRun.data.path[+tr.dataset.index], at('rank'), at('fwd latency'), at('kind')]; })""")
 
 
-def test_rank_selector_and_communication_colour(site):
+def test_rank_selector_and_communication_colour(site, browser, tmp_path):
     server, built = site
     run_dir = next((built / "runs" / "dlrm-sharded" / "row-wise").iterdir())
-    with launched_browser() as browser, recording_page(browser, {"width": 1400, "height": 900}) as page:
+    with recording_page(browser, {"width": 1400, "height": 900}) as page:
         page.goto(f"{server.url}runs/dlrm-sharded/row-wise/{run_dir.name}/")
         page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=15000)
         # Communication nodes in their own colour, the default colouring, with a legend entry.
@@ -83,7 +83,7 @@ def test_rank_selector_and_communication_colour(site):
         assert _rows(page) == everyone
         page.select_option("#cbsite-phase", "backward")
         page.select_option("#cbsite-rank", "1")
-        page.screenshot(path=str(built.parent / "sharded-run-page.png"), full_page=False)
+        page.screenshot(path=str(tmp_path / "sharded-run-page.png"), full_page=False)  # the shared site is read-only
         assert page.errors == []
         assert outside(page.requests, {server.port}) == []
 
@@ -94,7 +94,7 @@ DETAILS = """() => Object.fromEntries(Array.from(document.querySelectorAll('#cbs
     .map(tr => [tr.children[0].textContent, Array.from(tr.children).slice(1).map(td => td.textContent)]))"""
 
 
-def test_rank_selector_also_switches_totals_and_details(demo_runs, site):
+def test_rank_selector_also_switches_totals_and_details(demo_runs, site, browser):
     """Choosing a rank shows that rank everywhere: the Totals are its root row, and the details panel of the open
     component shows that rank's row (its rank, latency, peak memory); back on all ranks, the page is as it was."""
     from cbsite import archive
@@ -107,7 +107,7 @@ def test_rank_selector_also_switches_totals_and_details(demo_runs, site):
     # A component whose forward latency differs between the ranks, as the page shows it.
     path = next(p for (rk, ph, p) in rows if rk == 0 and ph == "forward" and p and rows[(0, ph, p)]["latency_ms"] is not None
                 and fmt_ms(rows[(0, ph, p)]["latency_ms"]) != fmt_ms(rows[(1, ph, p)]["latency_ms"]))
-    with launched_browser() as browser, recording_page(browser, {"width": 1400, "height": 1000}) as page:
+    with recording_page(browser, {"width": 1400, "height": 1000}) as page:
         page.goto(f"{server.url}runs/dlrm-sharded/row-wise/{run_dir.name}/#component={path}")
         page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=15000)
         page.wait_for_function("!document.getElementById('cbsite-details').hidden", timeout=5000)
@@ -160,7 +160,7 @@ def _slowest_leaf(ranks, rank: int, phase: str):
     return leaf["path"], per(leaf), per(leaf) / per(root), leaf["module_type"].split(".")[-1]
 
 
-def test_rank_switch_changes_the_lists(demo_runs, site):
+def test_rank_switch_changes_the_lists(demo_runs, site, browser):
     """The lists of "Where the time goes" follow the rank selector: on one rank they are that rank's slowest
     components and bound mix (its numbers, in the markup the page shows for all ranks), and back on all ranks they are
     as they were. Communication stages are badged "communication" in every view, compute components with a bound."""
@@ -171,7 +171,7 @@ def test_rank_switch_changes_the_lists(demo_runs, site):
     url, run_id = _row_wise(built)
     run = archive.read_run(demo_runs / "dlrm-sharded" / "row-wise" / run_id)
     ranks = run.ranks
-    with _run_page(server.url + url) as page:
+    with _run_page(browser, server.url + url) as page:
         kinds = page.evaluate("(() => { const d = window.cbsiteRun.data; return Object.fromEntries(d.path.map((p, i) => "
                               "[p || d.model, d.forward.kind[i]])); })()")
         everyone = page.evaluate(LISTS)
@@ -218,13 +218,13 @@ def test_rank_switch_changes_the_lists(demo_runs, site):
         assert page.errors == []
 
 
-def test_child_above_its_parent_is_explained_in_words(site):
+def test_child_above_its_parent_is_explained_in_words(site, browser):
     """In the all-ranks view sparse_arch shows more time than the whole model (each row is its own slowest rank):
     a visible line under the icicle and one under the Totals say so, with each row's rank; in one rank's view they
     go, and in the backward phase the line under the icicle names the backward pairs."""
     server, built = site
     url, _ = _row_wise(built)
-    with _run_page(server.url + url) as page:
+    with _run_page(browser, server.url + url) as page:
         d = page.evaluate("""(() => { const d = window.cbsiteRun.data, i = d.path.indexOf('sparse_arch');
             return { rank: d.forward.rank[i], root_rank: d.forward.rank[0], ms: d.forward.latency_ms[i], root_ms: d.forward.latency_ms[0] }; })()""")
         assert d["rank"] != d["root_rank"] and d["ms"] > d["root_ms"]
@@ -250,13 +250,13 @@ def test_child_above_its_parent_is_explained_in_words(site):
         assert page.errors == []
 
 
-def test_rank_phase_and_zoom_are_in_the_address(site):
+def test_rank_phase_and_zoom_are_in_the_address(site, browser):
     """`#rank=`, `#phase=` and `#zoom=` open the page in that state (with `#component=` too), and changing them
     writes them into the address without a scroll or a history entry."""
     server, built = site
     url, _ = _row_wise(built)
     zoom = "sparse_arch.embedding_bag_collection"
-    with launched_browser() as browser, recording_page(browser, {"width": 1400, "height": 1000}) as page:
+    with recording_page(browser, {"width": 1400, "height": 1000}) as page:
         page.goto(server.url + url + f"#rank=1&phase=backward&zoom={zoom}")
         page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=15000)
         assert page.eval_on_selector("#cbsite-rank", "s => s.value") == "1"
@@ -292,12 +292,12 @@ def test_rank_phase_and_zoom_are_in_the_address(site):
         assert page.errors == []
 
 
-def test_labels_name_the_phase_quantity(site):
+def test_labels_name_the_phase_quantity(site, browser):
     """In the backward phase the width and colour choices, the legend and the tooltip say "backward latency per
     forward of the model", never a bare "latency per forward" that reads as the forward's."""
     server, built = site
     url, _ = _row_wise(built)
-    with _run_page(server.url + url) as page:
+    with _run_page(browser, server.url + url) as page:
         for phase in ("forward", "backward"):
             page.select_option("#cbsite-phase", phase)
             words = f"{phase} latency per forward of the model"
@@ -320,13 +320,13 @@ def _contrast(a, b) -> float:
     return (max(x, y) + 0.05) / (min(x, y) + 0.05)
 
 
-def test_overflow_outline_contrasts_with_every_fill(site):
+def test_overflow_outline_contrasts_with_every_fill(site, browser):
     """The outline of a node whose children add up to more than it was orange, invisible on the orange of a
     memory-bound fill. Drawn on a node of every fill the colourings give (each bound, each kind, the ramps' ends, no
     value), in both schemes, the outline has a line that contrasts 3:1 or more with the fill, and the legend shows it."""
     server, built = site
     url, _ = _row_wise(built)
-    with _run_page(server.url + url) as page:
+    with _run_page(browser, server.url + url) as page:
         for scheme in ("default", "slate"):
             page.evaluate(f"document.body.setAttribute('data-md-color-scheme', '{scheme}')")
             # One icicle per fill: a parent (the fill) whose two children add up to twice its value.

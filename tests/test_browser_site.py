@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 import pytest
 
 from cbsite.generator import build_site, publish_site
-from tests.helpers.browser import Server, check_short_lazy_diff_page, outside, recording_page, served
+from tests.helpers.browser import Server, check_short_lazy_diff_page, outside, recording_page, served, served_html
 from tests.helpers.site_archives import synthetic_run, write_golden_archive
 
 pytestmark = pytest.mark.browser  # skipped where chromium is missing (tests/conftest.py)
@@ -33,11 +33,8 @@ window.addEventListener("message", function (e) {
 
 @pytest.fixture(scope="module")
 def stub(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("stub")
-    (folder / "index.html").write_text(STUB)
-    server = Server(folder)
-    yield server
-    server.close()
+    with served_html(tmp_path_factory.mktemp("stub"), STUB) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -172,17 +169,30 @@ def test_open_in_perfetto_posts_the_trace_after_the_handshake(site, page, stub):
     assert page.errors == []
 
 
-def test_version_selector_lists_published_versions(site, browser, tmp_path):
+@pytest.fixture(scope="module")
+def published(site, tmp_path_factory) -> Path:
+    """The archive published twice in mike's layout: 1.0 without the toy v2 run, then 2.0 (the whole archive) as
+    the default, aliased latest. The version tests only read it."""
     _, _, runs = site
-    out = tmp_path / "published"
-    publish_site(runs, out, "1.0", quiet=True)
+    base = tmp_path_factory.mktemp("published")
+    older = base / "older"
+    shutil.copytree(runs, older)
+    shutil.rmtree(older / "toy" / "v2")  # version 1.0 of the site has no toy v2 run
+    out = base / "published"
+    publish_site(older, out, "1.0", quiet=True)
     publish_site(runs, out, "2.0", aliases=["latest"], set_default=True, quiet=True)
+    return out
+
+
+def test_version_selector_lists_published_versions_and_their_aliases(published, browser):
+    out = published
     with served(out) as server, recording_page(browser, VIEWPORT) as pg:
         pg.goto(server.url)  # the root redirects to the default alias
         pg.wait_for_url("**/latest/", timeout=10000)
         pg.wait_for_selector(".md-version__list .md-version__item", state="attached", timeout=10000)
-        items = pg.locator(".md-version__list .md-version__link").all_text_contents()
+        items = [t.strip() for t in pg.locator(".md-version__list .md-version__link").all_text_contents()]
         assert any("1.0" in i for i in items) and any("2.0" in i for i in items)
+        assert any("2.0" in i and "latest" in i for i in items)  # the alias beside its version
         assert outside(pg.requests, {server.port}) == []
 
 
@@ -193,17 +203,12 @@ def _switch_version(pg, version: str) -> None:
     pg.locator(".md-version__link", has_text=version).first.click()
 
 
-def test_version_switch_from_a_run_page_keeps_the_page(site, browser, tmp_path):
+def test_version_switch_from_a_run_page_keeps_the_page(published, browser):
     """From a run page, another version in the selector opened that version's home (its
     sitemap listed no page, so Material's selector could not find the same page). Now it opens the same run
     page in that version, and that version's home where it has no such page."""
-    _, _, runs = site
-    older = tmp_path / "older"
-    shutil.copytree(runs, older)
-    shutil.rmtree(older / "toy" / "v2")  # version 1.0 of the site has no toy v2 run
-    out = tmp_path / "published"
-    publish_site(older, out, "1.0", quiet=True)
-    v2 = publish_site(runs, out, "2.0", aliases=["latest"], set_default=True, quiet=True)
+    out = published
+    v2 = out / "2.0"
     assert "<loc>" in (out / "1.0" / "sitemap.xml").read_text()
     with served(out) as server, recording_page(browser, VIEWPORT) as pg:
         kept = f"runs/toy/v1/{next((v2 / 'runs' / 'toy' / 'v1').iterdir()).name}/"

@@ -21,12 +21,17 @@ ROOT = Path(__file__).resolve().parents[1]
 TEMPLATES = ROOT / "cbsite" / "generator" / "templates"
 
 
-def _project(tmp_path: Path, nav: bool, runs: Path, font: bool = False) -> Path:
+def _project(tmp_path: Path, nav: bool, runs: Path, font: bool = False, models: tuple[str, ...] = ()) -> Path:
+    """The team's project, its archive a copy of `runs` (only the `models` named, where some are)."""
     proj = tmp_path / "team-docs"
     (proj / "docs").mkdir(parents=True)
     (proj / "docs" / "index.md").write_text("# Team docs\n\nOur [performance reports](perf/index.md).\n")
     (proj / "docs" / "guide.md").write_text("# Guide\n\nHow we work.\n")
-    shutil.copytree(runs, proj / "runs")
+    if models:
+        for model in models:
+            shutil.copytree(runs / model, proj / "runs" / model)
+    else:
+        shutil.copytree(runs, proj / "runs")
     nav_yaml = "nav:\n  - Home: index.md\n  - Guide: guide.md\n" if nav else ""
     # font: false keeps the team's pages offline; without it Material's default (Roboto from Google Fonts) applies.
     (proj / "mkdocs.yml").write_text(textwrap.dedent("""\
@@ -58,10 +63,12 @@ def _build(proj: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("nav", [True, False], ids=["explicit-nav", "automatic-nav"])
-def test_plugin_adds_the_archive_under_a_prefix(demo_runs, tmp_path, nav):
-    # The explicit-nav project also keeps Material's default fonts (Google Fonts); the other has font: false.
-    proj = _project(tmp_path, nav, demo_runs, font=nav)
+@pytest.mark.parametrize(("nav", "models"), [(True, ()), (False, ("dlrm",))], ids=["explicit-nav", "automatic-nav"])
+def test_plugin_adds_the_archive_under_a_prefix(demo_runs, tmp_path, nav, models):
+    # The explicit-nav project also keeps Material's default fonts (Google Fonts); the other has font: false. The
+    # explicit-nav project holds the whole demo archive (every kind of page); the other only its dlrm runs, which
+    # hold all that the rest checks (a model, its diff, runs with traces) in a much shorter build.
+    proj = _project(tmp_path, nav, demo_runs, font=nav, models=models)
     proc = _build(proj)
     site = proj / "site"
     refs = archive.list_runs(proj / "runs")

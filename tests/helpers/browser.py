@@ -42,8 +42,16 @@ def served(folder: Path):
 
 
 @contextlib.contextmanager
+def served_html(folder: Path, html: str):
+    """One page, `html`, served as the index of `folder` (a stand-in for another site: a Perfetto UI, say)."""
+    (folder / "index.html").write_text(html)
+    with served(folder) as server:
+        yield server
+
+
+@contextlib.contextmanager
 def launched_browser():
-    """Debian's chromium under playwright; a module's tests share one (the `browser` fixture)."""
+    """Debian's chromium under playwright; a session's tests share one (the `chromium` fixture)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -52,6 +60,18 @@ def launched_browser():
             yield b
         finally:
             b.close()
+
+
+@contextlib.contextmanager
+def closing_new_contexts(browser):
+    """Closes, on the way out, every context of `browser` opened inside the block and still open."""
+    before = set(browser.contexts)
+    try:
+        yield browser
+    finally:
+        for context in browser.contexts:
+            if context not in before:
+                context.close()
 
 
 @contextlib.contextmanager

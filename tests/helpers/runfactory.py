@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import polars as pl
+import pyarrow as pa
 from hypothesis import strategies as st
 
 from cbsite import schema
@@ -119,6 +120,22 @@ def make_rows(
     phases: Iterable[str] = schema.PHASES,
 ) -> list[dict[str, Any]]:
     """Valid component rows for `tree_spec`, every phase in `phases` (see the module docstring)."""
+    return _rows_and_table(tree_spec, model=model, version=version, run_id=run_id, metrics=metrics,
+                           phase_metrics=phase_metrics, phases=phases)[0]
+
+
+def _rows_and_table(
+    tree_spec: Spec,
+    *,
+    model: str,
+    version: str,
+    run_id: str | None,
+    metrics: Mapping[str, Mapping[str, Any]] | None,
+    phase_metrics: Mapping[str, Mapping[str, Mapping[str, Any]]] | None,
+    phases: Iterable[str],
+) -> tuple[list[dict[str, Any]], pa.Table]:
+    """`make_rows`'s rows and their Arrow table, made once: the table is the check that every column and type fits
+    the contract, and `make_run`'s frame."""
     run_id = run_id or _next_run_id()
     metrics = metrics or {}
     phase_metrics = phase_metrics or {}
@@ -138,8 +155,7 @@ def make_rows(
         phase_rows = _phase_rows(nodes, model, version, run_id, phase, metrics, phase_metrics.get(phase, {}))
         self_check(build_tree(phase_rows))
         rows.extend(phase_rows)
-    rows_to_table(rows)  # every column and type fits the contract
-    return rows
+    return rows, rows_to_table(rows)
 
 
 def _phase_rows(
@@ -252,7 +268,7 @@ def make_run(
     """A complete `Run` (metadata with every required key) of synthetic rows; not yet saved."""
     run_id = run_id or _next_run_id()
     phases = list(phases)
-    rows = make_rows(
+    rows, table = _rows_and_table(
         tree_spec, model=model, version=version, run_id=run_id, metrics=metrics, phase_metrics=phase_metrics, phases=phases
     )
     created = datetime.strptime(run_id[:16], "%Y%m%dT%H%M%SZ").replace(tzinfo=timezone.utc)
@@ -284,7 +300,7 @@ def make_run(
         "counts": {s: statuses.count(s) for s in schema.STATUSES},
     }
     schema.check_meta(meta)
-    frame = pl.from_arrow(rows_to_table(rows))
+    frame = pl.from_arrow(table)
     assert isinstance(frame, pl.DataFrame)
     return Run(meta=meta, rows=frame)
 
