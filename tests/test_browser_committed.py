@@ -391,6 +391,7 @@ def test_dark_charts_grid_under_the_data_plain_intensity_ticks_and_line_legends(
     FLOP per byte reads "0.01", "0.2", and the legends are the lines' (opaque swatches)."""
     server, built = site
     _run_page(page, server, built, "dlrm")
+    page.locator(".cbsite-roofline").scroll_into_view_if_needed()  # drawn only when it nears the viewport
     page.evaluate("document.body.setAttribute('data-md-color-scheme', 'slate')")
     # roofline.js draws again in the dark scheme: the compute points in the lighter blue.
     page.wait_for_function("document.querySelector('.cbsite-roofline svg [fill=\"#4a9bd9\"]') !== null", timeout=20000)

@@ -146,6 +146,7 @@ def test_icicle_colours_by_bound_and_the_roofline_opens_a_component(site, page):
         return [n, bad]; }""")
     assert check[0] > 10 and check[1] == []
     assert {"compute", "memory", "overhead"} <= set(page.inner_text("#cbsite-legend").split())
+    page.locator(".cbsite-roofline").scroll_into_view_if_needed()  # drawn only when it nears the viewport
     page.wait_for_selector(".cbsite-roofline svg .cbsite-roof-point", timeout=20000)
     points = page.locator(".cbsite-roofline .cbsite-roof-point")
     assert points.count() > 5
