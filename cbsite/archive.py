@@ -50,9 +50,11 @@ OWNER_FILE = ".cbsite-owner"  # in every staging folder: {"pid", "host", "starte
 
 
 def new_run_id(now: datetime | None = None) -> str:
-    """`YYYYMMDDTHHMMSSZ-xxxxxx`: UTC time plus 6 random hex digits, so ids sort by time."""
+    """`YYYYMMDDTHHMMSSZ-mmmrrr`: UTC time, then its milliseconds and 3 random digits in hex, so that ids sort by
+    time to the millisecond ("newest run" is right for two runs started in one second) and ids made in one
+    millisecond still differ."""
     now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
-    return now.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
+    return now.strftime("%Y%m%dT%H%M%SZ") + f"-{now.microsecond // 1000:03x}" + secrets.token_hex(2)[:3]
 
 
 def rows_to_table(rows: list[dict[str, Any]]) -> pa.Table:

@@ -64,6 +64,11 @@ def test_run_ids_sort_by_time():
     early = archive.new_run_id(datetime(2026, 1, 1, tzinfo=timezone.utc))
     late = archive.new_run_id(datetime(2026, 1, 2, tzinfo=timezone.utc))
     assert schema.RUN_ID_RE.match(early) and early < late
+    # Within one second, by the millisecond: a model's newest run is the later of two runs started in one second.
+    in_one_second = [archive.new_run_id(datetime(2026, 1, 1, 0, 0, 0, ms * 1000, tzinfo=timezone.utc))
+                     for ms in (0, 1, 15, 16, 255, 256, 998, 999)]
+    assert all(schema.RUN_ID_RE.match(i) for i in in_one_second) and in_one_second == sorted(in_one_second)
+    assert len({archive.new_run_id(datetime(2026, 1, 1, tzinfo=timezone.utc)) for _ in range(50)}) > 40  # random tail
 
 
 def test_killed_writer_leaves_no_visible_run(small_run, tmp_path):

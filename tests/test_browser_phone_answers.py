@@ -72,6 +72,11 @@ def _cell(card: list[dict], label: str) -> dict:
 def test_home_cards_put_what_changed_and_the_latency_first(committed_site, phone):
     server, _ = committed_site
     _open(phone, server.url)
+    # "What changed" comes before the models on a phone: its first card (the newest judged regression) on the first
+    # screen. The HTML keeps the models first, as a desktop shows them.
+    first_change = phone.locator("table.cbsite-changes tbody tr").first.bounding_box()
+    assert first_change["y"] + min(first_change["height"], 120) <= PHONE["height"], first_change
+    assert first_change["y"] < phone.locator("table.cbsite-models").bounding_box()["y"]
     for card in _cards(phone, "table.cbsite-changes"):
         model, versions, largest, other = card
         assert largest["text"] and largest["top"] < other["top"]  # the largest changes before the other facts

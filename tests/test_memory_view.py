@@ -10,7 +10,6 @@ import json
 import pickle
 import re
 import shutil
-import threading
 from pathlib import Path
 
 import pytest
@@ -185,43 +184,24 @@ def test_cpu_timeline_peak_agrees_with_peak_memory_bytes(fast_config, tmp_path):
 
 
 @contextlib.contextmanager
-def served_page(folder: Path):
-    """A chromium page (Debian's) and the base URL of `folder` served on 127.0.0.1; the page records its
+def served_page(browser, folder: Path):
+    """A page of the session's chromium and the base URL of `folder` served on 127.0.0.1; the page records its
     requests and console/page errors in `page.requests` and `page.errors`."""
-    chromium = Path("/usr/bin/chromium")
-    if not chromium.exists():
-        pytest.skip("Debian's chromium is not installed (make browser)")
-    from playwright.sync_api import sync_playwright
+    from tests.helpers.browser import recording_page, served
 
-    from cbsite.generator.serve import make_server
-
-    httpd = make_server(folder, port=0)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(chromium), args=["--no-sandbox", "--disable-gpu"])
-            context = browser.new_context(viewport={"width": 1300, "height": 900})
-            page = context.new_page()
-            page.requests, page.errors = [], []
-            context.on("request", lambda r: page.requests.append(r.url))
-            page.on("console", lambda m: page.errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: page.errors.append(str(e)))
-            yield page, f"http://127.0.0.1:{httpd.server_address[1]}/"
-            browser.close()
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with served(folder) as server, recording_page(browser, {"width": 1300, "height": 900}) as page:
+        yield page, server.url
 
 
 @pytest.mark.browser
-def test_memory_view_opens_from_the_run_page_offline(fast_config, tmp_path):
+def test_memory_view_opens_from_the_run_page_offline(fast_config, tmp_path, browser):
     from cbsite.generator import build_site
 
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 16))
     runs = tmp_path / "runs"
     profile(model, torch.randn(32, 64), config=with_memory(fast_config), model_name="mlp").save(runs)
     built = build_site(runs, tmp_path / "site", quiet=True)
-    with served_page(built) as (page, base):
+    with served_page(browser, built) as (page, base):
         run_dir = next((built / "runs" / "mlp" / "v0").iterdir())
         page.goto(f"{base}runs/mlp/v0/{run_dir.name}/")
         page.wait_for_selector("#cbsite-run[data-ready='1']", timeout=15000)
@@ -250,7 +230,7 @@ def test_memory_view_opens_from_the_run_page_offline(fast_config, tmp_path):
 
 
 @pytest.mark.browser
-def test_view_with_a_band_of_other_allocations_a_hostile_frame_name_and_foreign_data(tmp_path):
+def test_view_with_a_band_of_other_allocations_a_hostile_frame_name_and_foreign_data(tmp_path, browser):
     """Most allocations in the band: the view still draws; a frame name full of markup stays text; a
     `data` URL on another origin is refused without a request."""
     trace, live = [], {}
@@ -269,7 +249,7 @@ def test_view_with_a_band_of_other_allocations_a_hostile_frame_name_and_foreign_
     data = tmp_path / "run" / "artifacts" / "x" / "forward.memory.json"
     data.parent.mkdir(parents=True)
     data.write_text(json.dumps({"title": "band <b>x</b>", "snapshot": None, "timeline": t}))
-    with served_page(tmp_path) as (page, base):
+    with served_page(browser, tmp_path) as (page, base):
         page.goto(f"{base}assets/memory.html?data=/run/artifacts/x/forward.memory.json")
         page.wait_for_selector("body[data-ready='1']", timeout=15000)
         assert page.locator("#chart path.other").count() == 1 and page.locator("#chart path.block").count() == 5

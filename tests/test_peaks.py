@@ -314,15 +314,14 @@ def test_a_kept_worker_that_hangs_is_dropped_and_the_job_runs_here():
 
 @pytest.mark.slow
 @pytest.mark.browser
-def test_site_marks_mfu_above_100_as_suspect_and_flop_free_as_na(low_given_peak_run, tmp_path):
+def test_site_marks_mfu_above_100_as_suspect_and_flop_free_as_na(low_given_peak_run, tmp_path, browser):
     """Rows planted above 100 % MFU: the table, tooltip and totals show '⚠ 227%' with a title pointing to the
     warnings, the icicle keeps them out of its colour ramp; the ReLU and LayerNorm rows show n/a."""
     import polars as pl
-    from playwright.sync_api import sync_playwright
 
     from cbsite.archive import Run
     from cbsite.generator import build_site
-    from tests.helpers.browser import ARGS, CHROMIUM, Server
+    from tests.helpers.browser import Server, recording_page
 
     src = low_given_peak_run
     fwd = pl.col("phase") == "forward"
@@ -335,9 +334,7 @@ def test_site_marks_mfu_above_100_as_suspect_and_flop_free_as_na(low_given_peak_
     server = Server(built)
     try:
         run_dir = next((built / "runs" / "model" / "v0").iterdir())
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-            page = browser.new_page(viewport={"width": 1300, "height": 900})
+        with recording_page(browser, {"width": 1300, "height": 900}) as page:
             errors: list[str] = []
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(f"{server.url}runs/model/v0/{run_dir.name}/")
@@ -362,7 +359,6 @@ def test_site_marks_mfu_above_100_as_suspect_and_flop_free_as_na(low_given_peak_
             totals = page.locator("table.cbsite-totals .cbsite-suspect", has_text="150%")  # the root's planted 150 %
             assert totals.count() == 1 and totals.inner_text() == "\u26a0 150%" and "warnings" in totals.get_attribute("title")
             assert page.locator("#warnings").count() == 1 and errors == []
-            browser.close()
     finally:
         server.close()
 
