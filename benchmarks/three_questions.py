@@ -37,6 +37,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
 from tests.helpers.browser import PHONE, Server, launched_browser
 
 DEMO = Path(__file__).resolve().parents[1] / "tests" / "data" / "runs"
@@ -101,8 +103,6 @@ def open_once(browser, url: str, kind: str, viewport: dict, shot: Path | None, s
     phone = viewport["width"] < 600
     context = browser.new_context(viewport=viewport, color_scheme=scheme, has_touch=phone, is_mobile=phone)
     page = context.new_page()
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))

@@ -250,16 +250,6 @@
     a.focus();
   };
 
-  /* `fn` once the run page's first screen and its table are in (runpage.js, the mount, sets data-ready). */
-  function whenPageReady(fn) {
-    var page = document.getElementById("cbsite-run");
-    if (!page || page.hasAttribute("data-ready") || typeof MutationObserver === "undefined") { fn(); return; }
-    var seen = new MutationObserver(function () {
-      if (page.hasAttribute("data-ready")) { seen.disconnect(); fn(); }
-    });
-    seen.observe(page, { attributes: true, attributeFilter: ["data-ready"] });
-  }
-
   /* The roofline is below the first screen: it is drawn only when it nears the viewport (half a screen ahead), so
      opening a run page costs none of its 1,500 points. Until it is on the screen the browser skips its style, layout and paint (content-visibility), so a
      drawing off the screen costs its script only; its box keeps the chart's height meanwhile. */
@@ -298,8 +288,8 @@
         if (entries.some(function (e) { return e.isIntersecting; })) show();
       }, { rootMargin: "50% 0px" });
       near.observe(box);
-    } else {  // no way to know when it nears the screen: drawn once the page is ready
-      whenPageReady(function () { setTimeout(show, 200); });
+    } else {
+      show();  // no way to know when it nears the screen
     }
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
