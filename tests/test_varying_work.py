@@ -47,7 +47,10 @@ def test_random_per_call_work_compared_with_itself_is_not_judged_and_said(tmp_pa
     for key in (("loop", "forward"), ("", "forward")):
         verdict = result.verdicts[key]
         assert verdict.verdict == "not judged" and verdict.reason.startswith("work varies per call: not judged"), verdict
-    assert not any(v.verdict in ("regressed", "improved") for v in result.verdicts.values()), result.verdicts
+    # Fixed work beside it is still judged. Not asserted: that none of it is called a change. With 2 processes a
+    # verdict has 1 degree of freedom, so each of 3 components x 2 sides is falsely called at its 1 % level by design.
+    for key in (("pre", "forward"), ("loop.lin", "forward"), ("post", "forward")):
+        assert result.verdicts[key].verdict != "not judged", result.verdicts[key]
     rows = {r["path"]: r for r in result.head.table("forward").to_dicts()}
     assert any(n.startswith(VARIES_NOTE) for n in rows["loop"]["notes"])
     assert any(n.startswith(COUNT_NOTE) for n in rows["loop.lin"]["notes"])
