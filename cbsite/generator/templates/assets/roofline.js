@@ -256,9 +256,13 @@
   function start() {
     var box = document.querySelector("[data-cbsite-roofline]");
     if (!box) return;
-    box.style.minHeight = HEIGHT + "px";
+    // The drawing's whole height is reserved, its legend included (.7rem lines, a little over 1.6 high for their marks,
+    // 1em margins; two lines on a phone), so that drawing it never moves the table below while someone reads or clicks.
+    var rem = parseFloat(getComputedStyle(document.documentElement).fontSize) || 16;
+    var reserved = Math.ceil(HEIGHT + 0.7 * rem * ((box.clientWidth < 600 ? 2 : 1) * 1.75 + 2));
+    box.style.minHeight = reserved + "px";
     box.style.contentVisibility = "auto";
-    box.style.containIntrinsicSize = "auto " + (HEIGHT + 40) + "px";
+    box.style.containIntrinsicSize = "auto " + reserved + "px";
     var url = box.getAttribute("data-cbsite-roofline"), wanted = false, chart = null, near = null;
     var json = fetch(url).then(function (r) {
       if (!r.ok) throw new Error(url + ": " + r.status);
