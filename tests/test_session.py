@@ -24,8 +24,9 @@ from cbsite.diff import comparison
 from cbsite.diff.rundiff import diff_runs
 from tests.session_models import mlp
 
-# Paired verdicts and warm-up rules on real timings: run alone (`make test`'s serial part), never beside other tests.
-pytestmark = pytest.mark.serial
+# Paired verdicts and warm-up rules on real timings run alone (`make test`'s serial part), never beside other tests:
+# those tests carry SERIAL; the others here (records, memory limits, caps, pure statistics) run in the parallel part.
+SERIAL = pytest.mark.serial
 
 PROVIDER = "tests.session_models:mlp"
 PLANTED = "layers.1.0"
@@ -98,6 +99,7 @@ def test_a_task_past_the_worker_memory_limit_is_out_of_memory_and_the_worker_goe
     assert not session.results and "SIGKILL" in session.died[1] and "OOM killer" in session.died[1]
 
 
+@SERIAL
 @pytest.mark.slow
 def test_planted_slowdown_is_regressed_and_untouched_components_are_not(planted_comparison):
     result, _ = planted_comparison
@@ -113,6 +115,7 @@ def test_planted_slowdown_is_regressed_and_untouched_components_are_not(planted_
     assert v[("", "forward")].verdict == "regressed"  # the root contains it
 
 
+@SERIAL
 @pytest.mark.slow
 def test_comparison_record_and_samples_are_archived_and_readable_without_cbsite(planted_comparison):
     result, root = planted_comparison
@@ -135,6 +138,7 @@ def test_comparison_record_and_samples_are_archived_and_readable_without_cbsite(
     assert set(head.samples["process"]) == {0, 1, 2, 3}
 
 
+@SERIAL
 @pytest.mark.slow
 def test_diff_uses_the_comparison_and_the_gate_fails_only_on_the_regression(planted_comparison):
     result, root = planted_comparison
@@ -152,6 +156,7 @@ def test_diff_uses_the_comparison_and_the_gate_fails_only_on_the_regression(plan
     assert "regressed" in text and "95 % interval" in text and "unchanged" not in text.split("### Gate")[0].split("| component | phase | verdict")[-1].split("\n\n")[0]
 
 
+@SERIAL
 @pytest.mark.slow
 def test_latency_rules_are_not_judged_on_single_round_runs(planted_comparison):
     result, _ = planted_comparison
@@ -305,6 +310,7 @@ def test_a_sizing_run_within_a_tenth_of_a_block_is_the_block_and_guesses_learn_h
     assert blocks.first_guess(0.2 * ratios.ratio("warm call"), 1.0) == 11
 
 
+@SERIAL
 def test_a_warm_call_slowed_past_a_block_does_not_make_blocks_of_one_quick_call():
     """A warm call that outlasts a block means one call per block, unless the first such block is far shorter than a
     block: the warm call was slowed, not the statement, and the blocks are sized after all (and counted as sizing)."""
@@ -364,6 +370,7 @@ def _spinner() -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 6: pass"])
 
 
+@SERIAL
 def test_busy_neighbours_never_inflate_a_row_silently():
     """Two processes spin on both cores during the first seconds of a collection: every row stays within
     3x its quiet latency or says it was contended (never a stall saved silently)."""
@@ -410,6 +417,7 @@ def test_stats_verdict_on_session_units_matches_scipy():
     assert math.isclose(v.p_regressed, p, rel_tol=1e-9) and v.verdict == "regressed"
 
 
+@SERIAL
 @pytest.mark.slow
 def test_base_rev_compares_two_git_revisions_in_abba_processes(tmp_path, monkeypatch):
     """`--base-rev`: the base side imports the package from a worktree of an older commit, in its own
