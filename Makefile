@@ -5,6 +5,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.installed
+# Python's bytecode caches on, whatever the shell says: with PYTHONDONTWRITEBYTECODE set, every process that imports
+# cbsite (each CLI call and spawned worker) compiles it again, and every pytest worker rewrites every test module.
+unexport PYTHONDONTWRITEBYTECODE
 # torch is pinned to the CPU wheel this machine kind ships; a range would pull a multi-GB CUDA build.
 TORCH_VERSION    ?= 2.13.0
 TORCHREC_VERSION ?= 1.8.0
