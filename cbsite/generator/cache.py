@@ -68,7 +68,7 @@ def _loads(raw: bytes) -> Any:
     return artifacts.plain_unpickle(raw, ALLOWED_CLASSES)
 
 
-def _user_cache_root() -> Path:
+def user_cache_root() -> Path:
     """$CBSITE_CACHE_DIR, else $XDG_CACHE_HOME/cbsite (the XDG rule: an absolute path, else ignored), else
     ~/.cache/cbsite."""
     own = os.environ.get("CBSITE_CACHE_DIR", "")
@@ -88,7 +88,7 @@ def _default_dir(kind: str, where: Path) -> Path:
     where = Path(where).resolve()
     name = re.sub(r"[^A-Za-z0-9._-]", "_", where.name)[:40] or "root"
     digest = hashlib.sha256(f"{kind}\0{where}".encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    return _user_cache_root() / kind / f"{name}-{digest}"
+    return user_cache_root() / kind / f"{name}-{digest}"
 
 
 def default_cache_dir(out: Path) -> Path:

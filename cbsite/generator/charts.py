@@ -8,8 +8,11 @@ every page.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
+import os
+from pathlib import Path
 from typing import Any, Sequence
 
 import altair as alt
@@ -18,6 +21,7 @@ import vl_convert
 from cbsite import throughput
 from cbsite.archive import Run
 from cbsite.generator import templating
+from cbsite.generator.cache import user_cache_root
 
 TREND_METRICS = (
     ("latency_ms", "Latency per forward (ms)"),
@@ -66,9 +70,34 @@ def vega_lite_bundle() -> str:
 
 def _script(what: str, name: str, snippet: str) -> str:
     """`snippet` bundled with what it imports. The bundle declares top-level names (`const n=...`): wrapped in a
-    function they cannot collide with other scripts, and the guard on `window[name]` makes loading it twice harmless."""
-    body = vl_convert.javascript_bundle(snippet, vl_version=_vl_version())
-    return f"/* {what}, bundled by vl-convert-python. */\n(function () {{\nif (window.{name}) return;\n" + body + "\n})();\n"
+    function they cannot collide with other scripts, and the guard on `window[name]` makes loading it twice harmless.
+    Bundling takes seconds and depends only on vl-convert and the snippet, so the result is kept in the user's cache
+    directory (bundle_path) and read back by later builds and processes."""
+    head = f"/* {what}, bundled by vl-convert-python. */\n(function () {{\nif (window.{name}) return;\n"
+    tail = "\n})();\n"
+    path = bundle_path(name, snippet)
+    try:
+        kept = path.read_text(encoding="utf-8")
+        if kept.startswith(head) and kept.endswith(tail):  # whole, as written (a rename puts it in place)
+            return kept
+    except (OSError, UnicodeDecodeError):
+        pass
+    script = head + vl_convert.javascript_bundle(snippet, vl_version=_vl_version()) + tail
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_name(f"{path.name}.{os.getpid()}.part")
+        part.write_text(script, encoding="utf-8")
+        os.replace(part, path)
+    except OSError:
+        pass  # a cache directory that cannot be written: bundled again next time
+    return script
+
+
+def bundle_path(name: str, snippet: str) -> Path:
+    """Where the bundle of `snippet` is kept: named by everything its text depends on (vl-convert's and Vega's
+    versions, the Vega-Lite version asked for, the snippet)."""
+    key = json.dumps([*bundle_versions(), _vl_version(), name, snippet])
+    return user_cache_root() / "bundles" / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:20]}.js"
 
 
 def bundle_versions() -> list[str]:
