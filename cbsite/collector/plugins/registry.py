@@ -7,6 +7,8 @@ way in. Loading is lazy: an entry point is imported only when it is selected.
 
 from __future__ import annotations
 
+import functools
+import sys
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
@@ -29,7 +31,14 @@ CONFIG_KEYS = ("plugins", "options", "gate")
 
 def available(kind: str) -> dict[str, EntryPoint]:
     """Installed plugins of one kind by name (the entry point's name)."""
-    return {ep.name: ep for ep in entry_points(group=GROUPS[kind])}
+    return {ep.name: ep for ep in _installed(GROUPS[kind], tuple(sys.path))}
+
+
+@functools.lru_cache(maxsize=16)
+def _installed(group: str, path: tuple[str, ...]) -> tuple[EntryPoint, ...]:
+    # Each lookup reads every installed package's metadata (tens of ms) and a collection makes a dozen; what is
+    # installed changes, within a process, with the import path.
+    return tuple(entry_points(group=group))
 
 
 def load(kind: str, name: str) -> Any:
