@@ -8,6 +8,11 @@ file. Usage:
     .venv/bin/python benchmarks/build_scale.py --runs 10 30 --components 1000 --big 10000
     .venv/bin/python benchmarks/build_scale.py --incremental 300   # add one run to 300 runs: no flags vs --no-cache
     .venv/bin/python benchmarks/build_scale.py --bytes 10000       # gzipped bytes of a run and a diff page with data
+    .venv/bin/python benchmarks/build_scale.py --runs 100 --big 0 --keep /tmp/scale   # archive and site kept
+
+With `--keep DIR` each archive is kept in DIR/runs-<runs>x<components> and its site in DIR/site-<runs>x<components>; an
+archive already there is built again, not generated (to profile or compare builds of the same archive). The CPU
+figure is the build process's and its workers'; `main` is the build process's alone.
 """
 
 from __future__ import annotations
@@ -43,12 +48,15 @@ def make_archive(root: Path, runs: int, components: int) -> float:
 
 
 def measure(root: Path, out: Path) -> dict[str, float]:
+    main = _cpu_main()
     seconds, cpu = timed_build(root, out, None)
+    main = _cpu_main() - main
     html = list(out.rglob("*.html"))
     data = list(out.rglob("*.json"))
     return {
         "seconds": seconds,
         "cpu": cpu,
+        "main_cpu": main,
         "pages": len(html),
         "largest_page_kb": max(p.stat().st_size for p in html) / 1024,
         "largest_json_kb": max(p.stat().st_size for p in data if "assets" not in p.parts) / 1024,
@@ -65,6 +73,11 @@ def timed_build(root: Path, out: Path, cache: Path | None) -> tuple[float, float
         warnings.simplefilter("ignore")
         build_site(root, out, quiet=True, cache=cache)
     return time.perf_counter() - t, _cpu() - cpu
+
+
+def _cpu_main() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime
 
 
 def _cpu() -> float:
@@ -149,6 +162,8 @@ def main() -> None:
     ap.add_argument("--incremental", type=int, default=0, metavar="N",
                     help="only measure adding one run to an archive of N runs: a build with no flags (the default "
                          "build cache) against a full build without one")
+    ap.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                    help="keep each archive and its site in DIR (an archive already there is reused)")
     ap.add_argument("--bytes", type=int, default=0, metavar="N",
                     help="only measure the gzipped bytes of a run page and a diff page at N components")
     args = ap.parse_args()
@@ -167,13 +182,17 @@ def main() -> None:
     cases = [(n, args.components) for n in args.runs] + ([(1, args.big)] if args.big else [])
     for runs, comps in cases:
         with tempfile.TemporaryDirectory() as tmp:
-            root = Path(tmp) / "runs"
-            gen = make_archive(root, runs, comps)
-            r = measure(root, Path(tmp) / "site")
+            where = args.keep if args.keep is not None else Path(tmp)
+            root, site = where / f"runs-{runs}x{comps}", where / f"site-{runs}x{comps}"
+            gen = make_archive(root, runs, comps) if args.keep is None or not root.is_dir() else 0.0
+            load = os.getloadavg()[0]
+            r = measure(root, site)
             print(f"{f'{runs} runs x {comps:,}':>22} {gen:10.1f} {r['seconds']:8.1f} {1000 * r['seconds'] / runs:7.0f} "
                   f"{r['pages']:6d} {r['largest_page_kb']:11.0f} {r['largest_json_kb']:11.0f} {r['search_index_kb']:9.0f} "
-                  f"{r['site_mb']:8.1f}   ({r['cpu']:.0f} s CPU, load average {os.getloadavg()[0]:.1f})")
-            shutil.rmtree(root)
+                  f"{r['site_mb']:8.1f}   ({r['cpu']:.0f} s CPU, {r['main_cpu']:.0f} s of it the main process; "
+                  f"load average {load:.1f} before, {os.getloadavg()[0]:.1f} after)")
+            if args.keep is None:
+                shutil.rmtree(root)
 
 
 if __name__ == "__main__":

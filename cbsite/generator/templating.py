@@ -67,6 +67,8 @@ def environment(bytecode_dir: str | None = None) -> jinja2.Environment:
 
 
 def dump_json(data: Any, path: Path) -> None:
-    """Data files for the browser: sorted keys and no whitespace, so the same archive gives the same bytes."""
+    """Data files for the browser: sorted keys and no whitespace, so the same archive gives the same bytes. (No
+    check for circular references: the data are trees the build made, and the check slows every file's writing.)"""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False))
+    path.write_text(json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+                               check_circular=False))
