@@ -65,6 +65,10 @@ def installed_plugin(tmp_path):
         [tool.setuptools]
         py-modules = ["cbsite_testplugin_xyz"]
     """))
+    from cbsite.collector.plugins import registry
+
+    # Looked up before the install, as in a notebook that collected once, then installed a plugin.
+    assert "param-norm" not in registry.available("profilers")
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     # Offline: no index, and setuptools from the venv instead of an isolated build environment.
     subprocess.run(pip + ["install", "--no-deps", "--no-build-isolation", "--no-index", str(src)], check=True)

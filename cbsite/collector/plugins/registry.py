@@ -8,6 +8,7 @@ way in. Loading is lazy: an entry point is imported only when it is selected.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
@@ -31,13 +32,24 @@ CONFIG_KEYS = ("plugins", "options", "gate")
 
 def available(kind: str) -> dict[str, EntryPoint]:
     """Installed plugins of one kind by name (the entry point's name)."""
-    return {ep.name: ep for ep in _installed(GROUPS[kind], tuple(sys.path))}
+    return {ep.name: ep for ep in _installed(GROUPS[kind], _import_path_state())}
+
+
+def _import_path_state() -> tuple[tuple[str, int], ...]:
+    """The import path with each folder's modification time: a package installed or removed (a `pip install` in a
+    notebook's kernel) changes its folder's, as importlib's own finders assume."""
+    state = []
+    for entry in sys.path:
+        try:
+            state.append((entry, os.stat(entry or ".").st_mtime_ns))
+        except OSError:
+            state.append((entry, 0))
+    return tuple(state)
 
 
 @functools.lru_cache(maxsize=16)
-def _installed(group: str, path: tuple[str, ...]) -> tuple[EntryPoint, ...]:
-    # Each lookup reads every installed package's metadata (tens of ms) and a collection makes a dozen; what is
-    # installed changes, within a process, with the import path.
+def _installed(group: str, path_state: tuple[tuple[str, int], ...]) -> tuple[EntryPoint, ...]:
+    # Each lookup reads every installed package's metadata (tens of ms) and a collection makes a dozen.
     return tuple(entry_points(group=group))
 
 
