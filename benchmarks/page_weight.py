@@ -18,9 +18,14 @@ opened --repeat times in a fresh browser context (empty cache) at 1400x1000 and 
   quiet): `cpu` is its thread time, which the machine's load barely changes (wall times on a loaded machine grow
   with the run queue), split by what it was spent on: script (compile, evaluate, calls, timers, events), style and
   layout, paint (paint, composite, raster on the main thread), parse (HTML, CSS) and the rest (GC, idle-time work
-  that is not script, unattributed task time); `longest` is the longest single task (thread time); `worker` is the
-  page's web workers' thread time (Material's search worker building its index from search_index.json), which
-  competes with the main thread for the cores;
+  that is not script, unattributed task time); `longest` is the longest single task (thread time) and `long cpu` the
+  number of tasks with over 50 ms of thread time (long even on an idle machine); `worker` is the
+  page's web workers' thread time (Material's search worker building its index from search_index.json) and `pool`
+  the renderer's thread-pool workers' (scripts streamed and compiled off the main thread), which compete with the
+  main thread for the cores;
+* with --detail, each main-thread task over 50 ms: when it started, its wall and thread time, and its thread time by
+  kind of work and by script file (ours, Material's bundle, vega.js; "(no script)": callbacks the trace names no
+  file for, such as promise reactions);
 * CDP Performance.getMetrics at the end: ScriptDuration, LayoutDuration (+RecalcStyleDuration) and TaskDuration
   (wall times, so loaded).
 
@@ -28,7 +33,8 @@ Usage:
 
     .venv/bin/python benchmarks/page_weight.py                    # 1,000 components, 5 opens a page
     .venv/bin/python benchmarks/page_weight.py --components 10000 --repeat 5
-    .venv/bin/python benchmarks/page_weight.py --repeat 1 --detail  # and every response of each page
+    .venv/bin/python benchmarks/page_weight.py --repeat 1 --detail  # and every response and long task of each page
+    .venv/bin/python benchmarks/page_weight.py --repeat 1 --trace /tmp/traces  # each open's trace, for DevTools
     .venv/bin/python benchmarks/page_weight.py --keep /tmp/new      # build and keep the site, to compare later:
     .venv/bin/python benchmarks/page_weight.py --site /tmp/old --site /tmp/new --repeat 5
 
@@ -86,7 +92,7 @@ PROBE = """(() => { const cond = new Function('return ' + %s);
   requestAnimationFrame(poll); })();"""
 
 TRACE_CATEGORIES = ["devtools.timeline", "disabled-by-default-devtools.timeline", "toplevel", "v8", "blink",
-                    "loading", "disabled-by-default-v8.compile"]
+                    "loading", "disabled-by-default-v8.compile", "blink.user_timing"]
 # A trace event's name -> what its own time (less its children's) was spent on.
 WORK = {
     "script": {"EvaluateScript", "v8.compile", "v8.compileModule", "v8.evaluateModule", "FunctionCall", "TimerFire",
@@ -164,36 +170,45 @@ def _event_url(e: dict[str, Any]) -> str:
     return str(data.get("url", "")) if isinstance(data, dict) else ""
 
 
-def main_thread_work(trace: dict[str, Any], origin: str = "") -> dict[str, float]:
-    """The renderer main thread's thread time (ms) in a trace: in all (its top-level tasks), by kind of work (each
-    event's own time, less its children's, to its kind or its nearest ancestor's), and its longest task. With
-    `origin`, the page's renderer is the one whose events load from it (a trace can hold another renderer's)."""
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+def _top_tasks(complete: list[dict[str, Any]], thread: tuple[int, int]) -> list[dict[str, Any]]:
+    """A thread's top-level tasks, in time order; a task nested in another (a nested run loop) is the outer one's."""
+    tasks = sorted((e for e in complete if (e["pid"], e["tid"]) == thread and e["name"] in TOP_TASKS),
+                   key=lambda e: e["ts"])
+    out, end = [], -1.0
+    for t in tasks:
+        if t["ts"] >= end:
+            out.append(t)
+            end = t["ts"] + t.get("dur", 0)
+    return out
+
+
+def page_main_thread(events: list[dict[str, Any]], origin: str = "") -> tuple[tuple[int, int] | None, list[dict[str, Any]]]:
+    """The page's renderer main thread (pid, tid) in a trace's events, and its complete events. With `origin`, the
+    page's renderer is the one whose events load from it (a trace can hold another renderer's); of several, the
+    busiest."""
     mains = {(e["pid"], e["tid"]) for e in events
              if e.get("ph") == "M" and e.get("name") == "thread_name" and e.get("args", {}).get("name") == "CrRendererMain"}
     if origin:
         ours = {(e.get("pid"), e.get("tid")) for e in events if _event_url(e).startswith(origin)} & mains
         mains = ours or mains
     complete = [e for e in _complete_events(events) if (e.get("pid"), e.get("tid")) in mains]
-
-    def top_tasks(thread: tuple[int, int]) -> list[dict[str, Any]]:
-        tasks = sorted((e for e in complete if (e["pid"], e["tid"]) == thread and e["name"] in TOP_TASKS),
-                       key=lambda e: e["ts"])
-        out, end = [], -1.0
-        for t in tasks:  # a task nested in another (a nested run loop) is counted in the outer one
-            if t["ts"] >= end:
-                out.append(t)
-                end = t["ts"] + t.get("dur", 0)
-        return out
-
     if not mains:
+        return None, []
+    thread = max(mains, key=lambda th: sum(t.get("tdur", 0) for t in _top_tasks(complete, th)))
+    return thread, [e for e in complete if (e["pid"], e["tid"]) == thread]
+
+
+def main_thread_work(trace: dict[str, Any], origin: str = "") -> dict[str, float]:
+    """The renderer main thread's thread time (ms) in a trace: in all (its top-level tasks), by kind of work (each
+    event's own time, less its children's, to its kind or its nearest ancestor's), and its longest task."""
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    thread, complete = page_main_thread(events, origin)
+    if thread is None:
         return {}
-    thread = max(mains, key=lambda th: sum(t.get("tdur", 0) for t in top_tasks(th)))
-    tasks = top_tasks(thread)
+    tasks = _top_tasks(complete, thread)
     work = {cat: 0.0 for cat in (*WORK, "other")}
     stack: list[dict[str, Any]] = []
-    own = sorted((e for e in complete if (e["pid"], e["tid"]) == thread and "tdur" in e),
-                 key=lambda e: (e["ts"], -e.get("dur", 0)))
+    own = sorted((e for e in complete if "tdur" in e), key=lambda e: (e["ts"], -e.get("dur", 0)))
     for e in own:
         while stack and stack[-1]["ts"] + stack[-1].get("dur", 0) <= e["ts"]:
             stack.pop()
@@ -207,28 +222,90 @@ def main_thread_work(trace: dict[str, Any], origin: str = "") -> dict[str, float
         work[e["_cat"]] += max(e["_self"], 0.0) / 1000
     return {"cpu_ms": sum(t.get("tdur", 0) for t in tasks) / 1000,
             **{f"{cat}_ms": v for cat, v in work.items()},
-            "longest_ms": max((t.get("tdur", 0) for t in tasks), default=0) / 1000}
+            "longest_ms": max((t.get("tdur", 0) for t in tasks), default=0) / 1000,
+            "cpu_long": sum(1 for t in tasks if t.get("tdur", 0) / 1000 > LONG_TASK_MS)}
 
 
-def worker_work(trace: dict[str, Any]) -> dict[str, float]:
-    """The page's web workers' thread time (ms) in a trace (Material's search worker building its index): on another
-    thread, yet on a 2-core machine it competes with the main thread for the cores."""
+def long_task_breakdown(trace: dict[str, Any], origin: str = "", over_ms: float = LONG_TASK_MS) -> list[dict[str, Any]]:
+    """The page's main-thread tasks longer than `over_ms` (wall or thread time): each one's start (ms after the
+    page's navigation), wall and thread time, and its thread time by kind of work and by script (the URL of the
+    nearest script the time was spent under: which of our files, Material's bundle, or none)."""
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    workers = {(e["pid"], e["tid"]) for e in events if e.get("ph") == "M" and e.get("name") == "thread_name"
-               and "Worker" in str(e.get("args", {}).get("name", ""))}
-    total = 0.0
+    thread, complete = page_main_thread(events, origin)
+    if thread is None:
+        return []
+    nav = [e["ts"] for e in events if e.get("name") == "navigationStart" and (e.get("pid"), e.get("tid")) == thread]
+    own = sorted((e for e in complete if "tdur" in e), key=lambda e: (e["ts"], -e.get("dur", 0)))
+    start = min(nav) if nav else own[0]["ts"]
+    out: list[dict[str, Any]] = []
+    stack: list[dict[str, Any]] = []
+    task: dict[str, Any] | None = None
+    for e in own:
+        while stack and stack[-1]["ts"] + stack[-1].get("dur", 0) <= e["ts"]:
+            stack.pop()
+        parent = stack[-1] if stack else None
+        if parent is None:
+            task = None
+            if e["name"] in TOP_TASKS and max(e.get("dur", 0), e["tdur"]) / 1000 > over_ms:
+                task = {"at_ms": (e["ts"] - start) / 1000, "wall_ms": e.get("dur", 0) / 1000,
+                        "cpu_ms": e["tdur"] / 1000, "kind": {}, "script": {}, "_events": []}
+                out.append(task)
+        e["_cat"] = kind_of(e["name"]) or (parent["_cat"] if parent else "other")
+        url = _event_url(e) if e["name"] not in TOP_TASKS else ""
+        e["_url"] = (urlsplit(url).path.rsplit("/", 1)[-1] or "(the page)") if url else (parent["_url"] if parent else "")
+        e["_self"] = float(e["tdur"])
+        if parent is not None:
+            parent["_self"] -= e["tdur"]
+        if task is not None:
+            task["_events"].append(e)
+        stack.append(e)
+    for task in out:
+        for e in task.pop("_events"):
+            ms = max(e["_self"], 0.0) / 1000
+            task["kind"][e["_cat"]] = task["kind"].get(e["_cat"], 0.0) + ms
+            if e["_cat"] == "script":
+                key = e["_url"] or "(no script)"
+                task["script"][key] = task["script"].get(key, 0.0) + ms
+    return out
+
+
+def print_long_tasks(tasks: list[dict[str, Any]]) -> None:
+    for t in tasks:
+        kinds = ", ".join(f"{k} {v:.0f}" for k, v in sorted(t["kind"].items(), key=lambda kv: -kv[1]) if v >= 1)
+        scripts = ", ".join(f"{k} {v:.0f}" for k, v in sorted(t["script"].items(), key=lambda kv: -kv[1]) if v >= 1)
+        print(f"    task at {t['at_ms']:>6.0f} ms: wall {t['wall_ms']:>4.0f}, cpu {t['cpu_ms']:>4.0f} ms ({kinds})"
+              f"{'; script: ' + scripts if scripts else ''}")
+
+
+def worker_work(trace: dict[str, Any], pid: int | None = None) -> dict[str, float]:
+    """Thread time (ms) off the page's main thread: `worker`, the page's web workers (Material's search worker
+    building its index), and `pool`, the renderer's thread-pool workers (script streamed and compiled off the main
+    thread, image decoding) of process `pid`. On another thread, yet on a 2-core machine they compete with the main
+    thread for the cores."""
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    kind: dict[tuple[int, int], str] = {}
+    for e in events:
+        if e.get("ph") != "M" or e.get("name") != "thread_name":
+            continue
+        name = str(e.get("args", {}).get("name", ""))
+        if name.startswith(("DedicatedWorker", "SharedWorker", "ServiceWorker")):
+            kind[(e["pid"], e["tid"])] = "worker"
+        elif name.startswith("ThreadPool") and "Worker" in name and (pid is None or e["pid"] == pid):
+            kind[(e["pid"], e["tid"])] = "pool"
+    total = {"worker": 0.0, "pool": 0.0}
     ends: dict[tuple[int, int], float] = {}
-    for e in sorted((e for e in _complete_events(events) if (e.get("pid"), e.get("tid")) in workers
+    for e in sorted((e for e in _complete_events(events) if (e.get("pid"), e.get("tid")) in kind
                      and e["name"] in TOP_TASKS and "tdur" in e), key=lambda e: e["ts"]):
         thread = (e["pid"], e["tid"])
         if e["ts"] >= ends.get(thread, -1.0):  # a nested task is counted in the outer one
-            total += e["tdur"] / 1000
+            total[kind[thread]] += e["tdur"] / 1000
             ends[thread] = e["ts"] + e.get("dur", 0)
-    return {"worker_ms": total}
+    return {"worker_ms": total["worker"], "pool_ms": total["pool"]}
 
 
-def open_page(browser, url: str, ready: str, detail: bool = False) -> dict[str, float]:
-    """One open of `url` in a fresh context, traced; with `detail`, prints each response's kB (sent, decoded)."""
+def open_page(browser, url: str, ready: str, detail: bool = False, trace_to: Path | None = None) -> dict[str, float]:
+    """One open of `url` in a fresh context, traced; with `detail`, prints each response's kB (sent, decoded) and
+    each main-thread task over 50 ms; with `trace_to`, writes the trace there (chromium's JSON, for DevTools)."""
     context = browser.new_context(viewport=VIEWPORT)
     context.add_init_script(PROBE % repr(ready))
     page = context.new_page()
@@ -243,7 +320,10 @@ def open_page(browser, url: str, ready: str, detail: bool = False) -> dict[str, 
             page.wait_for_function("window.__cbsiteReady !== undefined", timeout=60000, polling=50)
             page.wait_for_timeout(QUIET_MS)
         finally:
-            trace = json.loads(browser.stop_tracing())
+            raw_trace = browser.stop_tracing()
+            trace = json.loads(raw_trace)
+            if trace_to is not None:
+                trace_to.write_bytes(raw_trace)
         seen = page.evaluate("({ready: window.__cbsiteReady, long: window.__cbsiteLong,"
                              " dcl: performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd})")
         metrics = {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}
@@ -258,14 +338,20 @@ def open_page(browser, url: str, ready: str, detail: bool = False) -> dict[str, 
             wire += sizes["responseBodySize"] + sizes["responseHeadersSize"]
             raw += body
             files.append((sizes["responseBodySize"], body, urlsplit(r.url).path))
+        origin = "{0.scheme}://{0.netloc}/".format(urlsplit(url))
+        main = page_main_thread(trace["traceEvents"] if isinstance(trace, dict) else trace, origin)[0]
+        renderer = main[0] if main else None
         if detail:
             for sent, body, name in sorted(files, reverse=True):
                 print(f"    {sent / 1024:>8.0f} {body / 1024:>8.0f}  {name}  (kB sent, decoded)")
+            print(f"    ready at {seen['ready']:.0f} ms, DOMContentLoaded at {seen['dcl']:.0f} ms; main-thread tasks over"
+                  f" {LONG_TASK_MS} ms (thread time by kind and by script):")
+            print_long_tasks(long_task_breakdown(trace, origin))
         return {"wire_kb": wire / 1024, "raw_kb": raw / 1024, "requests": len(responses), "dcl_ms": seen["dcl"],
                 "ready_ms": seen["ready"], "interactive_ms": max(seen["dcl"], seen["ready"], long_end),
                 "long_tasks": len(seen["long"]),
-                **main_thread_work(trace, origin="{0.scheme}://{0.netloc}/".format(urlsplit(url))),
-                **worker_work(trace),
+                **main_thread_work(trace, origin=origin),
+                **worker_work(trace, pid=renderer),
                 "ScriptDuration_ms": metrics.get("ScriptDuration", 0) * 1000,
                 "LayoutDuration_ms": (metrics.get("LayoutDuration", 0) + metrics.get("RecalcStyleDuration", 0)) * 1000,
                 "TaskDuration_ms": metrics.get("TaskDuration", 0) * 1000}
@@ -276,7 +362,7 @@ def open_page(browser, url: str, ready: str, detail: bool = False) -> dict[str, 
 COLUMNS = [("wire_kb", "wire kB"), ("raw_kb", "raw kB"), ("requests", "req"), ("dcl_ms", "DCL"), ("ready_ms", "ready"),
            ("interactive_ms", "interactive"), ("long_tasks", "long"), ("cpu_ms", "cpu"), ("script_ms", "script"),
            ("style+layout_ms", "style+layout"), ("paint_ms", "paint"), ("parse_ms", "parse"), ("gc_ms", "gc"),
-           ("other_ms", "other"), ("longest_ms", "longest"), ("worker_ms", "worker"), ("ScriptDuration_ms", "ScriptDur"),
+           ("other_ms", "other"), ("longest_ms", "longest"), ("cpu_long", "long cpu"), ("worker_ms", "worker"), ("pool_ms", "pool"), ("ScriptDuration_ms", "ScriptDur"),
            ("LayoutDuration_ms", "LayoutDur"), ("TaskDuration_ms", "TaskDur")]
 
 
@@ -300,6 +386,8 @@ def main() -> None:
                     help="measure this built site instead of building one (twice: two sites, opens alternating)")
     ap.add_argument("--detail", action="store_true", help="also list each page's responses (first open)")
     ap.add_argument("--json", type=Path, default=None, help="also write every open's figures to this file")
+    ap.add_argument("--trace", type=Path, default=None,
+                    help="write each open's chromium trace into this folder (KIND-SITE-OPEN.json, for DevTools)")
     ap.add_argument("--pages", nargs="+", default=KINDS, choices=KINDS, metavar="KIND",
                     help=f"the page kinds to open (default: all of {', '.join(KINDS)})")
     args = ap.parse_args()
@@ -320,7 +408,12 @@ def main() -> None:
                     for i in range(args.repeat):
                         for s, (site, server) in enumerate(zip(sites, servers)):  # alternating: load drifts alike
                             path = pages(site)[kind]
-                            opens[s].append(open_page(browser, server.url + path, READY[kind], args.detail and i == 0))
+                            trace_to = None
+                            if args.trace:
+                                args.trace.mkdir(parents=True, exist_ok=True)
+                                trace_to = args.trace / f"{kind.replace(' ', '-')}-{s}-{i}.json"
+                            opens[s].append(open_page(browser, server.url + path, READY[kind], args.detail and i == 0,
+                                                      trace_to))
                     for s, runs_of in enumerate(opens):
                         med = {k: statistics.median(r.get(k, 0) for r in runs_of) for k, _ in COLUMNS}
                         print(f"{kind:<12} {s:<4}" + "".join(f"{med[k]:>{max(len(label), 5) + 1}.0f}" for k, label in COLUMNS))

@@ -319,14 +319,14 @@
         if (c.latency.reason[k] && lat.verdict === "inconclusive") rows.push(["", c.latency.reason[k]]);
         return rows;
       };
-      var icicle = window.CbsiteRunPage.mountIcicle(head, "cbsite", extra, root.getAttribute("data-colour") || "delta_flops", tip);
       // Nodes whose latency regressed (a judged verdict) are outlined, whatever the colouring.
       var phaseSel = document.getElementById("cbsite-phase");
-      icicle.opts.mark = function (i) {
+      var regressed = function (i) {
         var phase = phaseSel.value || diff.phases[0], k = diff[phase] ? at[phase][i] : -1;
         return k >= 0 && diff.judged && diff[phase].latency.verdict[k] === "regressed" ? "regressed" : "";
       };
-      icicle.render();
+      var icicle = window.CbsiteRunPage.mountIcicle(head, "cbsite", extra, root.getAttribute("data-colour") || "delta_flops",
+                                                    tip, regressed);
       // The icicle's phase selector: a phase not loaded yet is fetched, then drawn (mountIcicle redraws at once,
       // with no values, and again here once they are in).
       var sel = document.getElementById("cbsite-phase");

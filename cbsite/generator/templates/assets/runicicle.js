@@ -82,8 +82,9 @@
   }
 
   /* Mount an icicle with its phase/width/colour controls; `extraColours` adds colour metrics (diff deltas),
-     `extraTip(i, phase)` rows to each node's tooltip. */
-  function mountIcicle(d, prefix, extraColours, defaultColour, extraTip) {
+     `extraTip(i, phase)` rows to each node's tooltip, `mark(i)` an extra class of node i (given here, not set after,
+     so that the icicle is drawn once on open). */
+  function mountIcicle(d, prefix, extraColours, defaultColour, extraTip, mark) {
     var box = document.getElementById(prefix + "-icicle");
     var colours = {};
     Object.keys(extraColours || {}).forEach(function (k) { colours[k] = extraColours[k]; });
@@ -114,6 +115,7 @@
     }
     var ic = new window.CbsiteIcicle.Icicle(box, opts());
     var o = ic.opts;
+    if (mark) o.mark = mark;
     o.onRender = function (icicle) {
       drawLegend(legend, icicle.scale, colours[state.colour], phaseLabel(WIDTH[state.width], state.phase), state.colour, state.phase);
       crumb.textContent = icicle.zoom === 0 ? "" : "zoomed into " + fullPath(d, icicle.zoom) + " \u2014 click the top bars or the node to back out";

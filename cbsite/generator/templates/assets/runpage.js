@@ -24,8 +24,8 @@
           value: function (i, phase) { return R.col(d, phase, "kind", i); } } } : null;
         var run = window.cbsiteRun = { data: d, icicle: R.mountIcicle(d, "cbsite", kindColour, d.sharded ? "kind" : null,
           d.sharded ? R.shardedTip(d) : null), table: null, ops: res[1] };
-        // The icicle answers the first screen: it is painted first, then the table below it is built, its first rows
-        // in a task of their own and the others a frame at a time, and its module types are fitted (a layout) once the
+        // The icicle answers the first screen: it is painted first, then the table below it is built, its rows a few
+        // in each task and put in the page together (one layout), and its module types are fitted (a layout) once the
         // browser has laid them out. An address that names a component or a view (or a search result's query) is
         // applied at once, so that the icicle is first shown as it asks.
         var rest = function () {

@@ -112,8 +112,8 @@
     span(el, "name", path.slice(cut + 1));
   }
 
-  /* The table, its first page of rows put in `firstRows` at a time (all at once without it); its module types are
-     fitted by `fitTable`, then at each redrawing. */
+  /* The table, its first page of rows built `firstRows` a task (all at once without it) and put in together; its module
+     types are fitted by `fitTable`, then at each redrawing. */
   function mountTable(root, d, ops, firstRows) {
     var state = { phase: d.phases[0] };
     var panel = document.getElementById("cbsite-details");

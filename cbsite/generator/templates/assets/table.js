@@ -6,7 +6,7 @@
   /* spec: { columns: [{key, label, title, numeric, value(i), cell(i, td)}], count, visible(column) -> shown?,
              text(i) -> string to filter on, depth(i) -> int, sort: {key, desc}, pageSize, onRow(i),
              tableClass: classes of the <table> from the start (the layout the page expects, laid out once),
-             firstRows: rows of the first drawing put in at once, the others a frame at a time (refresh) } */
+             firstRows: rows of the first drawing built a task at a time, put in the page together (refresh) } */
   function Table(container, spec) {
     this.c = container;
     this.spec = spec;
@@ -164,8 +164,9 @@
     this.refresh();
   };
 
-  /* The rows of the page shown. The first drawing, where spec.firstRows is given, puts that many rows in at once and
-     the rest of the page a frame at a time, so that building a long table never holds the main thread for long;
+  /* The rows of the page shown. The first drawing, where spec.firstRows is given, builds that many rows a task (a task
+     after the next frame), so that building a long table never holds the main thread for long, and puts them in the
+     page together once all are built: the browser lays out and paints the table once, not once a task;
      spec.onRefresh, and whenDrawn's callbacks, run once every row is in. */
   Table.prototype.refresh = function () {
     var spec = this.spec, self = this;
@@ -177,15 +178,15 @@
     var drawing = this.drawings = (this.drawings || 0) + 1;
     this.pending = true;
     this.tbody.textContent = "";
+    var frag = document.createDocumentFragment();
     var put = function (from) {
       if (self.drawings !== drawing) return;  // a newer drawing replaced these rows
-      var frag = document.createDocumentFragment();
       shown.slice(from, from + step).forEach(function (i) { frag.appendChild(self._row(i)); });
-      self.tbody.appendChild(frag);
       if (from + step < shown.length) {
         requestAnimationFrame(function () { setTimeout(function () { put(from + step); }, 0); });
         return;
       }
+      self.tbody.appendChild(frag);
       self.pending = false;
       if (spec.onRefresh) spec.onRefresh(self);
       var waiting = self.waiting || [];
