@@ -56,12 +56,11 @@ demo: install
 demo-full: install
 	$(VENV)/bin/cbsite demo --full $(DEMO_ARGS)
 
-# Two parts: every test but those marked serial on one worker per core and one more (pytest-xdist), then the serial
-# ones alone (paired verdicts on real timings must not run beside another test). Both parts list their slowest tests.
-# The extra worker fills the time tests spend waiting (for a worker process to start, a killed one to go, a browser).
+# Two parts: every test but those marked serial on one worker per core (pytest-xdist), then the serial ones alone
+# (paired verdicts on real timings must not run beside another test). Both parts list their slowest tests.
 # Whole modules go to a worker (loadscope), so a module's fixtures are made once; longest modules first, in the
-# order tests/conftest.py sorts them (no reordering by test count).
-TEST_WORKERS ?= $(shell python3 -c "import os; print(min(4, len(os.sched_getaffinity(0)) + 1))")
+# order tests/conftest.py sorts them (no reordering by test count). A worker more than the cores was slower.
+TEST_WORKERS ?= $(shell python3 -c "import os; print(min(4, len(os.sched_getaffinity(0))))")
 XDIST := -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 test: install browser lint
 	$(PY) -m pytest -q $(XDIST) -m "not serial" --durations=15
