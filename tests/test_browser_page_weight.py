@@ -4,13 +4,11 @@ once; the run page puts its table's first rows in the page together, so that the
 
 from __future__ import annotations
 
-import warnings
 
 import pytest
 
-from cbsite.generator import build_site
 from tests.helpers.browser import served
-from tests.helpers.site_archives import synthetic_run
+from tests.helpers.site_archives import quiet_build, synthetic_run
 
 pytestmark = pytest.mark.browser  # skipped where chromium is missing (tests/conftest.py)
 VIEWPORT = {"width": 1400, "height": 1000}
@@ -22,9 +20,7 @@ def site(tmp_path_factory):
     runs = tmp_path_factory.mktemp("page-weight") / "runs"
     for i, version in enumerate(("v1", "v2")):
         synthetic_run(runs, "wide", version, n=300, seed=31 + i, minutes=i, scale=1 + 0.3 * i, branching=8)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        built = build_site(runs, runs.parent / "site", quiet=True)
+    built = quiet_build(runs)
     with served(built) as server:
         yield server, built
 

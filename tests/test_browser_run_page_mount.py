@@ -6,13 +6,11 @@ a plain anchor that was followed, then holds the view chosen."""
 from __future__ import annotations
 
 import json
-import warnings
 
 import pytest
 
-from cbsite.generator import build_site
 from tests.helpers.browser import served
-from tests.helpers.site_archives import synthetic_run
+from tests.helpers.site_archives import quiet_build, synthetic_run
 
 pytestmark = pytest.mark.browser  # skipped where chromium is missing (tests/conftest.py)
 VIEWPORT = {"width": 1400, "height": 1000}
@@ -31,9 +29,7 @@ def site(tmp_path_factory):
     """A run of 400 components, with its roofline below the first screen."""
     runs = tmp_path_factory.mktemp("run-mount") / "runs"
     synthetic_run(runs, "wide", "v1", n=400, seed=11, branching=8)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        built = build_site(runs, runs.parent / "site", quiet=True)
+    built = quiet_build(runs)
     with served(built) as server:
         yield server, built
 

@@ -249,3 +249,14 @@ def readable_archive(runs: Path, head_trace_every: int = 0) -> None:
     write_golden_archive(runs)
     synthetic_run(runs, "toy", "v1", n=60, seed=11, trace_every=5, ops=True)
     synthetic_run(runs, "toy", "v2", n=64, seed=12, minutes=5, scale=1.3, trace_every=head_trace_every)
+
+
+def quiet_build(runs: Path) -> Path:
+    """The site of `runs` built beside it (runs.parent / "site") with default options, its warnings silenced."""
+    import warnings
+
+    from cbsite.generator import build_site
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return build_site(runs, runs.parent / "site", quiet=True)
