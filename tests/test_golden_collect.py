@@ -62,6 +62,8 @@ RUN_DROPPED = (
     # which pairs are inverted depends on latencies; the number of pairs does not
     "hierarchy.consistent", "hierarchy.inverted", "hierarchy.remeasured_pairs", "hierarchy.share_consistent",
     "noise.round_spread_median", "noise.round_spread_p90",
+    # twins timed apart: their spread is a timing (how many sets there are is not)
+    "noise.twins.spread_median", "noise.twins.spread_max", "noise.twins.worst",
     # the memory limit follows the memory available at the start, the cache size the CPU; peaks are the process's RSS
     "memory.limit_bytes", "memory.cache_bytes", "memory.peak_rss_bytes", "memory.peak_rss_bytes_after_stage",
     "memory.peak_set_by", "memory.peak_raised_most_by", "memory.heap_returned",

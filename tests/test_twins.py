@@ -16,7 +16,7 @@ from cbsite.collector.config import CollectConfig
 from cbsite.collector.profiler import profile_model
 from cbsite.collector.providers import provide
 from cbsite.collector.timing import blocks
-from cbsite.collector.twins import signature
+from cbsite.collector.twins import TWIN_SPREAD_RULE, Twins, signature, twin_spread
 
 COUNTED = ["flops", "bytes_moved", "arithmetic_intensity", "peak_memory_bytes", "unsupported_ops", "status", "error"]
 
@@ -349,3 +349,46 @@ def test_the_real_census_comes_first_and_stops_where_batch_0_passes_the_keep(mon
     assert not census.on_shapes and not census.calls and captures.census_forwards == 2
     full = capture(gated, (x,), {}, grad=True)
     assert all(getattr(census, f) == getattr(full, f) for f in fields)
+
+
+def _timed_row(path: str, ms: float, spread: float = 0.02) -> dict:
+    return {"path": path, "phase": "forward", "status": "measured", "latency_ms": ms,
+            "latency_p25_ms": ms * (1 - spread), "latency_p75_ms": ms * (1 + spread)}
+
+
+def _three_twins() -> Twins:
+    twins = Twins()
+    counts = type("Counts", (), {"value_dependent": False})()
+    twins.offer("sig", "blocks.0", "forward", counts, 0)
+    twins.timed("sig", "blocks.1", "forward", 0.0)
+    twins.timed("sig", "blocks.2", "forward", 0.0)
+    return twins
+
+
+def test_twins_timed_apart_are_an_aa_and_a_drift_past_half_again_is_a_run_warning():
+    """Identical work timed at different moments of one run: its spread is recorded, and a machine that slowed down by
+    half again between twins (intervals apart) makes a warning that names both and the factor."""
+    steady = [_timed_row("blocks.0", 1.0), _timed_row("blocks.1", 1.1), _timed_row("blocks.2", 1.05)]
+    noise, warnings = twin_spread(_three_twins(), steady)
+    assert noise["sets"] == 1 and noise["spread_max"] == pytest.approx(1.1) and warnings == []
+    drifted = [_timed_row("blocks.0", 1.0), _timed_row("blocks.1", 1.1), _timed_row("blocks.2", 1.8)]
+    noise, warnings = twin_spread(_three_twins(), drifted)
+    assert noise["worst"] == {"phase": "forward", "slowest": "blocks.2", "fastest": "blocks.0"}
+    assert len(warnings) == 1 and "blocks.2 took 1.80x as long as blocks.0" in warnings[0]
+    # Intervals that overlap are noise the rows already show: no warning, whatever the medians.
+    wide = [_timed_row("blocks.0", 1.0, spread=0.5), _timed_row("blocks.2", 1.8, spread=0.5)]
+    assert twin_spread(_three_twins(), wide)[1] == []
+    # A failed or estimated member, or a run without twins, records no spread.
+    assert twin_spread(_three_twins(), [_timed_row("blocks.0", 1.0)])[0]["sets"] == 0
+    assert twin_spread(None, drifted)[0] == {"sets": 0, "spread_median": None, "spread_max": None, "worst": None,
+                                            "rule": TWIN_SPREAD_RULE}
+
+
+def test_a_collection_records_its_twin_sets_as_noise():
+    provided = provide("nanogpt", {"size": "tiny"}, batches=2)
+    run = _collect(provided.model, [(i.args, i.kwargs) for i in provided.inputs], once=True)
+    twins = run.meta["noise"]["twins"]
+    # Two blocks: 9 kinds of twin (block, attn, c_attn, attn.c_proj, mlp, c_fc, gelu, mlp.c_proj, and the layer
+    # norms: ln_1, ln_2 of both blocks and ln_f are one set) in two phases.
+    assert twins["sets"] == 18 and twins["spread_max"] >= 1.0 and twins["spread_median"] >= 1.0
+    assert twins["worst"]["slowest"] != twins["worst"]["fastest"]

@@ -38,6 +38,7 @@ from cbsite.collector.providers import Inputs as ProvidedInputs
 from cbsite.collector.restore import preserved
 from cbsite.collector.step import collect_step
 from cbsite.collector.timing.blocks import TimingConfig
+from cbsite.collector.twins import twin_spread
 from cbsite.errors import CbsiteError
 
 
@@ -119,6 +120,7 @@ def _profile(model: nn.Module, batches: Sequence[Batch], config: CollectConfig, 
                          peak_flops, peak_bw)
     stages.done("rounds")
     hierarchy_record = hierarchy.check(rows, remeasured.pairs)
+    twin_noise, twin_warnings = twin_spread(measured.twins, rows)
     peak_warnings = check_peaks(rows, device_info, measured.counted, shapes_budget(measured.timed_s))
     stages.done("calibration_end_and_peak_checks")
     training = model.training  # as the caller left it: the step changes modes and leaves them to `preserved`
@@ -136,8 +138,9 @@ def _profile(model: nn.Module, batches: Sequence[Batch], config: CollectConfig, 
                     _breakdown(stages, measured, remeasured, plugins)),
         _components_record(rows, config.phases, measured),
         (*load_before, *record.load_warnings(num_threads, "after"), *peak_warnings,
-         *record.memory_warnings(measured.out_of_memory(), limit)),
-        step, record.Rounds(rounds.noise, len(rounds.samples), rounds.session), hierarchy_record,
+         *record.memory_warnings(measured.out_of_memory(), limit), *twin_warnings),
+        step, record.Rounds({**rounds.noise, "twins": twin_noise}, len(rounds.samples), rounds.session),
+        hierarchy_record,
         _memory_record(planned, measured, remeasured, stages, limit, device), record.Calibration.of(config, device_info),
     )
     return _run(run_record, rows, rounds, plugins)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import statistics
 import types
 from typing import Any, Sequence
 
@@ -129,6 +130,8 @@ class Source:
     # phase -> seconds of one timed statement of the set's member measured last (the same code on the same
     # shapes, just before the next one): how warm the next twin already is (measure.Known.warm_s).
     statement_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    # phase -> every member timed, the first included: identical work timed at different moments (an A/A, twin_spread)
+    members: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
 
 class Twins:
@@ -150,10 +153,51 @@ class Twins:
         if src.path == path:
             src.counts[phase] = counts
             src.peaks[phase] = peak
+            src.members.setdefault(phase, [path])
         src.statement_s[phase] = statement_s
 
-    def timed(self, sig: str | None, phase: str, statement_s: float) -> None:
+    def timed(self, sig: str | None, path: str, phase: str, statement_s: float) -> None:
         """A twin of a known set was timed: the next one follows it (Source.statement_s)."""
         src = self.source(sig)
         if src is not None:
             src.statement_s[phase] = statement_s
+            src.members.setdefault(phase, [src.path]).append(path)
+
+    def sets(self) -> list[tuple[str, list[str]]]:
+        """(phase, paths) of every set with two members or more timed in that phase."""
+        return [(phase, paths) for src in self._by_sig.values() for phase, paths in src.members.items()
+                if len(paths) >= 2]
+
+
+# Identical twins timed apart whose intervals do not overlap and whose medians differ by this factor or more make
+# a run warning: the machine's speed drifted between components by at least that much.
+TWIN_SPREAD_WARN = 1.5
+TWIN_SPREAD_RULE = ("per set of twins and phase: spread = slowest median / fastest median of its measured members; "
+                    f"a run warning where a spread is {TWIN_SPREAD_WARN}x or more and the slowest one's p25 lies "
+                    "above the fastest one's p75")
+
+
+def twin_spread(twins: Twins | None, rows: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], list[str]]:
+    """Twins as a free A/A: the same work on inputs of the same shapes, timed at different moments of one run. Returns
+    run.json `noise.twins` and the run warning it makes, if any."""
+    by_key = {(r["path"], r["phase"]): r for r in rows if r["status"] == "measured" and r.get("latency_ms")}
+    spreads = []  # (ratio, phase, slowest row, fastest row)
+    for phase, paths in twins.sets() if twins is not None else []:
+        members = [by_key[(p, phase)] for p in paths if (p, phase) in by_key]
+        if len(members) >= 2:
+            slow = max(members, key=lambda r: r["latency_ms"])
+            fast = min(members, key=lambda r: r["latency_ms"])
+            spreads.append((slow["latency_ms"] / fast["latency_ms"], phase, slow, fast))
+    if not spreads:
+        return {"sets": 0, "spread_median": None, "spread_max": None, "worst": None, "rule": TWIN_SPREAD_RULE}, []
+    ratio, phase, slow, fast = max(spreads, key=lambda s: s[0])
+    record = {"sets": len(spreads), "spread_median": statistics.median(s[0] for s in spreads), "spread_max": ratio,
+              "worst": {"phase": phase, "slowest": slow["path"], "fastest": fast["path"]}, "rule": TWIN_SPREAD_RULE}
+    apart = (slow.get("latency_p25_ms") or slow["latency_ms"]) > (fast.get("latency_p75_ms") or fast["latency_ms"])
+    if ratio < TWIN_SPREAD_WARN or not apart:
+        return record, []
+    return record, [
+        f"identical twins timed apart differ: {slow['path']} took {ratio:.2f}x as long as {fast['path']} ({phase}; the "
+        f"same modules on inputs of the same shapes, intervals apart). This machine's speed drifted between "
+        f"components by that much, so one run's latencies are good to about {ratio:.1f}x; compare versions with "
+        f"--rounds or `cbsite compare`, which interleave them"]

@@ -313,7 +313,7 @@ def measure_component(
                     twins.offer(sig, path, phase, result.counts, result.peak_memory_bytes, statement_s)
                 else:
                     twins.reused += 1
-                    twins.timed(sig, phase, statement_s)
+                    twins.timed(sig, path, phase, statement_s)
             outcomes[phase].patch = patch
             if phase == "forward" and outcomes[phase].status == "failed":
                 forward_failed = outcomes[phase]
