@@ -49,3 +49,24 @@ def test_out_of_memory_component_fails_and_run_goes_on():
 def test_given_peaks_override_the_table():
     info = describe_device(torch.device("cuda"), torch.bfloat16, peak_flops=1e15, peak_bandwidth=1e12)
     assert info["peak_flops"] == {"bfloat16": 1e15} and info["peak_source"] == {"flops": "given", "bandwidth": "given"}
+
+
+def test_device_time_leaves_launch_gaps_out_and_a_launch_bound_row_says_so():
+    """Twenty tiny element-wise ops take far longer to launch than to run: their device time is the GPU's own work,
+    well under the latency, and the row is launch-bound. A large matmul keeps the GPU busy: its device time is its
+    latency."""
+
+    class Tiny(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for _ in range(20):
+                x = x + 1
+            return x
+
+    cfg = CollectConfig(device="cuda", min_run_time=0.05, progress=False, phases=("forward",), step=False)
+    tiny = profile(nn.Sequential(Tiny()), torch.randn(8, 8), config=cfg).table().filter(path="0").to_dicts()[0]
+    big = profile(nn.Sequential(nn.Linear(8192, 8192)), torch.randn(8192, 8192), config=cfg).table().filter(
+        path="0").to_dicts()[0]
+    assert tiny["device_time_ms"] < 0.5 * tiny["latency_ms"], tiny
+    assert any(n.startswith("launch-bound") for n in tiny["notes"]), tiny["notes"]
+    assert 0.8 < big["device_time_ms"] / big["latency_ms"] < 1.2, big
+    assert not any(n.startswith("launch-bound") for n in big["notes"] or [])

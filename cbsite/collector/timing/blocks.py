@@ -20,7 +20,9 @@ from typing import Any, Callable
 import torch
 from torch.utils.benchmark import Timer
 
+from cbsite.bound import DEVICE_IDLE
 from cbsite.collector.timing.contention import WaitProbe, contended, wait_for_quiet
+from cbsite.collector.timing.gpu_time import device_time
 
 
 @dataclass(frozen=True)
@@ -307,7 +309,8 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_
     # CPU time of the whole process (all intra-op threads) during the blocks the median uses: beside the
     # wall latency it shows how parallel the component runs. Read around each block, so it costs no runs.
     cpu_ms = sum(b.cpu_s for b in used) / max(1, sum(b.calls for b in used)) * per_call
-    device_ms = _device_ms(fn, timer, blocks, median, calls_per_stmt, cfg) if cfg.device.startswith("cuda") else None
+    notes = _timing_notes(blocks, used, flagged, loop.cut_short, cfg)
+    device_ms = _device_ms(fn, timer, blocks, median, calls_per_stmt, notes) if cfg.device.startswith("cuda") else None
     return Timing(
         median_ms=median * per_call,
         p25_ms=p25 * per_call,
@@ -320,7 +323,7 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_
         contended_blocks=n_contended,
         flagged=flagged,
         cut_short=loop.cut_short,
-        notes=_timing_notes(blocks, used, flagged, loop.cut_short, cfg),
+        notes=notes,
         quiet_wait_s=loop.quiet_wait_s,
         warm_up_s=warm_up_s,
         sizing_s=sizing_s + loop.sizing_s,
@@ -453,15 +456,15 @@ def _timing_notes(blocks: list[Block], used: list[Block], flagged: bool, cut_sho
 
 
 def _device_ms(fn: Callable[[], Any], timer: Timer, blocks: list[Block], median: float, calls_per_stmt: int,
-               cfg: TimingConfig) -> float:
-    """Device time per call from CUDA events over a short loop outside the blocks."""
-    loops = max(1, min(sum(b.calls for b in blocks) // calls_per_stmt,
-                       int(cfg.min_run_time / 4 / max(median * calls_per_stmt, 1e-9))))
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    ready_inputs(timer, loops)
-    start.record()
-    for _ in range(loops):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / loops / calls_per_stmt
+               notes: list[str]) -> float:
+    """Device time per call: the GPU's own work, launch gaps left out (gpu_time.py); a row whose device works under
+    half its latency is launch-bound, and its notes say so."""
+    measured = device_time(fn, lambda n: ready_inputs(timer, n), median * calls_per_stmt,
+                           max(1, sum(b.calls for b in blocks) // calls_per_stmt), calls_per_stmt)
+    device_ms, latency_ms = measured.ms_per_call, median * 1e3
+    if measured.late:
+        notes.append("device time includes launch gaps: the host was still queuing calls when the GPU reached them")
+    elif device_ms < DEVICE_IDLE * latency_ms:
+        notes.append(f"launch-bound: the GPU works {device_ms * 1e3:.3g} µs of the {latency_ms * 1e3:.3g} µs per call; "
+                     "the rest is the CPU launching kernels (eager mode)")
+    return device_ms

@@ -1,0 +1,77 @@
+"""Device time of a statement on a CUDA device: how long the GPU itself works per call, launch gaps left out.
+
+The timed blocks measure wall time. On a GPU a small component's kernels can finish faster than the CPU launches
+them (eager mode through autograd costs tens of microseconds per op), and CUDA events around a loop the CPU feeds
+then time the launches, not the kernels. Here the stream first runs a sleep kernel long enough for the CPU to queue
+the whole loop behind it, so the events around the loop see the kernels back to back. Where the sleep ended before
+the loop was queued (a slow host, a statement that waits for the GPU itself, as `.item()` does) the measurement is
+taken again behind a longer sleep; one still late is kept and says so (it then includes launch gaps: an upper bound).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+# Statements per measurement: about this much wall time, so that the loop's launches fit the driver's queue (about a
+# thousand kernels) and the sleep in front of it stays short.
+WINDOW_S = 2e-3
+REPEATS = 5  # measurements per statement; the median is kept
+SLEEP_MARGIN = 3.0  # the sleep lasts this many times the loop's wall time in the blocks, plus SLEEP_EXTRA_S
+SLEEP_EXTRA_S = 5e-4
+RETRIES = 2  # a late measurement is taken again behind a sleep twice as long, this many times at most
+
+_cycles_per_s: float | None = None
+
+
+@dataclass(frozen=True)
+class DeviceTime:
+    ms_per_call: float
+    late: bool  # the loop was still being queued when the sleep ended: launch gaps are in the figure
+
+
+def _sleep_cycles_per_s() -> float:
+    """GPU clock cycles per second of torch.cuda._sleep, timed once per process."""
+    global _cycles_per_s
+    if _cycles_per_s is None:
+        cycles = 2_000_000
+        torch.cuda._sleep(cycles)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(cycles)
+        end.record()
+        end.synchronize()
+        _cycles_per_s = cycles / max(start.elapsed_time(end) / 1e3, 1e-9)
+    return _cycles_per_s
+
+
+def device_time(fn: Callable[[], Any], prepare: Callable[[int], None], seconds_per_stmt: float, max_loops: int,
+                calls_per_stmt: int) -> DeviceTime:
+    """Median over REPEATS of the device milliseconds per call of `fn` (which makes `calls_per_stmt` calls), each
+    over a loop queued behind a sleep. `prepare(n)` readies inputs for n statements; `seconds_per_stmt`: the
+    statement's wall time in the blocks (at least what queuing it takes)."""
+    loops = max(1, min(max_loops, int(WINDOW_S / max(seconds_per_stmt, 1e-9))))
+    rate = _sleep_cycles_per_s()
+    times, any_late = [], False
+    for _ in range(REPEATS):
+        sleep_s = SLEEP_MARGIN * loops * seconds_per_stmt + SLEEP_EXTRA_S
+        for attempt in range(RETRIES + 1):
+            prepare(loops)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            torch.cuda._sleep(int(rate * sleep_s))
+            start.record()
+            for _ in range(loops):
+                fn()
+            late = start.query()  # the stream already passed the start: it waited for launches
+            end.record()
+            end.synchronize()
+            if not late or attempt == RETRIES:
+                break
+            sleep_s *= 2
+        any_late |= late
+        times.append(start.elapsed_time(end) / loops / calls_per_stmt)
+    return DeviceTime(statistics.median(times), any_late)
