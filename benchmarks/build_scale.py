@@ -9,8 +9,9 @@ file. Usage:
     .venv/bin/python benchmarks/build_scale.py --incremental 300   # add one run to 300 runs: no flags vs --no-cache
     .venv/bin/python benchmarks/build_scale.py --bytes 10000       # gzipped bytes of a run and a diff page with data
     .venv/bin/python benchmarks/build_scale.py --runs 100 --big 0 --keep /tmp/scale   # archive and site kept
+    .venv/bin/python benchmarks/build_scale.py --runs 1000 --big 0 --shared-paths   # a model's versions share paths
 
-With `--keep DIR` each archive is kept in DIR/runs-<runs>x<components> and its site in DIR/site-<runs>x<components>; an
+With `--keep DIR` each archive is kept in DIR/runs-<runs>x<components>[-shared] and its site in DIR/site-...; an
 archive already there is built again, not generated (to profile or compare builds of the same archive). The CPU
 figure is the build process's and its workers'; `main` is the build process's alone.
 """
@@ -37,13 +38,15 @@ from cbsite.generator.charts import bundles
 from tests.helpers.site_archives import synthetic_run
 
 
-def make_archive(root: Path, runs: int, components: int) -> float:
-    """runs spread over 5 models, versions v1, v2, ... per model; returns the seconds it took."""
+def make_archive(root: Path, runs: int, components: int, shared_paths: bool = False) -> float:
+    """runs spread over 5 models, versions v1, v2, ... per model; returns the seconds it took. Each run's tree is drawn
+    afresh (its paths mostly its own), or with `shared_paths` once per model (every version has the same paths)."""
     t = time.perf_counter()
     for i in range(runs):
         model = f"model{i % 5}"
         synthetic_run(root, model, f"v{i // 5 + 1}", n=components, seed=i + 1, minutes=i, scale=1 + (i % 7) / 10,
-                      trace_every=max(components // 20, 1), branching=8)
+                      trace_every=max(components // 20, 1), branching=8,
+                      shape_seed=(i % 5) if shared_paths else None)
     return time.perf_counter() - t
 
 
@@ -164,6 +167,9 @@ def main() -> None:
                          "build cache) against a full build without one")
     ap.add_argument("--keep", type=Path, default=None, metavar="DIR",
                     help="keep each archive and its site in DIR (an archive already there is reused)")
+    ap.add_argument("--shared-paths", action="store_true",
+                    help="every version of a model has the same component paths, as a real model's keep theirs "
+                         "(default: each run's tree drawn afresh, so most paths are its own)")
     ap.add_argument("--bytes", type=int, default=0, metavar="N",
                     help="only measure the gzipped bytes of a run page and a diff page at N components")
     args = ap.parse_args()
@@ -183,8 +189,9 @@ def main() -> None:
     for runs, comps in cases:
         with tempfile.TemporaryDirectory() as tmp:
             where = args.keep if args.keep is not None else Path(tmp)
-            root, site = where / f"runs-{runs}x{comps}", where / f"site-{runs}x{comps}"
-            gen = make_archive(root, runs, comps) if args.keep is None or not root.is_dir() else 0.0
+            kind = f"{runs}x{comps}" + ("-shared" if args.shared_paths else "")
+            root, site = where / f"runs-{kind}", where / f"site-{kind}"
+            gen = make_archive(root, runs, comps, args.shared_paths) if args.keep is None or not root.is_dir() else 0.0
             load = os.getloadavg()[0]
             r = measure(root, site)
             print(f"{f'{runs} runs x {comps:,}':>22} {gen:10.1f} {r['seconds']:8.1f} {1000 * r['seconds'] / runs:7.0f} "

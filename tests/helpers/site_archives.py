@@ -67,10 +67,12 @@ def _shape(n: int, branching: int, rng: random.Random) -> list[tuple[str, str]]:
 
 def synthetic_rows(
     model: str, version: str, run_id: str, n: int = 40, seed: int = 0, scale: float = 1.0,
-    failed: bool = True, trace_every: int = 0, branching: int = 4,
+    failed: bool = True, trace_every: int = 0, branching: int = 4, shape_seed: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Rows for both phases of a synthetic component tree, aggregated with the real tree rules."""
-    rng = random.Random(seed)
+    """Rows for both phases of a synthetic component tree, aggregated with the real tree rules. The tree is drawn from
+    `shape_seed` where given (versions of one model with the same paths, as a real model's keep theirs), else from
+    `seed`, which draws the numbers."""
+    rng = random.Random(seed if shape_seed is None else shape_seed)
     shape = _shape(n, branching, rng)
     paths = {p for p, _ in shape}
     has_child = {p.rsplit(".", 1)[0] if "." in p else "" for p, _ in shape if p}
@@ -144,13 +146,13 @@ def synthetic_rows(
 def synthetic_run(
     root: Path, model: str = "toy", version: str = "v1", *, n: int = 40, seed: int = 0, scale: float = 1.0,
     minutes: int = 0, notes: str = "synthetic run", tags: list[str] | None = None, failed: bool = True,
-    trace_every: int = 0, ops: bool = False, branching: int = 4,
+    trace_every: int = 0, ops: bool = False, branching: int = 4, shape_seed: int | None = None,
 ) -> Path:
     """Write a synthetic run into the archive at `root` and return its folder."""
     created = BASE_TIME + timedelta(minutes=minutes)
     run_id = created.strftime("%Y%m%dT%H%M%SZ") + "-" + f"{seed % 0xFFFFFF:06x}"
     rows = synthetic_rows(model, version, run_id, n=n, seed=seed, scale=scale, failed=failed,
-                          trace_every=trace_every, branching=branching)
+                          trace_every=trace_every, branching=branching, shape_seed=shape_seed)
     meta = _meta(model, version, run_id, created, notes, tags if tags is not None else ["synthetic"])
     counts: dict[str, int] = {}
     for r in rows:
