@@ -310,7 +310,7 @@ def time_fn(fn: Callable[[], Any], calls_per_stmt: int, cfg: TimingConfig, warm_
     # wall latency it shows how parallel the component runs. Read around each block, so it costs no runs.
     cpu_ms = sum(b.cpu_s for b in used) / max(1, sum(b.calls for b in used)) * per_call
     notes = _timing_notes(blocks, used, flagged, loop.cut_short, cfg)
-    device_ms = _device_ms(fn, timer, blocks, median, calls_per_stmt, notes) if cfg.device.startswith("cuda") else None
+    device_ms = _device_ms(fn, timer, blocks, median, calls_per_stmt, cfg, notes) if cfg.device.startswith("cuda") else None
     return Timing(
         median_ms=median * per_call,
         p25_ms=p25 * per_call,
@@ -456,11 +456,11 @@ def _timing_notes(blocks: list[Block], used: list[Block], flagged: bool, cut_sho
 
 
 def _device_ms(fn: Callable[[], Any], timer: Timer, blocks: list[Block], median: float, calls_per_stmt: int,
-               notes: list[str]) -> float:
-    """Device time per call: the GPU's own work, launch gaps left out (gpu_time.py); a row whose device works under
-    half its latency is launch-bound, and its notes say so."""
+               cfg: TimingConfig, notes: list[str]) -> float:
+    """Device time per call: the GPU's own work, launch gaps left out (gpu_time.py), within a quarter of the budget;
+    a row whose device works under half its latency is launch-bound, and its notes say so."""
     measured = device_time(fn, lambda n: ready_inputs(timer, n), median * calls_per_stmt,
-                           max(1, sum(b.calls for b in blocks) // calls_per_stmt), calls_per_stmt)
+                           max(1, sum(b.calls for b in blocks) // calls_per_stmt), calls_per_stmt, cfg.min_run_time / 4)
     device_ms, latency_ms = measured.ms_per_call, median * 1e3
     if measured.late:
         notes.append("device time includes launch gaps: the host was still queuing calls when the GPU reached them")

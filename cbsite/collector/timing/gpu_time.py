@@ -11,6 +11,7 @@ taken again behind a longer sleep; one still late is kept and says so (it then i
 from __future__ import annotations
 
 import statistics
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -19,9 +20,13 @@ import torch
 # Statements per measurement: about this much wall time, so that the loop's launches fit the driver's queue (about a
 # thousand kernels) and the sleep in front of it stays short.
 WINDOW_S = 2e-3
-REPEATS = 5  # measurements per statement; the median is kept
-SLEEP_MARGIN = 3.0  # the sleep lasts this many times the loop's wall time in the blocks, plus SLEEP_EXTRA_S
+REPEATS = 5  # measurements per statement at most (fewer where they would pass the budget); the median is kept
+# The first sleep: this many times the loop's wall time in the blocks (which includes queuing it) plus SLEEP_EXTRA_S,
+# at most FIRST_SLEEP_CAP_S (a statement of a second is mostly GPU work: queuing it takes a fraction of that). Later
+# ones: twice the longest queuing seen, plus SLEEP_EXTRA_S.
+SLEEP_MARGIN = 3.0
 SLEEP_EXTRA_S = 5e-4
+FIRST_SLEEP_CAP_S = 0.02
 RETRIES = 2  # a late measurement is taken again behind a sleep twice as long, this many times at most
 
 _cycles_per_s: float | None = None
@@ -49,26 +54,30 @@ def _sleep_cycles_per_s() -> float:
 
 
 def device_time(fn: Callable[[], Any], prepare: Callable[[int], None], seconds_per_stmt: float, max_loops: int,
-                calls_per_stmt: int) -> DeviceTime:
-    """Median over REPEATS of the device milliseconds per call of `fn` (which makes `calls_per_stmt` calls), each
-    over a loop queued behind a sleep. `prepare(n)` readies inputs for n statements; `seconds_per_stmt`: the
-    statement's wall time in the blocks (at least what queuing it takes)."""
+                calls_per_stmt: int, budget_s: float) -> DeviceTime:
+    """Median of the device milliseconds per call of `fn` (which makes `calls_per_stmt` calls) over up to REPEATS
+    loops, each queued behind a sleep, within about `budget_s` of statements. `prepare(n)` readies inputs for n
+    statements; `seconds_per_stmt`: the statement's wall time in the blocks."""
     loops = max(1, min(max_loops, int(WINDOW_S / max(seconds_per_stmt, 1e-9))))
+    repeats = max(1, min(REPEATS, int(budget_s / max(loops * seconds_per_stmt, 1e-9))))
     rate = _sleep_cycles_per_s()
+    sleep_s = min(SLEEP_MARGIN * loops * seconds_per_stmt + SLEEP_EXTRA_S, FIRST_SLEEP_CAP_S)
     times, any_late = [], False
-    for _ in range(REPEATS):
-        sleep_s = SLEEP_MARGIN * loops * seconds_per_stmt + SLEEP_EXTRA_S
+    for _ in range(repeats):
         for attempt in range(RETRIES + 1):
             prepare(loops)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             torch.cuda.synchronize()
             torch.cuda._sleep(int(rate * sleep_s))
             start.record()
+            queuing = time.perf_counter()
             for _ in range(loops):
                 fn()
             late = start.query()  # the stream already passed the start: it waited for launches
+            queuing = time.perf_counter() - queuing
             end.record()
             end.synchronize()
+            sleep_s = max(sleep_s if late else 0.0, 2 * queuing + SLEEP_EXTRA_S)
             if not late or attempt == RETRIES:
                 break
             sleep_s *= 2
