@@ -35,7 +35,7 @@ def main() -> None:
         for _ in range(50):
             fn()
         calls = max(1, int(5.0 / block_ms(fn, 200)))  # about 5 ms per block at full clock
-        print(f"calls per block {calls}; max SM clock {torch.cuda.get_device_properties(0).name}")
+        print(f"calls per block {calls} on {torch.cuda.get_device_properties(0).name}")
         for gap in (0.0, 0.05, 0.2, 0.5, 1.0, 3.0, 0.0):
             time.sleep(gap)
             rows = [(block_ms(fn, calls), torch.cuda.clock_rate()) for _ in range(40)]

@@ -26,7 +26,8 @@ from cbsite.collector.timing.blocks import TimingConfig, time_fn
 
 
 def launch_us(fn, calls: int = 2000) -> float:
-    """CPU microseconds per call of `fn` with no sync in between (the GPU queues the work)."""
+    """CPU microseconds per call of `fn` with no sync in between (the GPU queues the work). Where the GPU's work is
+    longer, the driver's queue fills and the host waits for it: the figure is then the GPU's time, not the launch's."""
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(calls):
