@@ -263,6 +263,40 @@ def test_sigterm_on_a_rank_prints_its_line_before_the_clis_handler_raises(capsys
         signal.signal(signal.SIGTERM, previous)
 
 
+def test_sigterm_after_a_rank_error_no_one_recognised_still_says_no_run(capsys, monkeypatch):
+    """A collective can fail in words `_is_comm_failure` does not know (the suite, loaded: "cbsite: terminated" and
+    nothing else): the rank's error goes on to the CLI, and torchrun's SIGTERM landing before the CLI prints it must
+    still say where the rank was and that no run was written."""
+    import signal
+    import types
+
+    from cbsite.cli import Terminated, _terminate
+    from cbsite.collector.distributed import collect as dcollect
+
+    def lost(request, group, stage):
+        with stage.at("the per-rank measurement"):
+            raise RuntimeError("[enforce fail at a/b.cc:12] a message no list of failures names")
+
+    monkeypatch.setattr(dcollect, "_collect", lost)
+    monkeypatch.setattr(dcollect, "_report", lambda *args: None)
+    monkeypatch.setattr(dcollect, "_store", lambda: None)
+    request = types.SimpleNamespace(config=types.SimpleNamespace(rounds=1))
+    group = types.SimpleNamespace(rank=0, world_size=2)
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        with pytest.raises(RuntimeError, match="enforce fail"):
+            dcollect.collect_distributed(request, group)
+        with pytest.raises(Terminated):  # the launcher's SIGTERM, while the error is on its way to the CLI
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):
+                pass
+        said = capsys.readouterr().err
+        assert "cbsite: rank 0: stopped during the per-rank measurement" in said
+        assert said.rstrip().endswith("no run was written")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def test_sigterm_while_waiting_for_the_other_ranks_reports_still_says_no_run(capsys, monkeypatch):
     """The race CI hit: rank 0 saw its collective fail (rank 1 SIGKILLed), waited for the ranks' reports,
     and torchrun's SIGTERM landed in that wait. The rank's own line must still go out, naming its stage."""

@@ -142,11 +142,12 @@ def _said_when_stopped(rank: int, stage: Stage) -> Iterator[None]:
     signal.signal(signal.SIGTERM, stopped)
     try:
         yield
-    except CbsiteError:
-        # The rank's error is on its way to the CLI, which prints it; torchrun's SIGTERM landing before that would
-        # replace it with a bare "terminated", so the handler stays to say that no run was written.
+    except Exception:
+        # The rank's error (a CbsiteError, or a RuntimeError a collective raised in words _is_comm_failure does not
+        # know) is on its way to the CLI, which prints it; torchrun's SIGTERM landing before that would replace it
+        # with a bare "terminated", so the handler stays to say that no run was written.
         raise
-    except BaseException:
+    except BaseException:  # the handler's own KeyboardInterrupt or Terminated: its line is out
         signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)
         raise
     signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)
