@@ -380,8 +380,22 @@ def test_twins_timed_apart_are_an_aa_and_a_drift_past_half_again_is_a_run_warnin
     assert twin_spread(_three_twins(), wide)[1] == []
     # A failed or estimated member, or a run without twins, records no spread.
     assert twin_spread(_three_twins(), [_timed_row("blocks.0", 1.0)])[0]["sets"] == 0
-    assert twin_spread(None, drifted)[0] == {"sets": 0, "spread_median": None, "spread_max": None, "worst": None,
-                                            "rule": TWIN_SPREAD_RULE}
+    assert twin_spread(None, drifted)[0] == {"sets": 0, "spread_median": None, "spread_max": None,
+                                            "device_spread_max": None, "worst": None, "rule": TWIN_SPREAD_RULE}
+    assert noise["device_spread_max"] is None  # a CPU run has no device times
+
+
+def test_on_a_gpu_twins_whose_device_times_agree_blame_the_host():
+    """The H200's case: latencies of identical blocks 2x apart, their device times within a fraction of a percent."""
+    rows = [{**_timed_row("blocks.0", 0.30), "device_time_ms": 0.1723}, {**_timed_row("blocks.1", 0.31), "device_time_ms": 0.1727},
+            {**_timed_row("blocks.2", 0.74), "device_time_ms": 0.1728}]
+    noise, warnings = twin_spread(_three_twins(), rows)
+    assert noise["device_spread_max"] == pytest.approx(0.1728 / 0.1723)
+    assert len(warnings) == 1 and "device times differ by at most 1.00x" in warnings[0]
+    assert "device_time_ms is the steadier figure" in warnings[0]
+    # Device times that differ as much as the latencies: the GPU's work itself differed, no such words.
+    rows[2]["device_time_ms"] = 0.40
+    assert "device times" not in twin_spread(_three_twins(), rows)[1][0]
 
 
 def test_a_collection_records_its_twin_sets_as_noise():

@@ -172,6 +172,7 @@ class Twins:
 # Identical twins timed apart whose intervals do not overlap and whose medians differ by this factor or more make
 # a run warning: the machine's speed drifted between components by at least that much.
 TWIN_SPREAD_WARN = 1.5
+DEVICE_AGREE = 1.1  # twins' device times within this factor: the GPU's work was the same, the drift is the host's
 TWIN_SPREAD_RULE = ("per set of twins and phase: spread = slowest median / fastest median of its measured members; "
                     f"a run warning where a spread is {TWIN_SPREAD_WARN}x or more and the slowest one's p25 lies "
                     "above the fastest one's p75")
@@ -179,25 +180,37 @@ TWIN_SPREAD_RULE = ("per set of twins and phase: spread = slowest median / faste
 
 def twin_spread(twins: Twins | None, rows: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], list[str]]:
     """Twins as a free A/A: the same work on inputs of the same shapes, timed at different moments of one run. Returns
-    run.json `noise.twins` and the run warning it makes, if any."""
+    run.json `noise.twins` and the run warning it makes, if any. On a GPU the same is read from the device times
+    (`device_spread_max`): where they agree and the latencies do not, the host launched the same work at different
+    speeds."""
     by_key = {(r["path"], r["phase"]): r for r in rows if r["status"] == "measured" and r.get("latency_ms")}
-    spreads = []  # (ratio, phase, slowest row, fastest row)
+    spreads, device_spreads = [], []  # (ratio, phase, slowest row, fastest row); device time ratios
     for phase, paths in twins.sets() if twins is not None else []:
         members = [by_key[(p, phase)] for p in paths if (p, phase) in by_key]
         if len(members) >= 2:
             slow = max(members, key=lambda r: r["latency_ms"])
             fast = min(members, key=lambda r: r["latency_ms"])
             spreads.append((slow["latency_ms"] / fast["latency_ms"], phase, slow, fast))
+            device = [r.get("device_time_ms") for r in members]
+            if all(d is not None and d > 0 for d in device):
+                device_spreads.append(max(device) / min(device))
     if not spreads:
-        return {"sets": 0, "spread_median": None, "spread_max": None, "worst": None, "rule": TWIN_SPREAD_RULE}, []
+        return {"sets": 0, "spread_median": None, "spread_max": None, "device_spread_max": None, "worst": None,
+                "rule": TWIN_SPREAD_RULE}, []
     ratio, phase, slow, fast = max(spreads, key=lambda s: s[0])
+    device_max = max(device_spreads) if len(device_spreads) == len(spreads) else None
     record = {"sets": len(spreads), "spread_median": statistics.median(s[0] for s in spreads), "spread_max": ratio,
+              "device_spread_max": device_max,
               "worst": {"phase": phase, "slowest": slow["path"], "fastest": fast["path"]}, "rule": TWIN_SPREAD_RULE}
     apart = (slow.get("latency_p25_ms") or slow["latency_ms"]) > (fast.get("latency_p75_ms") or fast["latency_ms"])
     if ratio < TWIN_SPREAD_WARN or not apart:
         return record, []
+    device_words = ""
+    if device_max is not None and device_max < DEVICE_AGREE:
+        device_words = (f"; their device times differ by at most {device_max:.2f}x, so the GPU did the same work and the "
+                        "host launched it at different speeds: device_time_ms is the steadier figure")
     return record, [
         f"identical twins timed apart differ: {slow['path']} took {ratio:.2f}x as long as {fast['path']} ({phase}; the "
         f"same modules on inputs of the same shapes, intervals apart). This machine's speed drifted between "
         f"components by that much, so one run's latencies are good to about {ratio:.1f}x; compare versions with "
-        f"--rounds or `cbsite compare`, which interleave them"]
+        f"--rounds or `cbsite compare`, which interleave them{device_words}"]
