@@ -191,8 +191,8 @@ def twin_spread(twins: Twins | None, rows: Sequence[dict[str, Any]]) -> tuple[di
             slow = max(members, key=lambda r: r["latency_ms"])
             fast = min(members, key=lambda r: r["latency_ms"])
             spreads.append((slow["latency_ms"] / fast["latency_ms"], phase, slow, fast))
-            device = [r.get("device_time_ms") for r in members]
-            if all(d is not None and d > 0 for d in device):
+            device = [float(d) for r in members if (d := r.get("device_time_ms")) is not None and d > 0]
+            if len(device) == len(members):
                 device_spreads.append(max(device) / min(device))
     if not spreads:
         return {"sets": 0, "spread_median": None, "spread_max": None, "device_spread_max": None, "worst": None,
