@@ -124,3 +124,12 @@ def test_a_sleep_too_short_for_the_queuing_is_taken_again_longer(stream):
     fn, _ = _statement(s, 1, 10e-6)
     got = gpu_time.device_time(fn, lambda n: None, 20e-6, 10_000, 1, budget_s=0.025)
     assert not got.late and got.ms_per_call == pytest.approx(10e-6 * 1e3, rel=1e-6)
+
+
+def test_a_rank_of_a_sharded_run_measures_as_the_cpu_feeds_the_loop(stream):
+    """Ranks would each sleep for their own length, and a collective in the loop would wait for the others' sleeps:
+    without the sleep the figure has the launch gaps in it, and says so."""
+    s = stream(30e-6)
+    fn, _ = _statement(s, 1, 10e-6)
+    got = gpu_time.device_time(fn, lambda n: None, 30e-6, 10_000, 1, budget_s=0.025, sleep_ahead=False)
+    assert got.late and got.ms_per_call == pytest.approx(30e-6 * 1e3, rel=0.05)  # the launches, not the 10 µs kernels

@@ -22,7 +22,7 @@ from torch.utils.benchmark import Timer
 
 from cbsite.bound import DEVICE_IDLE
 from cbsite.collector.timing.contention import WaitProbe, contended, wait_for_quiet
-from cbsite.collector.timing.gpu_time import device_time
+from cbsite.collector.timing.gpu_time import device_time, sleep_ahead_allowed
 
 
 @dataclass(frozen=True)
@@ -459,12 +459,15 @@ def _device_ms(fn: Callable[[], Any], timer: Timer, blocks: list[Block], median:
                cfg: TimingConfig, notes: list[str]) -> float:
     """Device time per call: the GPU's own work, launch gaps left out (gpu_time.py), within a quarter of the budget;
     a row whose device works under half its latency is launch-bound, and its notes say so."""
+    ahead = sleep_ahead_allowed()
     measured = device_time(fn, lambda n: ready_inputs(timer, n), median * calls_per_stmt,
-                           max(1, sum(b.calls for b in blocks) // calls_per_stmt), calls_per_stmt, cfg.min_run_time / 4)
+                           max(1, sum(b.calls for b in blocks) // calls_per_stmt), calls_per_stmt, cfg.min_run_time / 4,
+                           sleep_ahead=ahead)
     device_ms, latency_ms = measured.ms_per_call, median * 1e3
-    if measured.late:
+    # A rank of a sharded run measures with launch gaps by design (measuring.md): no note on each of its rows.
+    if ahead and measured.late:
         notes.append("device time includes launch gaps: the host was still queuing calls when the GPU reached them")
-    elif device_ms < DEVICE_IDLE * latency_ms:
+    elif ahead and device_ms < DEVICE_IDLE * latency_ms:
         notes.append(f"launch-bound: the GPU works {device_ms * 1e3:.3g} µs of the {latency_ms * 1e3:.3g} µs per call; "
                      "the rest is the CPU launching kernels (eager mode)")
     return device_ms

@@ -53,22 +53,32 @@ def _sleep_cycles_per_s() -> float:
     return _cycles_per_s
 
 
+def sleep_ahead_allowed() -> bool:
+    """False on a rank of a multi-process job: each rank would sleep for its own length, and a collective in the loop
+    would wait inside the events for the other ranks' sleeps. There the loop runs as the CPU feeds it."""
+    import torch.distributed as dist
+
+    return not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
+
+
 def device_time(fn: Callable[[], Any], prepare: Callable[[int], None], seconds_per_stmt: float, max_loops: int,
-                calls_per_stmt: int, budget_s: float) -> DeviceTime:
+                calls_per_stmt: int, budget_s: float, sleep_ahead: bool = True) -> DeviceTime:
     """Median of the device milliseconds per call of `fn` (which makes `calls_per_stmt` calls) over up to REPEATS
-    loops, each queued behind a sleep, within about `budget_s` of statements. `prepare(n)` readies inputs for n
-    statements; `seconds_per_stmt`: the statement's wall time in the blocks."""
+    loops, each queued behind a sleep (with `sleep_ahead`; else as the CPU feeds it: launch gaps included, and the
+    result says `late`), within about `budget_s` of statements. `prepare(n)` readies inputs for n statements;
+    `seconds_per_stmt`: the statement's wall time in the blocks."""
     loops = max(1, min(max_loops, int(WINDOW_S / max(seconds_per_stmt, 1e-9))))
     repeats = max(1, min(REPEATS, int(budget_s / max(loops * seconds_per_stmt, 1e-9))))
-    rate = _sleep_cycles_per_s()
-    sleep_s = min(SLEEP_MARGIN * loops * seconds_per_stmt + SLEEP_EXTRA_S, FIRST_SLEEP_CAP_S)
+    rate = _sleep_cycles_per_s() if sleep_ahead else 0.0
+    sleep_s = min(SLEEP_MARGIN * loops * seconds_per_stmt + SLEEP_EXTRA_S, FIRST_SLEEP_CAP_S) if sleep_ahead else 0.0
     times, any_late = [], False
     for _ in range(repeats):
         for attempt in range(RETRIES + 1):
             prepare(loops)
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             torch.cuda.synchronize()
-            torch.cuda._sleep(int(rate * sleep_s))
+            if sleep_ahead:
+                torch.cuda._sleep(int(rate * sleep_s))
             start.record()
             queuing = time.perf_counter()
             for _ in range(loops):
@@ -78,6 +88,9 @@ def device_time(fn: Callable[[], Any], prepare: Callable[[int], None], seconds_p
             end.record()
             end.synchronize()
             sleep_s = max(sleep_s if late else 0.0, 2 * queuing + SLEEP_EXTRA_S)
+            if not sleep_ahead:
+                late = True  # measured with the launches in it, by design
+                break
             if not late or attempt == RETRIES:
                 break
             sleep_s *= 2
