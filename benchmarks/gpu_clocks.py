@@ -1,7 +1,7 @@
 """How a CUDA device's SM clock follows an idle gap, and what that does to a short timing of one kernel.
 
 A profiler that times components one after another leaves the GPU idle between them (counting passes, profiler
-passes and bookkeeping run on the CPU); NVIDIA's clock governor lowers the clocks in such gaps. This times a bf16
+passes and bookkeeping run on the CPU), and NVIDIA's clock governor may lower the clocks in such gaps. This times a bf16
 Linear (GPT-2 small's attention projection, 4096 x 768 -> 2304) in blocks of about 5 ms right after idle gaps of
 several lengths, reading the SM clock (NVML, torch.cuda.clock_rate) after every block, and prints per gap: the
 first blocks' ms and clocks, and the median of the last ones.

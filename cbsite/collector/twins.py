@@ -175,7 +175,7 @@ TWIN_SPREAD_WARN = 1.5
 DEVICE_AGREE = 1.1  # twins' device times within this factor: the GPU's work was the same, the drift is the host's
 TWIN_SPREAD_RULE = ("per set of twins and phase: spread = slowest median / fastest median of its measured members; "
                     f"a run warning where a spread is {TWIN_SPREAD_WARN}x or more and the slowest one's p25 lies "
-                    "above the fastest one's p75")
+                    "above the fastest one's p75; device_spread_max: the largest such ratio of device times (GPU)")
 
 
 def twin_spread(twins: Twins | None, rows: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], list[str]]:

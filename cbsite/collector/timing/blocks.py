@@ -464,10 +464,11 @@ def _device_ms(fn: Callable[[], Any], timer: Timer, blocks: list[Block], median:
                            max(1, sum(b.calls for b in blocks) // calls_per_stmt), calls_per_stmt, cfg.min_run_time / 4,
                            sleep_ahead=ahead)
     device_ms, latency_ms = measured.ms_per_call, median * 1e3
-    # A rank of a sharded run measures with launch gaps by design (measuring.md): no note on each of its rows.
-    if ahead and measured.late:
+    if not ahead:
+        return device_ms  # a rank of a sharded run: launch gaps in the figure by design (measuring.md), no row note
+    if measured.late:
         notes.append("device time includes launch gaps: the host was still queuing calls when the GPU reached them")
-    elif ahead and device_ms < DEVICE_IDLE * latency_ms:
+    elif device_ms < DEVICE_IDLE * latency_ms:
         notes.append(f"launch-bound: the GPU works {device_ms * 1e3:.3g} µs of the {latency_ms * 1e3:.3g} µs per call; "
                      "the rest is the CPU launching kernels (eager mode)")
     return device_ms
