@@ -18,6 +18,9 @@ atexit.register(shutil.rmtree, os.environ["CBSITE_CACHE_DIR"], True)
 # Builds compute in-process: a build's pool of spawned workers costs more CPU than the tests' small archives save,
 # and the suite already keeps every core busy. `demo_site` is built with the pool, so its path stays tested.
 os.environ.setdefault("CBSITE_BUILD_JOBS", "1")
+# Timing never pauses for a quiet machine: beside the suite's other workers it never is, and each collection would
+# spend up to 15 s asleep. Rows still say `contended`; tests/test_contention.py and the busy-neighbours test wait.
+os.environ.setdefault("CBSITE_QUIET_WAIT_S", "0")
 
 
 @pytest.fixture

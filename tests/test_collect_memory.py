@@ -447,22 +447,6 @@ def test_a_small_peak_pass_leaves_the_heap_alone(monkeypatch):
         assert trims == [1], run_pass
 
 
-def test_waiting_for_quiet_gives_up_under_a_load_that_stays(monkeypatch):
-    from cbsite.collector.timing import contention
-
-    monkeypatch.setattr(contention, "_busy", {"in_a_row": 0, "last": 0.0})
-    monkeypatch.setattr(contention, "contended", lambda wait, wall: True)  # a machine that never quietens
-    calls = []
-    monkeypatch.setattr(contention.time, "sleep", lambda s: calls.append(s))
-    for _ in range(contention.GIVE_UP_AFTER):
-        assert contention.wait_for_quiet(0.01) is False
-    spent = len(calls)
-    assert contention.wait_for_quiet(10.0) is False and len(calls) == spent  # no more waiting for now
-    monkeypatch.setattr(contention, "_busy", {"in_a_row": contention.GIVE_UP_AFTER, "last": -1e9})
-    monkeypatch.setattr(contention, "contended", lambda wait, wall: False)
-    assert contention.wait_for_quiet(0.01) is True and contention._busy["in_a_row"] == 0  # tried again later
-
-
 def test_the_capture_sees_which_modules_write_into_their_inputs():
     """In-place modules are known from the full model's version counters, with no replay of their own."""
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(inplace=True), nn.Sequential(nn.Tanh()))

@@ -21,7 +21,7 @@ import torch
 from torch.utils.benchmark import Timer
 
 from cbsite.bound import DEVICE_IDLE
-from cbsite.collector.timing.contention import WaitProbe, contended, wait_for_quiet
+from cbsite.collector.timing.contention import WaitProbe, contended, quiet_wait_s, wait_for_quiet
 from cbsite.collector.timing.gpu_time import device_time, sleep_ahead_allowed
 
 
@@ -49,7 +49,7 @@ class TimingConfig:
     # row keeps what it has and says it was cut short. None: 20x the budget, at least 5 s.
     max_component_s: float | None = None
     # How long to wait for a quiet machine when blocks keep waiting for a CPU (per wait; at most 3).
-    quiet_wait_s: float = 5.0
+    quiet_wait_s: float = field(default_factory=quiet_wait_s)
     # Bytes of extra backward graphs a component may hold at once to rotate batches (None: no bound).
     # Past it the graphs are built one at a time, batch by batch between blocks (graphs.GraphCycle).
     graph_allowance_bytes: int | None = None
@@ -433,6 +433,8 @@ class _BlockLoop:
         return block
 
     def _wait_for_quiet(self) -> None:
+        if self.cfg.quiet_wait_s <= 0:  # told never to wait (CBSITE_QUIET_WAIT_S=0): not even a probe
+            return
         t0 = time.perf_counter()
         left = self.cfg.cap_s() - (time.perf_counter() - self.started)
         wait_for_quiet(min(self.cfg.quiet_wait_s, max(0.0, left)))

@@ -18,6 +18,8 @@ import os
 import time
 from dataclasses import dataclass
 
+from cbsite.errors import CbsiteError
+
 _TASKS = "/proc/self/task"
 
 # A block is contended when its threads waited for a CPU for more than this share of its wall time,
@@ -94,6 +96,27 @@ class WaitProbe:
 def contended(wait_s: float, wall_s: float) -> bool:
     """Did a block wait for a CPU long enough to distort its time?"""
     return wait_s > WAIT_SHARE * wall_s + WAIT_ALLOWANCE_S
+
+
+# Seconds per wait for a quiet machine (timing pauses at most 3 times per component and phase). A machine that is
+# never quiet (a shared CI runner, a test suite beside its own workers) gains nothing from waiting: 0 times on at once.
+QUIET_WAIT_ENV = "CBSITE_QUIET_WAIT_S"
+QUIET_WAIT_S = 5.0
+
+
+def quiet_wait_s() -> float:
+    """$CBSITE_QUIET_WAIT_S, else 5 s."""
+    text = os.environ.get(QUIET_WAIT_ENV, "").strip()
+    if not text:
+        return QUIET_WAIT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise CbsiteError(f"{QUIET_WAIT_ENV}={text!r} is not a number of seconds: set it to 0 or more "
+                          f"(0: never wait for a quiet machine), or unset it for {QUIET_WAIT_S:g} s")
+    return value
 
 
 # Under a load that does not go away, every component would spend its three waits in vain (most of a small
