@@ -62,9 +62,12 @@ demo-full: install
 # order tests/conftest.py sorts them (no reordering by test count). A worker more than the cores was slower.
 TEST_WORKERS ?= $(shell python3 -c "import os; print(min(4, len(os.sched_getaffinity(0))))")
 XDIST := -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
+# The serial part collects only the files that hold serial tests (tests/conftest.py SERIAL_FILES, which fails the
+# collection of a serial test elsewhere); read when the recipe runs, after `install`.
+SERIAL_FILES = $(shell $(PY) -c "from tests.conftest import SERIAL_FILES; print(*SERIAL_FILES)")
 test: install browser lint
 	$(PY) -m pytest -q $(XDIST) -m "not serial" --durations=15
-	$(PY) -m pytest -q -m serial --durations=10
+	$(PY) -m pytest -q -m serial --durations=10 $(SERIAL_FILES)
 
 # The linter and the type checker, configured in pyproject.toml ([tool.ruff], [tool.mypy]); `make test` runs them first.
 lint: install

@@ -135,6 +135,18 @@ def committed_site(demo_site):
     server.close()
 
 
+# The files that hold `serial` tests: `make test` collects only these for its serial part (collecting all of tests/
+# takes about 10 s). A serial test anywhere else fails the collection, so it cannot be left out unseen.
+SERIAL_FILES = ("tests/test_latency_story.py", "tests/test_plugins.py", "tests/test_session.py", "tests/test_twins.py")
+
+
+@pytest.hookimpl(tryfirst=True, specname="pytest_collection_modifyitems")  # before `-m` deselects them
+def pytest_serial_tests_in_serial_files(config, items):
+    astray = sorted({item.nodeid.split("::")[0] for item in items if item.get_closest_marker("serial")} - set(SERIAL_FILES))
+    if astray:
+        raise pytest.UsageError(f"serial tests in {', '.join(astray)}: add the file to SERIAL_FILES in tests/conftest.py")
+
+
 @pytest.hookimpl(trylast=True)  # after `-m` has deselected: the order is that of the tests that run
 def pytest_collection_modifyitems(config, items):
     """GPU and browser tests are real code paths, skipped (not deselected) where torch sees no CUDA device or
