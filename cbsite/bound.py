@@ -29,6 +29,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 BOUNDS = ("compute", "memory", "overhead")
 COMMUNICATION = "communication"  # a sharded run's `kind` of a component that issues collectives
 OVERHEAD_SHARE = 0.1
@@ -56,7 +58,41 @@ def classify(mfu: float | None, bandwidth_util: float | None, latency_ms: float 
 
 def classify_columns(mfu: Sequence[Any], bandwidth_util: Sequence[Any], latency_ms: Sequence[Any],
                      device_time_ms: Sequence[Any]) -> list[str | None]:
-    return [classify(*row) for row in zip(mfu, bandwidth_util, latency_ms, device_time_ms)]
+    """`classify` of every row, computed on whole columns (a site build labels millions of rows); the same labels."""
+    cols = _columns(mfu, bandwidth_util, latency_ms, device_time_ms)
+    if cols is None:
+        return [classify(*row) for row in zip(mfu, bandwidth_util, latency_ms, device_time_ms)]
+    c, m, lat, dev = cols
+    known_c, known_m = np.isfinite(c), np.isfinite(m)
+    c, m = np.where(known_c, c, 0.0), np.where(known_m, m, 0.0)
+    idle = np.isfinite(lat) & (lat != 0) & np.isfinite(dev) & (dev < DEVICE_IDLE * lat)
+    overhead = idle | (np.maximum(c, m) < OVERHEAD_SHARE)
+    labels = np.where(overhead, "overhead", np.where(c >= m, "compute", "memory")).astype(object)
+    labels[~(known_c | known_m)] = None
+    return labels.tolist()
+
+
+def above_a_peak(mfu: Sequence[Any], bandwidth_util: Sequence[Any]) -> list[bool]:
+    """Per row: is its MFU or its bandwidth utilisation above 1 (a row that beats a peak)?"""
+    cols = _columns(mfu, bandwidth_util)
+    if cols is None:
+        return [any(isinstance(v, (int, float)) and v > 1 for v in pair) for pair in zip(mfu, bandwidth_util)]
+    c, m = cols
+    return ((c > 1) | (m > 1)).tolist()
+
+
+_PLAIN = {int, float, type(None)}
+
+
+def _columns(*columns: Sequence[Any]) -> list[np.ndarray] | None:
+    """The columns as float arrays, None as NaN; None where they differ in length or hold anything but ints, floats
+    and None (bools, text): the row-wise rules decide those."""
+    if len({len(c) for c in columns}) > 1 or any(not set(map(type, c)) <= _PLAIN for c in columns):
+        return None
+    try:
+        return [np.array(c, dtype=float) for c in columns]
+    except OverflowError:  # an int past float's range: the row-wise rules say what it is
+        return None
 
 
 def peaks(meta: Mapping[str, Any]) -> tuple[float | None, float | None]:

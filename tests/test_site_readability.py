@@ -9,6 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cbsite import bound, provenance
 from cbsite import format as cfmt
@@ -27,6 +29,23 @@ def test_bound_labels_follow_the_roofline():
     assert bound.classify(2.27, 0.1) == "compute"  # a suspect MFU still says which roof is nearer
     meta = {"dtype": "float32", "device": {"peak_flops": {"float32": 2e11}, "peak_bandwidth": 2e10}}
     assert bound.peaks(meta) == (2e11, 2e10) and bound.ridge(meta) == 10.0
+
+
+_NUMBER = st.one_of(st.none(), st.floats(allow_nan=True, allow_infinity=True), st.integers(-3, 3),
+                    st.sampled_from([0.0, -0.0, 0.05, 0.1, 0.5, 1.0, 1.5]))
+_ROW = st.tuples(_NUMBER, _NUMBER, _NUMBER, _NUMBER)
+_ODD_ROW = st.tuples(*[st.one_of(_NUMBER, st.booleans(), st.just("1"))] * 4)  # the row-wise rules decide these
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.lists(_ROW, max_size=12), st.lists(_ODD_ROW, max_size=4)))
+def test_labels_of_whole_columns_are_the_rows_own(rows):
+    """The build labels columns at once (numpy); each label is `classify` of its row, and a row beats a peak exactly
+    where one of its ratios is a number above 1, whatever the columns hold (None, NaN, infinities, ints, bools)."""
+    cols = [list(c) for c in zip(*rows)] if rows else [[], [], [], []]
+    assert bound.classify_columns(*cols) == [bound.classify(*row) for row in rows]
+    assert bound.above_a_peak(cols[0], cols[1]) == [any(isinstance(v, (int, float)) and v > 1 for v in row[:2])
+                                                   for row in rows]
 
 
 @pytest.fixture(scope="module")

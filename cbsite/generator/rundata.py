@@ -89,8 +89,7 @@ def site_bounds(cols: dict[str, list[Any]]) -> list[str | None]:
     its bandwidth utilisation is above 100 %: a row that beats a peak is a counting or timing suspect (bytes
     served from a cache, counted once per rank; a peak the run could not confirm), never the best of a roof.
     A sharded run's communicating rows (a `kind` column, rankdata.py) are "communication" (bound.with_kind)."""
-    over = [any(isinstance(v, (int, float)) and v > 1 for v in pair)
-            for pair in zip(cols["mfu"], cols["bandwidth_util"])]
+    over = bound.above_a_peak(cols["mfu"], cols["bandwidth_util"])
     labels = bound.classify_columns(cols["mfu"], cols["bandwidth_util"], cols["latency_ms"], cols["device_time_ms"])
     out = [SUSPECT if o else b for o, b in zip(over, labels)]
     return bound.with_kind(out, cols["kind"]) if "kind" in cols else out
