@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -31,3 +32,31 @@ def test_a_users_polars_thread_setting_is_kept_in_the_workers(monkeypatch: pytes
         assert pool is not None
         assert pool.submit(pl.thread_pool_size).result() == 2
     assert os.environ["POLARS_MAX_THREADS"] == "2"
+
+
+@pytest.mark.slow
+def test_search_parsed_in_the_workers_gives_the_same_site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With worker processes, Material's search parse of each page runs in them (searchparse.py): the search index
+    and every page are the same byte for byte as a build in one process writes, with and without the build cache."""
+    from cbsite.generator import build_site, searchparse
+    from tests.helpers.site_archives import synthetic_run
+
+    runs = tmp_path / "runs"
+    for i in range(6):  # 6 run pages and 5 diffs: enough jobs for the pool to start (jobs.PARALLEL_MIN_JOBS)
+        synthetic_run(runs, "m", f"v{i + 1}", n=60, seed=i + 1, minutes=i, trace_every=10)
+    sent = []
+    real_send = searchparse.Offload.send
+    monkeypatch.setattr(searchparse.Offload, "send", lambda self, *a: sent.append(real_send(self, *a)) or sent[-1])
+    sites = {}
+    for jobs_env, cache in (("1", None), ("2", None), ("2", tmp_path / "cache")):
+        monkeypatch.setenv("CBSITE_BUILD_JOBS", jobs_env)
+        out = tmp_path / f"site-{jobs_env}-{'cache' if cache else 'full'}"
+        build_site(runs, out, quiet=True, cache=cache)
+        sites[out.name] = {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*"))
+                           if p.suffix == ".html" or p.name == "search_index.json"}
+    assert sum(sent) >= 2 * 13  # every page of both builds with workers went to them (13 pages a build)
+    one, *others = sites.values()
+    assert len(one) > 13 and b"m/v6" in one[Path("search/search_index.json")]
+    for other in others:
+        assert other.keys() == one.keys()
+        assert [k for k in one if one[k] != other[k]] == []

@@ -542,9 +542,11 @@ def _build_stage(catalog: Catalog, site: SiteConfig, out: Path, *, strict: bool,
             reused = {src for src in reused  # a page missing from the previous site is rendered after all
                       if previous is not None and (previous / src.removesuffix("index.md") / "index.html").is_file()}
             writer.render_deferred(keep=reused)
-            plugin = reuse.ReusePlugin(docs, previous, reused, entries, cache.folder_for("theme-templates"))
+            plugin = reuse.ReusePlugin(docs, previous, reused, entries, cache.folder_for("theme-templates"),
+                                       parse_pool=pool.running() if pool is not None else None)
         elif stock:  # every page converted; the temporary docs' files linked, not copied (a kept project's are copied)
-            plugin = reuse.ReusePlugin(docs, None, set(), None, link_static=project_dir is None)
+            plugin = reuse.ReusePlugin(docs, None, set(), None, link_static=project_dir is None,
+                                       parse_pool=pool.running() if pool is not None else None)
         _mkdocs_build(project, out, strict, quiet, _epoch(catalog.newest_run_time()), plugin, search)
         if early is not None and early.ahead is not None:
             early.ahead.wait()  # the copies read the generated docs, which go at the end of this block

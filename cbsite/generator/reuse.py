@@ -11,6 +11,8 @@ its "dirty" mode with this internal plugin, which decides what is dirty instead 
 * every other page is converted as in a full build;
 * the generated docs' static files (data files, cbsite's assets) are hard-linked into the site instead of
   copied, so the site shares them with the build cache (a built site is output: nothing writes into it);
+* where the build started worker processes, Material's search parse of each converted page runs in them
+  (searchparse.py: the same parser, most of MkDocs' time on a big archive, off the one busy core);
 * the search index is written in the page order of a full build, from the new entries of the converted
   pages and the reused entries of the others, then the component paths' entries (searchpaths.py, which takes
   a page's previous ones where its paths are the same); the sitemap and 404 page are always built.
@@ -22,6 +24,7 @@ on the whole site, so build.py does not reuse pages when there is one (`supporte
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import importlib.metadata
 import json
@@ -37,7 +40,7 @@ from mkdocs.plugins import BasePlugin, event_priority
 
 from cbsite.errors import CbsiteError
 from cbsite.generator import cache as bcache
-from cbsite.generator import searchpaths
+from cbsite.generator import searchparse, searchpaths
 
 SEARCH_NAMES = ("search", "material/search")
 # A cbsite page's body is one raw HTML block, which Markdown only copies; it is held out of Markdown's parser
@@ -129,8 +132,10 @@ class ReusePlugin(BasePlugin):
 
     def __init__(self, docs: Path, previous: Path | None, reuse: set[str],
                  entries: dict[str, list[dict[str, Any]]] | None, bytecode_dir: Path | None = None,
-                 link_static: bool = True) -> None:
+                 link_static: bool = True, parse_pool: concurrent.futures.Executor | None = None) -> None:
         super().__init__()
+        # The build's worker processes, if it started them: Material's search parse of each page runs there.
+        self.offload = searchparse.Offload(parse_pool) if parse_pool is not None else None
         self.docs, self.previous, self.reuse = docs.resolve(), previous, set(reuse)
         self.link_static = link_static  # False: the generated docs are kept (project_dir), so they are copied
         self.bytecode_dir = bytecode_dir
@@ -178,19 +183,24 @@ class ReusePlugin(BasePlugin):
     def on_page_content(self, html: str, *, page: Any, config: Any, files: Any) -> str:
         """The held body back, before the search plugin reads the page (on_page_context)."""
         held = self._held.pop(page.file.src_uri, None)
-        if held is None:
-            return html
-        if html.count(_HELD) != 1:  # Markdown did not copy the block as it is: convert the page as it was
-            page.markdown = page.markdown.replace(_HELD, held)
-            page.render(config, files)
-            return page.content
-        return html.replace(_HELD, held)
+        if held is not None:
+            if html.count(_HELD) != 1:  # Markdown did not copy the block as it is: convert the page as it was
+                page.markdown = page.markdown.replace(_HELD, held)
+                page.render(config, files)
+                html = page.content
+            else:
+                html = html.replace(_HELD, held)
+        if self.offload is not None:
+            self.offload.send(page, html, config)
+        return html
 
     def on_page_context(self, context: Any, *, page: Any, config: Any, nav: Any) -> Any:
         index = searchpaths.search_index(config)
         if index is not None:  # the search plugin (registered before this one) has just added this page's entries
-            self.fresh[page.url] = index[self._seen:]
+            self.fresh[page.url] = index[self._seen:]  # none where a worker parses the page (searchparse.py)
             self._seen = len(index)
+        if self.offload is not None:
+            self.offload.restore(page)
         return context
 
     @event_priority(100)  # before the search plugin writes its index
@@ -198,6 +208,8 @@ class ReusePlugin(BasePlugin):
         index = searchpaths.search_index(config)
         if index is None:
             return
+        if self.offload is not None:
+            self.fresh.update(self.offload.results())
         merged: list[dict[str, Any]] = []
         for file in self._files:
             url = file.page.url if file.page is not None else file.url
