@@ -54,7 +54,7 @@ class Offload:
 
     def __init__(self, pool: concurrent.futures.Executor) -> None:
         self.pool: concurrent.futures.Executor | None = pool
-        self.pending: dict[str, tuple[concurrent.futures.Future[list[dict[str, Any]]] | None, dict[str, Any],
+        self.pending: dict[str, tuple[concurrent.futures.Future[list[dict[str, Any]]], dict[str, Any],
                                       PageForSearch]] = {}
 
     def send(self, page: Any, html: str, config: Any) -> bool:
@@ -85,7 +85,7 @@ class Offload:
         out: dict[str, list[dict[str, Any]]] = {}
         for url, (future, settings, item) in self.pending.items():
             try:
-                out[url] = future.result() if future is not None else entries(settings, item)
+                out[url] = future.result()
             except (concurrent.futures.process.BrokenProcessPool, pickle.PicklingError, TypeError, AttributeError,
                     OSError):  # the pool, not the page: a page Material cannot parse raises here as it would have
                 out[url] = entries(settings, item)

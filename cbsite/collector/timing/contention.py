@@ -99,7 +99,7 @@ def contended(wait_s: float, wall_s: float) -> bool:
 
 
 # Seconds per wait for a quiet machine (timing pauses at most 3 times per component and phase). A machine that is
-# never quiet (a shared CI runner, a test suite beside its own workers) gains nothing from waiting: 0 times on at once.
+# never quiet (a shared CI runner, a test suite beside its own workers) gains nothing from waiting: 0 never waits.
 QUIET_WAIT_ENV = "CBSITE_QUIET_WAIT_S"
 QUIET_WAIT_S = 5.0
 
