@@ -54,24 +54,29 @@ class Offload:
 
     def __init__(self, pool: concurrent.futures.Executor) -> None:
         self.pool: concurrent.futures.Executor | None = pool
+        self.settings: dict[str, Any] | None = None  # Material's search settings, read at the first page
         self.pending: dict[str, tuple[concurrent.futures.Future[list[dict[str, Any]]], dict[str, Any],
                                       PageForSearch]] = {}
 
     def send(self, page: Any, html: str, config: Any) -> bool:
         """Send `page` (with the HTML it will have) to a worker; True when sent, and its own meta then says
         `search: exclude` until `restore` (so the plugin's in-process parse skips it)."""
-        plugin = material_search(config)
+        if self.pool is not None and self.settings is None:
+            plugin = material_search(config)
+            if plugin is None:
+                self.pool = None  # MkDocs' own search plugin, or none: nothing to send
+            else:
+                self.settings = dict(plugin.config)
         search = page.meta.get("search") or {}
-        if self.pool is None or plugin is None or not isinstance(search, dict) or search.get("exclude"):
+        if self.pool is None or self.settings is None or not isinstance(search, dict) or search.get("exclude"):
             return False
-        settings = dict(plugin.config)
         item = PageForSearch(html, page.toc, page.url, dict(page.meta), str(page.title))
         try:
-            future = self.pool.submit(entries, settings, item)
-        except (RuntimeError, concurrent.futures.process.BrokenProcessPool, pickle.PicklingError, TypeError):
-            self.pool = None  # a pool that cannot take it: this page and the rest are parsed in-process
+            future = self.pool.submit(entries, self.settings, item)
+        except RuntimeError:  # a pool shut down or broken (BrokenProcessPool is one): the rest are parsed in-process
+            self.pool = None
             return False
-        self.pending[page.url] = (future, settings, item)
+        self.pending[page.url] = (future, self.settings, item)
         page.meta = {**page.meta, "search": {**search, "exclude": True}}
         return True
 
