@@ -41,8 +41,8 @@ def _open(page, url):
     table_top = page.evaluate(TABLE_TOP)
     page.locator(".cbsite-roofline").scroll_into_view_if_needed()
     page.wait_for_selector(".cbsite-roofline svg .cbsite-roof-point", timeout=20000)
-    # Read as a person sees it, after the browser has painted: the box is `content-visibility: auto`, and until a
-    # rendering step finds it on the screen its text reads as nothing (innerText ''), though it is in the DOM.
+    # Read as a person sees it, once painted: the box is `content-visibility: auto`, and while the browser skips it
+    # its text reads as nothing (innerText ''), though it is in the DOM (the likely cause of one CI failure).
     page.wait_for_function("(document.querySelector('.cbsite-roofline-legend') || {}).innerText", timeout=5000)
     # Drawn in the room kept for it: the table below does not move under a reader's eyes or pointer.
     assert page.evaluate(TABLE_TOP) == table_top
