@@ -53,6 +53,8 @@ def main() -> None:
     _timed(jobs.Jobs, "_wait", "waiting for the workers (runs, diffs)")
     _timed(gbuild, "_render_diffs", "diff pages' Markdown")
     _timed(gbuild, "render_docs", "every page's Markdown (from the start)")
+    _timed(gbuild, "_trend_specs", "a model's trend charts (Altair)")
+    _timed(gbuild, "_write_assets", "the assets (the Vega bundles)")
     _timed(gbuild, "_mkdocs_build", "MkDocs")
     _timed(precompress, "write_beside", ".gz copies (the rest)")
     print(f"{'stage':44} {'start s':>7} {'end s':>7} {'main CPU s':>9}")

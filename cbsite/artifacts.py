@@ -125,7 +125,6 @@ def publishable(run_dir: Path) -> tuple[list[tuple[Path, str]], list[str]]:
         return [], [f"{ARTIFACTS_DIR} is a symbolic link: none of it is published"]
     if not folder.is_dir():
         return [], []
-    base = folder.resolve()
     files: list[tuple[Path, str]] = []
     for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
         here = Path(dirpath)
@@ -140,7 +139,7 @@ def publishable(run_dir: Path) -> tuple[list[tuple[Path, str]], list[str]]:
             rel = path.relative_to(folder).as_posix()
             if name.startswith("."):
                 continue  # the collector's own bookkeeping (staging owner), never content
-            why = _refusal(path, base, name)
+            why = _refusal(path, None, name)  # inside: reached from `folder` through no link
             if why:
                 problems.append(f"{ARTIFACTS_DIR}/{rel} {why}: not published")
             else:
@@ -148,7 +147,8 @@ def publishable(run_dir: Path) -> tuple[list[tuple[Path, str]], list[str]]:
     return sorted(files, key=lambda f: f[1]), sorted(problems)
 
 
-def _refusal(path: Path, base: Path, name: str) -> str | None:
+def _refusal(path: Path, base: Path | None, name: str) -> str | None:
+    """Why the file at `path` is not published, or None; `base`: the folder it must resolve inside (None: known to)."""
     try:
         info = os.lstat(path)
     except OSError as exc:
@@ -157,7 +157,7 @@ def _refusal(path: Path, base: Path, name: str) -> str | None:
         return "is a symbolic link"
     if not stat.S_ISREG(info.st_mode):
         return "is not a regular file"
-    if not path.resolve().is_relative_to(base):
+    if base is not None and not path.resolve().is_relative_to(base):
         return "lies outside the run folder"
     if not _allowed(name):
         return f"is not a known artifact type ({', '.join(PUBLISHED_SUFFIXES)})"
@@ -281,6 +281,7 @@ def publish(files: list[tuple[Path, str]], target: Path) -> tuple[int, list[str]
         parent, _, fname = rel.rpartition("/")
         by_folder.setdefault(parent, set()).add(fname)
     written, problems = 0, []
+    made: set[Path] = set()  # folders made: a run publishes tens of files into a few folders
     for path, rel in files:
         parent = rel.rpartition("/")[0]
         try:
@@ -289,7 +290,9 @@ def publish(files: list[tuple[Path, str]], target: Path) -> tuple[int, list[str]
             problems.append(f"{ARTIFACTS_DIR}/{rel} {exc}: not published")
             continue
         dest = target.joinpath(*rel.split("/"))
-        dest.parent.mkdir(parents=True, exist_ok=True)
+        if dest.parent not in made:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            made.add(dest.parent)
         dest.write_bytes(data)
         written += 1
     return written, problems

@@ -14,14 +14,17 @@ import gzip
 import os
 from pathlib import Path
 
+from isal import igzip
+
 from cbsite.generator import sitedir
 
 SUFFIX = ".gz"
 MIN_BYTES = 4096  # below a few kB the copy saves less than a round trip's headers are worth
 LEVEL = 6  # zlib's default, for pages and assets: within a few per cent of 9's size, several times quicker
-# The data files (run and diff data, downloads, the search index) are most of a big site's bytes: level 3 takes
-# under half of level 6's time on them, for copies about a tenth larger.
-DATA_LEVEL = 3
+# The data files (run and diff data, downloads, the search index) are most of a big site's bytes (2.6 GB at 1,000
+# runs of 1,000 components): ISA-L's level 1 (isal.igzip) packs them as small as zlib's level 3 did, about six
+# times quicker (docs/benchmarks.md). Its output is plain gzip, the same bytes for the same input.
+DATA_LEVEL = 1
 DATA = frozenset({".json", ".csv"})
 TEXT = frozenset({".html", ".js", ".css", ".json", ".svg", ".csv", ".txt"})
 # The run's published files (traces are gzip already, memory views and logs are downloads), left as they are.
@@ -43,13 +46,12 @@ def candidates(site: Path) -> list[str]:
     return sorted(found)
 
 
-def compress(data: bytes, level: int = LEVEL) -> bytes:
-    """`data` as a gzip member with no name and mtime 0: the same bytes in, the same bytes out."""
-    return gzip.compress(data, compresslevel=level, mtime=0)
-
-
-def level_of(rel: str) -> int:
-    return DATA_LEVEL if os.path.splitext(rel)[1] in DATA else LEVEL
+def compress(data: bytes, rel: str = "") -> bytes:
+    """`data` (of the file `rel`) as a gzip member with no name and mtime 0: the same bytes in, the same bytes
+    out. A data file (DATA) is packed by ISA-L, anything else by zlib."""
+    if os.path.splitext(rel)[1] in DATA:
+        return igzip.compress(data, compresslevel=DATA_LEVEL, mtime=0)
+    return gzip.compress(data, compresslevel=LEVEL, mtime=0)
 
 
 def write_beside(site: Path, previous: Path | None = None, ahead: Ahead | None = None) -> int:
@@ -68,7 +70,7 @@ def write_beside(site: Path, previous: Path | None = None, ahead: Ahead | None =
             dest.unlink()
         if previous is not None and _link_unchanged(previous / rel, src, data, dest):
             return
-        dest.write_bytes(compress(data, level_of(rel)))
+        dest.write_bytes(compress(data, rel))
 
     rels = candidates(site)
     with concurrent.futures.ThreadPoolExecutor(sitedir.IO_THREADS) as pool:
@@ -96,7 +98,7 @@ def write_copies(docs: str, root: str, rels: list[str]) -> list[str]:
         dest = os.path.join(root, rel + SUFFIX)
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         with open(os.path.join(docs, rel), "rb") as f:
-            data = compress(f.read(), level_of(rel))
+            data = compress(f.read(), rel)
         with open(dest, "wb") as f:
             f.write(data)
     return rels

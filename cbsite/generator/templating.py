@@ -8,11 +8,11 @@ Pages are `<folder>/index.md`, so a page's relative links are the same with or w
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import jinja2
+import orjson
 
 from cbsite import format as cfmt
 from cbsite.archive import Run
@@ -67,8 +67,11 @@ def environment(bytecode_dir: str | None = None) -> jinja2.Environment:
 
 
 def dump_json(data: Any, path: Path) -> None:
-    """Data files for the browser: sorted keys and no whitespace, so the same archive gives the same bytes. (No
-    check for circular references: the data are trees the build made, and the check slows every file's writing.)"""
+    """Data files for the browser: sorted keys and no whitespace, so the same archive gives the same bytes.
+
+    Written by orjson, a tenth of the time of the json module on a run's 0.4 MB of components (the build writes
+    1.5 MB a run and its diff). Its JSON reads as the json module's does, but for number spelling (`0.00001`,
+    `2.5e-7`) and non-string keys (sorted as text); a NaN or an infinity, which the data never hold (they
+    are None where unknown), would be written as null, unknown."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
-                               check_circular=False))
+    path.write_bytes(orjson.dumps(data, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS))
