@@ -210,6 +210,16 @@ def test_diff_numbers_rounded_as_integers_equal_those_rounded_as_floats(values: 
     assert repr(rounded(values, digits)) == repr(_rounded_reference(values, digits))
 
 
+@PROPERTY
+@given(st.lists(st.one_of(st.none(), st.integers(-(2 ** 60), 2 ** 60), st.integers(-(10 ** 6), 10 ** 6)), max_size=60),
+       st.sampled_from([3, 4]))
+def test_integer_columns_rounded_at_once_equal_those_rounded_as_floats(values: list[Any], digits: int) -> None:
+    """A column of integers and unknowns only (FLOPs, bytes: rounded all at once), the same as the float way."""
+    from cbsite.generator.diffdata import rounded
+
+    assert repr(rounded(values, digits)) == repr(_rounded_reference(values, digits))
+
+
 def test_diff_numbers_rounded_at_their_edges() -> None:
     from cbsite.generator.diffdata import rounded
 

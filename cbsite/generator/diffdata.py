@@ -433,6 +433,7 @@ RUN_COLUMNS = ("status", "error", "latency_ms", "flops", "peak_memory_bytes", "m
 PHASE_FILE = "diff.{phase}.json"
 
 _EXACT = 2 ** 53  # integers below this are exact as floats
+_INT, _INT_OR_NONE = frozenset({int}), frozenset({int, type(None)})
 _POW10 = np.array([10 ** k for k in range(19)], dtype=np.int64)
 
 
@@ -441,6 +442,15 @@ def rounded(values: list[Any], digits: int = DIGITS) -> list[Any]:
     as integers. The same values in a fraction of the time: the integers below 2**53 (FLOPs, bytes: exact as
     floats) are rounded together in integer arithmetic (`_round_ints`), where formatting each as a float and
     parsing it back is slow for large ones; the other values go the float way."""
+    types = set(map(type, values))
+    if types <= _INT_OR_NONE:  # FLOPs and bytes: a column of integers, some unknown
+        known = values if types == _INT else [v for v in values if v is not None]
+        if known and -_EXACT < min(known) and max(known) < _EXACT:
+            ints = _round_ints(known, digits)
+            if len(known) == len(values):
+                return ints
+            it = iter(ints)
+            return [None if v is None else next(it) for v in values]
     exact = [type(v) is int and -_EXACT < v < _EXACT for v in values]
     if not any(exact):
         return _whole(compact_column(_floats(values), digits))
