@@ -446,10 +446,10 @@ def rounded(values: list[Any], digits: int = DIGITS) -> list[Any]:
     if types <= _INT_OR_NONE:  # FLOPs and bytes: a column of integers, some unknown
         known = values if types == _INT else [v for v in values if v is not None]
         if known and -_EXACT < min(known) and max(known) < _EXACT:
-            ints = _round_ints(known, digits)
+            whole = _round_ints(known, digits)
             if len(known) == len(values):
-                return ints
-            it = iter(ints)
+                return whole
+            it = iter(whole)
             return [None if v is None else next(it) for v in values]
     exact = [type(v) is int and -_EXACT < v < _EXACT for v in values]
     if not any(exact):
