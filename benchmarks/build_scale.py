@@ -133,6 +133,12 @@ def gz_size(path: Path) -> int:
     return len(gzip.compress(path.read_bytes(), 6)) if path.is_file() else 0
 
 
+def shipped_size(path: Path) -> int:
+    """What a static host that serves the site's own `.gz` copies sends (a file too small for one: as it is)."""
+    packed = path.with_name(path.name + ".gz")
+    return packed.stat().st_size if packed.is_file() else path.stat().st_size if path.is_file() else 0
+
+
 def page_bytes(components: int) -> None:
     """A run page and a diff page of two runs of `components` components: bytes moved with their data, gzipped
     (level 6, what a web server sends), and the shared assets every page loads once (then cached)."""
@@ -152,7 +158,8 @@ def page_bytes(components: int) -> None:
         print(f"{components:,} components, gzipped bytes per page with its data:")
         for label, files in (("run page", run_files), ("diff page", diff_files)):
             parts = ", ".join(f"{f.name} {gz_size(f) / 1e6:.2f}" for f in files if f.is_file())
-            print(f"  {label}: {sum(map(gz_size, files)) / 1e6:.2f} MB ({parts})")
+            print(f"  {label}: {sum(map(gz_size, files)) / 1e6:.2f} MB ({parts}); "
+                  f"{sum(map(shipped_size, files)) / 1e6:.2f} MB as the site's own .gz copies")
         print(f"  diff page, loaded when asked for: diff.backward.json {gz_size(diff_dir / 'diff.backward.json') / 1e6:.2f} MB")
         print(f"  shared cbsite assets (once per visit): {sum(map(gz_size, assets)) / 1e6:.2f} MB")
 
