@@ -50,7 +50,9 @@ def _side(rows: pl.DataFrame) -> dict[tuple[str, str], dict[str, Any]]:
         return {}
     cols = [c for c in _COLUMNS if c in rows.columns]
     out = {}
-    for r in rows.select(cols).sort("order").iter_rows(named=True):
+    # Only the rows with traffic are read row by row: a run that is not sharded has none (both columns null).
+    moving = rows.filter(pl.col("comm_bytes_sent").is_not_null() | pl.col("comm_bytes_received").is_not_null())
+    for r in moving.select(cols).sort("order").iter_rows(named=True):
         sent, received = r["comm_bytes_sent"], r["comm_bytes_received"]
         if sent is None and received is None:
             continue
