@@ -8,6 +8,7 @@ Pages are `<folder>/index.md`, so a page's relative links are the same with or w
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -72,6 +73,11 @@ def dump_json(data: Any, path: Path) -> None:
     Written by orjson, a tenth of the time of the json module on a run's 0.4 MB of components (the build writes
     1.5 MB a run and its diff). Its JSON reads as the json module's does, but for number spelling (`0.00001`,
     `2.5e-7`) and non-string keys (sorted as text); a NaN or an infinity, which the data never hold (they
-    are None where unknown), would be written as null, unknown."""
+    are None where unknown), would be written as null, unknown. An integer past 64 bits, which orjson refuses
+    (a FLOP count of 2**64 is not absurd), sends the file to the json module."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(orjson.dumps(data, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS))
+    try:
+        path.write_bytes(orjson.dumps(data, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS))
+    except orjson.JSONEncodeError:
+        path.write_text(json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False),
+                        encoding="utf-8")
