@@ -2,7 +2,7 @@
 gzip_static, Caddy's precompressed, `cbsite serve`): the Vega bundle, the pages, the data files.
 
 The copies are byte-reproducible (no name, mtime 0, a fixed level per kind of file), so the same archive still
-gives the same site. With the previous site at hand, a file whose bytes did not change takes its copy from there
+gives the same site on the same kind of machine (see DATA_LEVEL). With the previous site at hand, a file whose bytes did not change takes its copy from there
 (a hard link). A full build has the data files' copies made ahead (`Ahead`), by its worker processes while the
 main process renders and converts the pages, and moves them into the site.
 """
@@ -24,7 +24,8 @@ LEVEL = 6  # zlib's default, for pages and assets: within a few per cent of 9's 
 # The data files (run and diff data, downloads, the search index) are most of a big site's bytes (2.6 GB at 1,000
 # runs of 1,000 components): ISA-L's level 3 (isal.igzip) packs them as small as zlib's level 3 did, three to four
 # times quicker (docs/benchmarks.md; its level 1 is quicker still, but its copies are 7 % larger). Its output is
-# plain gzip, the same bytes for the same input.
+# plain gzip, the same bytes for the same input on the same kind of machine (ISA-L picks its code by the CPU's
+# features, as zlib's bytes depend on the zlib build: a site's copies are reproducible where it is built).
 DATA_LEVEL = 3
 DATA = frozenset({".json", ".csv"})
 TEXT = frozenset({".html", ".js", ".css", ".json", ".svg", ".csv", ".txt"})
