@@ -246,7 +246,7 @@ def test_distributed_without_torchrun_says_how_to_launch(tmp_path, monkeypatch):
                  "--runs", str(tmp_path)]) == 2
 
 
-def test_sigterm_on_a_rank_prints_its_line_before_the_clis_handler_raises(capsys):
+def test_sigterm_on_a_rank_prints_its_line_before_the_clis_handler_raises(capfd):
     """torchrun's SIGTERM: the line goes out from the handler itself (an exception raised under C++ that
     cannot unwind aborts the process before any except clause), then the CLI's Terminated is raised."""
     import signal
@@ -262,7 +262,7 @@ def test_sigterm_on_a_rank_prints_its_line_before_the_clis_handler_raises(capsys
                 os.kill(os.getpid(), signal.SIGTERM)
                 for _ in range(1000):  # the handler runs between bytecodes; never reached past it
                     pass
-        said = capsys.readouterr().err
+        said = capfd.readouterr().err
         assert "cbsite: rank 0: stopped during the per-rank measurement: another rank failed or was killed" in said
         assert said.rstrip().endswith("no run was written")
         assert signal.getsignal(signal.SIGTERM) is _terminate  # put back as it was
@@ -270,7 +270,36 @@ def test_sigterm_on_a_rank_prints_its_line_before_the_clis_handler_raises(capsys
         signal.signal(signal.SIGTERM, previous)
 
 
-def test_sigterm_after_a_rank_error_no_one_recognised_still_says_no_run(capsys, monkeypatch):
+_SILENCED_RANK = """
+import os, signal, sys
+from cbsite.cli import Terminated, _terminate
+from cbsite.collector.distributed.collect import Stage, _said_when_stopped
+from cbsite.collector.quiet_profiler import native_stderr_silenced
+
+signal.signal(signal.SIGTERM, _terminate)
+stage = Stage()
+try:
+    with _said_when_stopped(0, stage), stage.at("the per-rank measurement"), native_stderr_silenced():
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):
+            pass
+except Terminated:
+    print("cbsite: terminated", file=sys.stderr)
+"""
+
+
+def test_sigterm_while_a_profiler_silences_stderr_still_says_no_run():
+    """The race the suite hit (rank 1 SIGKILLed, torchrun's SIGTERM on rank 0 during its CPU memory measurement,
+    whose profiler has fd 2 on /dev/null: "cbsite: terminated" and nothing else): the line goes to the terminal's
+    stderr as it was when the collection began. A process of its own: pytest's capture does not write through fd 2."""
+    done = subprocess.run([sys.executable, "-c", _SILENCED_RANK], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    lines = done.stderr.strip().splitlines()
+    assert lines[-2:] == ["cbsite: rank 0: stopped during the per-rank measurement: another rank failed or was killed "
+                          "(the launcher's summary names it); no run was written", "cbsite: terminated"], done.stderr
+
+
+def test_sigterm_after_a_rank_error_no_one_recognised_still_says_no_run(capfd, monkeypatch):
     """A collective can fail in words `_is_comm_failure` does not know (the suite, loaded: "cbsite: terminated" and
     nothing else): the rank's error goes on to the CLI, and torchrun's SIGTERM landing before the CLI prints it must
     still say where the rank was and that no run was written."""
@@ -297,14 +326,14 @@ def test_sigterm_after_a_rank_error_no_one_recognised_still_says_no_run(capsys, 
             os.kill(os.getpid(), signal.SIGTERM)
             for _ in range(1000):
                 pass
-        said = capsys.readouterr().err
+        said = capfd.readouterr().err
         assert "cbsite: rank 0: stopped during the per-rank measurement" in said
         assert said.rstrip().endswith("no run was written")
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
-def test_sigterm_while_waiting_for_the_other_ranks_reports_still_says_no_run(capsys, monkeypatch):
+def test_sigterm_while_waiting_for_the_other_ranks_reports_still_says_no_run(capfd, monkeypatch):
     """The race CI hit: rank 0 saw its collective fail (rank 1 SIGKILLed), waited for the ranks' reports,
     and torchrun's SIGTERM landed in that wait. The rank's own line must still go out, naming its stage."""
     import signal
@@ -332,7 +361,7 @@ def test_sigterm_while_waiting_for_the_other_ranks_reports_still_says_no_run(cap
     try:
         with pytest.raises(Terminated):
             dcollect.collect_distributed(request, group)
-        said = capsys.readouterr().err
+        said = capfd.readouterr().err
         assert "cbsite: rank 0: stopped during the per-rank measurement" in said
         assert said.rstrip().endswith("no run was written")
         assert signal.getsignal(signal.SIGTERM) is _terminate

@@ -129,10 +129,16 @@ def _said_when_stopped(rank: int, stage: Stage) -> Iterator[None]:
         yield  # only the main thread receives signals and may set handlers
         return
     before = signal.getsignal(signal.SIGTERM)
+    # The terminal's stderr as it is now: the line must reach it while a profiler has fd 2 silenced for its block
+    # (quiet_profiler: a CPU memory measurement is silenced whole) or a plugin has sys.stderr captured (log).
+    try:
+        terminal: int | None = os.dup(2)
+    except OSError:
+        terminal = None
 
     def stopped(signum: int, frame: Any) -> None:
-        print(f"cbsite: rank {rank}: stopped during {stage.now}: another rank failed or was killed (the launcher's "
-              f"summary names it); no run was written", file=sys.stderr, flush=True)
+        _say(terminal, f"cbsite: rank {rank}: stopped during {stage.now}: another rank failed or was killed (the "
+                       f"launcher's summary names it); no run was written")
         if before is signal.SIG_IGN:
             return
         if callable(before):
@@ -141,16 +147,31 @@ def _said_when_stopped(rank: int, stage: Stage) -> Iterator[None]:
 
     signal.signal(signal.SIGTERM, stopped)
     try:
-        yield
-    except Exception:
-        # The rank's error (a CbsiteError, or a RuntimeError a collective raised in words _is_comm_failure does not
-        # know) is on its way to the CLI, which prints it; torchrun's SIGTERM landing before that would replace it
-        # with a bare "terminated", so the handler stays to say that no run was written.
-        raise
-    except BaseException:  # the handler's own KeyboardInterrupt or Terminated: its line is out
+        try:
+            yield
+        except Exception:
+            # The rank's error (a CbsiteError, or a RuntimeError a collective raised in words _is_comm_failure does
+            # not know) is on its way to the CLI, which prints it; torchrun's SIGTERM landing before that would
+            # replace it with a bare "terminated", so the handler stays to say that no run was written.
+            raise
+        except BaseException:  # the handler's own KeyboardInterrupt or Terminated: its line is out
+            signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)
+            raise
         signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)
-        raise
-    signal.signal(signal.SIGTERM, before if before is not None else signal.SIG_DFL)
+    finally:
+        if terminal is not None and signal.getsignal(signal.SIGTERM) is not stopped:
+            os.close(terminal)
+
+
+def _say(fd: int | None, line: str) -> None:
+    """`line` on the terminal's stderr (`fd`, a copy of fd 2 made before any silencing), else on sys.stderr."""
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    if fd is None:
+        print(line, file=sys.stderr, flush=True)
+        return
+    with contextlib.suppress(OSError):
+        os.write(fd, (line + "\n").encode("utf-8", "replace"))
 
 
 def collect_distributed(request: CollectRequest, group: Group) -> archive.Run | None:
