@@ -10,7 +10,7 @@ import warnings
 import pytest
 
 from cbsite.generator import build_site
-from tests.helpers.browser import Server, outside
+from tests.helpers.browser import Server, outside, roofline_legend_painted
 from tests.helpers.site_archives import synthetic_run
 
 pytestmark = pytest.mark.browser  # skipped where chromium is missing (tests/conftest.py)
@@ -41,9 +41,7 @@ def _open(page, url):
     table_top = page.evaluate(TABLE_TOP)
     page.locator(".cbsite-roofline").scroll_into_view_if_needed()
     page.wait_for_selector(".cbsite-roofline svg .cbsite-roof-point", timeout=20000)
-    # Read as a person sees it, once painted: the box is `content-visibility: auto`, and while the browser skips it
-    # its text reads as nothing (innerText ''), though it is in the DOM (the likely cause of one CI failure).
-    page.wait_for_function("(document.querySelector('.cbsite-roofline-legend') || {}).innerText", timeout=5000)
+    roofline_legend_painted(page)  # read as a person sees it, once painted
     # Drawn in the room kept for it: the table below does not move under a reader's eyes or pointer.
     assert page.evaluate(TABLE_TOP) == table_top
 

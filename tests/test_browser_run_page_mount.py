@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.helpers.browser import served
+from tests.helpers.browser import roofline_legend_painted, served
 from tests.helpers.site_archives import quiet_build, synthetic_run
 
 pytestmark = pytest.mark.browser  # skipped where chromium is missing (tests/conftest.py)
@@ -65,8 +65,7 @@ def test_roofline_below_the_first_screen_waits_until_scrolled_to_then_is_whole(s
     page.wait_for_selector(".cbsite-roofline svg .cbsite-roof-point", timeout=20000)
     page.wait_for_function(f"document.querySelectorAll('.cbsite-roof-point').length === {len(drawn['points']['path'])}",
                            timeout=20000)  # every point, added to the chart at once
-    # Once painted: while the browser skips the box (content-visibility: auto) its text reads as ''.
-    page.wait_for_function("(document.querySelector('.cbsite-roofline-legend') || {}).innerText", timeout=5000)
+    roofline_legend_painted(page)
     seen = page.evaluate("""() => { const s = document.querySelector('.cbsite-roofline svg').getBoundingClientRect(),
         p = document.querySelector('.cbsite-roof-plot').getBoundingClientRect();
         const out = Array.from(document.querySelectorAll('.cbsite-roof-point')).filter(a => {

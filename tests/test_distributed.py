@@ -49,12 +49,15 @@ ABORTED = "terminate called without an active exception"
 def launched(cmd: list[str], env: dict[str, str], timeout: float, runs: Path | None = None) -> subprocess.CompletedProcess:
     """Run a torchrun job, once more after the runtime's abort; what the aborted job wrote into `runs` (the job's
     archive, which may be the test's own folder) is removed before that."""
-    before = set(runs.iterdir()) if runs is not None and runs.exists() else set()
+    def entries() -> set[Path]:
+        return set(runs.iterdir()) if runs is not None and runs.exists() else set()
+
+    before = entries()
     for _ in range(2):
         done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
         if not (done.returncode != 0 and ABORTED in done.stderr and "SIGABRT" in done.stderr):
             break
-        for added in set(runs.iterdir()) - before if runs is not None and runs.exists() else ():
+        for added in entries() - before:
             shutil.rmtree(added) if added.is_dir() else added.unlink()
     return done
 

@@ -55,8 +55,7 @@ class Offload:
     def __init__(self, pool: concurrent.futures.Executor) -> None:
         self.pool: concurrent.futures.Executor | None = pool
         self.settings: dict[str, Any] | None = None  # Material's search settings, read at the first page
-        self.pending: dict[str, tuple[concurrent.futures.Future[list[dict[str, Any]]], dict[str, Any],
-                                      PageForSearch]] = {}
+        self.pending: dict[str, tuple[concurrent.futures.Future[list[dict[str, Any]]], PageForSearch]] = {}
 
     def send(self, page: Any, html: str, config: Any) -> bool:
         """Send `page` (with the HTML it will have) to a worker; True when sent, and its own meta then says
@@ -76,23 +75,24 @@ class Offload:
         except RuntimeError:  # a pool shut down or broken (BrokenProcessPool is one): the rest are parsed in-process
             self.pool = None
             return False
-        self.pending[page.url] = (future, self.settings, item)
+        self.pending[page.url] = (future, item)
         page.meta = {**page.meta, "search": {**search, "exclude": True}}
         return True
 
     def restore(self, page: Any) -> None:
         """The page's own front matter back, before the theme renders it."""
         if page.url in self.pending:
-            page.meta = self.pending[page.url][2].meta
+            page.meta = self.pending[page.url][1].meta
 
     def results(self) -> dict[str, list[dict[str, Any]]]:
         """Every sent page's entries; a page whose worker failed is parsed here instead."""
         out: dict[str, list[dict[str, Any]]] = {}
-        for url, (future, settings, item) in self.pending.items():
+        for url, (future, item) in self.pending.items():
             try:
                 out[url] = future.result()
             except (concurrent.futures.process.BrokenProcessPool, pickle.PicklingError, TypeError, AttributeError,
                     OSError):  # the pool, not the page: a page Material cannot parse raises here as it would have
-                out[url] = entries(settings, item)
+                assert self.settings is not None  # read before the first page was sent
+                out[url] = entries(self.settings, item)
         self.pending.clear()
         return out

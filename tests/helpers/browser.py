@@ -89,6 +89,12 @@ def recording_page(browser, viewport: dict):
         context.close()
 
 
+def roofline_legend_painted(page, timeout: int = 5000) -> None:
+    """Wait until the roofline's legend reads as a person sees it: its box is `content-visibility: auto`, and while
+    the browser skips the box its text reads as '' though it is in the DOM (the likely cause of one CI failure)."""
+    page.wait_for_function("(document.querySelector('.cbsite-roofline-legend') || {}).innerText", timeout=timeout)
+
+
 def draw_every(page, selector: str, ready: str = "svg", timeout: int = 30000) -> int:
     """Scroll to each chart matching `selector` in turn, as a reader would (charts.js draws a chart only as it nears
     the viewport), until it matches `ready` or holds an element that does; back to the top after. Returns how many."""
