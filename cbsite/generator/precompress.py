@@ -22,7 +22,7 @@ SUFFIX = ".gz"
 MIN_BYTES = 4096  # below a few kB the copy saves less than a round trip's headers are worth
 LEVEL = 6  # zlib's default, for pages and assets: within a few per cent of 9's size, several times quicker
 # The data files (run and diff data, downloads, the search index) are most of a big site's bytes (2.6 GB at 1,000
-# runs of 1,000 components): ISA-L's level 3 (isal.igzip) packs them as small as zlib's level 3 did, three to four
+# runs of 1,000 components): ISA-L's level 3 (isal.igzip) packs them as small as zlib's level 3 did, three to five
 # times quicker (docs/benchmarks.md; its level 1 is quicker still, but its copies are 7 % larger). Its output is
 # plain gzip, the same bytes for the same input on the same kind of machine (ISA-L picks its code by the CPU's
 # features, as zlib's bytes depend on the zlib build: a site's copies are reproducible where it is built).
